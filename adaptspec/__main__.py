@@ -1,0 +1,3 @@
+from adaptspec.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Load generator, GPU-serving simulator and reports."""

@@ -1,0 +1,72 @@
+"""Types shared by the controller, the proxy and the simulator (see docs/INTERFACES.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+CONTENT_CLASSES: tuple[str, ...] = ("code", "structured", "summarize", "translate", "math", "chat")
+PROPOSERS: tuple[str, ...] = ("none", "ngram", "draft", "eagle")
+ENGINES: tuple[str, ...] = ("adaptspec", "vllm", "sglang", "openai")
+
+ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
+Proposer = Literal["none", "ngram", "draft", "eagle"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """What a policy sees of one candidate worker at decision time."""
+
+    name: str
+    engine: str = "adaptspec"
+    per_request: bool = True  # accepts per-request proposer / gamma (adaptspec worker, vLLM + plugin)
+    proposers: tuple[str, ...] = ("ngram", "draft")  # offered per request, or the one fixed at launch
+    gamma: int = 0  # fixed-speculation workers: gamma set at launch (0 = speculation off)
+    max_gamma: int = 8
+    profile: str | None = None  # step-time profile name (adaptspec/control/profiles/*.yaml)
+    running: float = 0.0  # requests in the running batch (scraped)
+    waiting: float = 0.0  # requests queued (scraped)
+    kv_usage: float = 0.0  # 0..1 (scraped)
+    inflight: int = 0  # this proxy's own in-flight requests to the worker (exact, instant)
+    healthy: bool = True
+
+    @property
+    def load(self) -> float:
+        """Best instant estimate of the batch the next request joins."""
+        return max(self.running + self.waiting, float(self.inflight))
+
+
+@dataclass(frozen=True, slots=True)
+class AlphaEstimate:
+    """Posterior summary of the per-token acceptance rate for one (worker, proposer, class) key."""
+
+    mean: float
+    std: float
+    n: float  # effective number of draft tokens behind the estimate (0 = prior only)
+    per_position: tuple[float, ...] | None = None  # conditional rates alpha_1..alpha_k when known
+
+
+class AlphaSource(Protocol):
+    def get(self, worker: str, proposer: str, content_class: str) -> AlphaEstimate: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy chose for one request, and why (goes to headers, logs and metrics)."""
+
+    worker: str
+    proposer: str  # "none" when speculation is off
+    gamma: int  # 0 when speculation is off
+    content_class: str
+    policy: str
+    reason: str
+    expected_speedup: float = 1.0
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(
+        self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource
+    ) -> Decision: ...

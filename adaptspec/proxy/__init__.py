@@ -1,0 +1,1 @@
+"""The I/O shell: OpenAI-compatible reverse proxy, upstream pools, scraper, shared state, metrics."""
