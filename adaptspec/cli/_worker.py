@@ -1,0 +1,113 @@
+"""`adaptspec worker`: the reference engine worker behind an OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger("adaptspec.worker")
+
+PROPOSER_CHOICES = ("none", "ngram", "draft")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "worker", help="run the reference worker (continuous batching, per-request speculation)",
+        description="Serve a tiny Llama pair (default: the built-in adaptspec/assets/tiny-target and "
+                    "tiny-draft) with continuous batching and per-request speculation behind "
+                    "/v1/completions, /v1/chat/completions, /v1/models, /health and /metrics.")
+    p.add_argument("--model", metavar="DIR", default=None, help="target model dir (default: built-in tiny-target)")
+    p.add_argument("--draft", metavar="DIR", default=None, help="draft model dir (default: built-in tiny-draft)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8001, help="port (default: 8001; 0 = any free port)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="most requests in the running batch (default: the engine's)")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="L",
+                   help="context length, prompt + output tokens (default: the model's)")
+    p.add_argument("--default-proposer", choices=PROPOSER_CHOICES, default="none",
+                   help="proposer for requests without a `speculation` field (default: none)")
+    p.add_argument("--default-k", type=int, default=4, metavar="K",
+                   help="speculative tokens when a request names a proposer but no k (default: 4)")
+    p.add_argument("--served-model-name", default=None, metavar="NAME",
+                   help="model id in /v1/models and responses (default: 'tiny' for the built-in pair, "
+                        "else the model dir's name)")
+    p.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, metavar="B",
+                   help="refuse request bodies larger than this with 413 (default: 8 MiB)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from adaptspec.errors import AdaptspecError
+
+    if args.default_k < 0:
+        print(f"adaptspec worker: --default-k must be >= 0, got {args.default_k}")
+        return 2
+    try:
+        engine, settings = build_engine(args)
+    except AdaptspecError as exc:
+        print(f"adaptspec worker: {exc}")
+        return 2
+    import uvicorn
+
+    from adaptspec.worker.server import build_app
+
+    app = build_app(engine, settings)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                            lifespan="off")
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        await server.startup()
+        if server.should_exit:
+            return
+        port = server.servers[0].sockets[0].getsockname()[1]
+        log.info("adaptspec worker serving %r (target %s, draft %s) on http://%s:%d  (max_batch=%s, "
+                 "max_model_len=%d, default speculation %s k=%d)", settings.served_model_name,
+                 Path(settings.model_root or "").name, args.draft or "tiny-draft", args.host, port,
+                 getattr(engine, "max_batch", args.max_batch), engine.max_model_len,
+                 settings.default_proposer, settings.default_k)
+        await server.main_loop()
+        await server.shutdown()
+
+    import asyncio
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+    return 0 if server.started else 1
+
+
+def build_engine(args: argparse.Namespace):
+    """Engine + server settings from parsed `adaptspec worker` arguments (shared with `adaptspec serve`)."""
+    from pathlib import Path
+
+    from adaptspec.worker.engine import Engine
+    from adaptspec.worker.server import WorkerSettings
+
+    assets = Path(__file__).resolve().parent.parent / "assets"
+    model = Path(args.model) if args.model else assets / "tiny-target"
+    draft = Path(args.draft) if args.draft else assets / "tiny-draft"
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    opts = {}
+    if args.max_batch is not None:
+        opts["max_batch"] = args.max_batch
+    if args.max_model_len is not None:
+        opts["max_model_len"] = args.max_model_len
+    engine = Engine.from_dirs(str(model), str(draft), **opts)
+    name = args.served_model_name or ("tiny" if not args.model else model.name)
+    settings = WorkerSettings(served_model_name=name, max_model_len=engine.max_model_len,
+                              default_proposer=args.default_proposer, default_k=args.default_k,
+                              max_body_bytes=args.max_body_bytes, model_root=str(model))
+    return engine, settings

@@ -1,0 +1,536 @@
+"""The reference worker's OpenAI-compatible HTTP server (FastAPI + uvicorn) around `Engine`.
+
+Endpoints: POST /v1/completions, POST /v1/chat/completions (stream and not), GET /v1/models, /health,
+/metrics (vLLM names, see `_metrics.py`). Per request, the body field
+`speculation: {"proposer", "num_speculative_tokens", "content_class"}` picks the proposer and k for that
+request only; the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps"}`
+(stream: in the usage chunk, sent when `stream_options.include_usage` is true).
+
+Stop strings are matched on text: the output ends before the first stop string. A client that goes away
+(stream or not) cancels its generation, which closes the engine's iterator and frees the slot at once.
+
+    app = build_app(engine, WorkerSettings(served_model_name="tiny"))
+    uvicorn.run(app, host="127.0.0.1", port=8001)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Message, Receive, Scope, Send
+
+from adaptspec.errors import RequestError
+from adaptspec.worker import _metrics
+from adaptspec.worker._openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    SpecChoice,
+    check_unsupported,
+    error_body,
+    parse_body,
+    resolve_speculation,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class WorkerSettings:
+    served_model_name: str = "tiny"
+    max_model_len: int | None = None  # None -> the engine's
+    default_proposer: str = "none"
+    default_k: int = 4
+    max_k: int = 16
+    max_body_bytes: int = 8 * 1024 * 1024
+    model_root: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Text side of one generation: incremental detokenisation and text-level stop strings.
+
+
+class _TextTracker:
+    """Turns the growing token list into text deltas; ends the text before the first stop string."""
+
+    def __init__(self, decode: Callable[[list[int]], str], stops: list[str] | None) -> None:
+        self._decode = decode
+        self.stops = stops or []
+        self._max_stop = max((len(s) for s in self.stops), default=0)
+        self.ids: list[int] = []
+        self.text = ""
+        self.sent = 0  # chars of self.text already handed out
+        self.stopped = False
+
+    def add(self, new_ids: list[int]) -> str:
+        self.ids.extend(new_ids)
+        full = self._decode(self.ids)
+        if self.stops:
+            start = max(0, self.sent - self._max_stop)
+            hits = [i for i in (full.find(s, start) for s in self.stops) if i >= 0]
+            if hits:
+                self.text, self.stopped = full[: min(hits)], True
+                return self._take(len(self.text))
+        self.text = full
+        safe = len(full.rstrip("\ufffd"))  # an incomplete UTF-8 sequence may still change
+        for s in self.stops:  # hold back a tail that could still become a stop string
+            for n in range(min(len(s) - 1, safe), 0, -1):
+                if full.endswith(s[:n], 0, safe):
+                    safe = min(safe, safe - n)
+                    break
+        return self._take(max(safe, self.sent))
+
+    def flush(self) -> str:
+        return self._take(len(self.text))
+
+    def _take(self, end: int) -> str:
+        delta, self.sent = self.text[self.sent : end], end
+        return delta
+
+
+@dataclass(slots=True)
+class _Result:
+    text: str = ""
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    steps: int = 0
+
+    def speculative(self) -> dict[str, int]:
+        return {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps}
+
+
+@dataclass(slots=True)
+class _Job:
+    """One validated request, ready for the engine."""
+
+    request_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stops: list[str] | None
+    spec: SpecChoice
+    ignore_eos: bool
+    result: _Result = field(default_factory=_Result)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Disconnect-aware running of a coroutine.
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
+    """Run `work`; if the client disconnects first, cancel it and raise _ClientGone."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    raise _ClientGone
+
+
+class _SSEResponse(Response):
+    """Server-sent events from an async iterator of strings; closes the iterator however the stream ends."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[str]) -> None:
+        self.status_code, self.background, self._events = 200, None, events
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def stream() -> None:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for event in self._events:
+                await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        try:
+            await _until_disconnect(receive, stream())
+        except (_ClientGone, OSError):
+            log.info("client disconnected mid-stream; generation cancelled")
+        finally:
+            await self._events.aclose()  # type: ignore[attr-defined]
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Body-size limit (413 before the body is buffered).
+
+
+class _BodyLimit:
+    def __init__(self, app: Callable, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:  # chunked upload with no content-length: caught by the app
+                    raise RequestError(f"Request body exceeds {self.max_bytes} bytes.", status=413,
+                                       code="request_too_large")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps(error_body(413, f"Request body exceeds {self.max_bytes} bytes.",
+                                     code="request_too_large")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The application.
+
+
+class _Worker:
+    """Request handling around one engine (kept on `app.state.worker`)."""
+
+    def __init__(self, engine: Any, settings: WorkerSettings) -> None:
+        self.engine, self.settings = engine, settings
+        self.counters = _metrics.ServerCounters()
+        self.max_model_len = settings.max_model_len or int(engine.max_model_len)
+        self.proposers = tuple(getattr(engine, "proposers", ("ngram", "draft")))
+        self.max_k = min(settings.max_k, int(getattr(engine, "max_speculative_tokens", settings.max_k)))
+        self.created = int(time.time())
+        self._tokenizer = engine.tokenizer
+
+    # -- tokenizer glue
+    def encode(self, text: str) -> list[int]:
+        enc = getattr(self.engine, "encode", None)
+        if enc is not None:
+            return list(enc(text))
+        out = self._tokenizer.encode(text)
+        return list(getattr(out, "ids", out))
+
+    def decode(self, ids: list[int]) -> str:
+        dec = getattr(self.engine, "decode", None)
+        if dec is not None:
+            return dec(ids)
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+    def render_chat(self, req: ChatCompletionRequest) -> str:
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        render = getattr(self.engine, "apply_chat_template", None)
+        if render is not None:
+            return render(messages)
+        raise RequestError("This model has no chat template; use /v1/completions.", code="no_chat_template")
+
+    # -- validation
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.settings.served_model_name:
+            raise RequestError(f"The model `{name}` does not exist. This worker serves "
+                               f"`{self.settings.served_model_name}`.", status=404,
+                               type="not_found_error", code="model_not_found", param="model")
+
+    def prompt_ids(self, req: CompletionRequest) -> list[int]:
+        p = req.prompt
+        if isinstance(p, str):
+            return self.encode(p)
+        if not p:
+            raise RequestError("prompt must not be empty.", param="prompt")
+        if isinstance(p[0], int):
+            ids = list(p)  # type: ignore[arg-type]
+        elif len(p) != 1:
+            raise RequestError(f"Only one prompt per request is supported; got {len(p)}.", param="prompt",
+                               code="unsupported_value")
+        else:
+            ids = self.encode(p[0]) if isinstance(p[0], str) else list(p[0])
+        vocab = int(getattr(self.engine, "vocab_size", 0) or 0)
+        if vocab and any(not 0 <= t < vocab for t in ids):
+            raise RequestError(f"prompt token ids must be in [0, {vocab}).", param="prompt")
+        return ids
+
+    def make_job(self, req: CompletionRequest | ChatCompletionRequest, prompt_ids: list[int],
+                 prefix: str) -> _Job:
+        check_unsupported(req)
+        spec = resolve_speculation(req.speculation, default_proposer=self.settings.default_proposer,
+                                   default_k=self.settings.default_k, proposers=self.proposers,
+                                   max_k=self.max_k)
+        n_prompt, limit = len(prompt_ids), self.max_model_len
+        if n_prompt == 0:
+            raise RequestError("The prompt is empty after tokenisation.", param="prompt")
+        max_tokens = req.max_tokens
+        if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
+            max_tokens = req.max_completion_tokens
+        if n_prompt >= limit or (max_tokens is not None and n_prompt + max_tokens > limit):
+            asked = n_prompt + (max_tokens or 0)
+            raise RequestError(
+                f"This model's maximum context length is {limit} tokens. However, you requested {asked} "
+                f"tokens ({n_prompt} in the prompt, {max_tokens or 0} in the completion). Please reduce "
+                "the length of the prompt or completion.", param="prompt" if n_prompt >= limit else "max_tokens",
+                code="context_length_exceeded")
+        if max_tokens is None:
+            max_tokens = limit - n_prompt
+        return _Job(
+            request_id=f"{prefix}-{uuid.uuid4().hex}", prompt_ids=prompt_ids, max_tokens=max_tokens,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stops=req.stop, spec=spec,
+            ignore_eos=req.ignore_eos)
+
+    # -- generation
+    async def generate(self, job: _Job) -> AsyncIterator[str]:
+        """Text deltas of one job; fills job.result. Closing it early aborts the engine request."""
+        res, tracker = job.result, _TextTracker(self.decode, job.stops)
+        gen = self.engine.generate(self._gen_request(job))
+        try:
+            async for out in gen:
+                new = list(out.new_token_ids)[: job.max_tokens - res.completion_tokens]
+                res.completion_tokens += len(new)
+                res.draft_tokens, res.accepted_tokens, res.steps = (
+                    int(out.draft_tokens), int(out.accepted_tokens), int(out.steps))
+                delta = tracker.add(new)
+                if tracker.stopped:
+                    res.finish_reason = "stop"
+                elif out.finished or res.completion_tokens >= job.max_tokens:
+                    res.finish_reason = out.finish_reason if out.finished else "length"
+                    delta += tracker.flush()
+                if delta:
+                    yield delta
+                if res.finish_reason is not None:
+                    break
+        finally:
+            await gen.aclose()
+            res.text = tracker.text
+            if res.finish_reason is None:
+                self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
+            else:
+                self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason)
+
+    def _gen_request(self, job: _Job) -> Any:
+        from adaptspec.worker.engine import GenRequest
+
+        return GenRequest(
+            request_id=job.request_id, prompt_token_ids=job.prompt_ids, max_tokens=job.max_tokens,
+            temperature=job.temperature, top_p=job.top_p, seed=job.seed, proposer=job.spec.proposer,
+            num_speculative_tokens=job.spec.k, content_class=job.spec.content_class,
+            ignore_eos=job.ignore_eos)
+
+    async def collect(self, job: _Job) -> _Result:
+        gen = self.generate(job)
+        try:
+            async for _ in gen:
+                pass
+        finally:
+            await gen.aclose()
+        return job.result
+
+    def usage(self, job: _Job) -> dict:
+        n_prompt, n_out = len(job.prompt_ids), job.result.completion_tokens
+        return {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out,
+                "speculative": job.result.speculative()}
+
+
+def _json(obj: dict, status: int = 200) -> Response:
+    return Response(json.dumps(obj, separators=(",", ":"), ensure_ascii=False), status_code=status,
+                    media_type="application/json")
+
+
+def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
+    """The ASGI app serving `engine` (an `adaptspec.worker.engine.Engine` or anything with its API)."""
+    settings = settings or WorkerSettings()
+    app = FastAPI(title="adaptspec worker", docs_url=None, redoc_url=None, openapi_url=None)
+    worker = _Worker(engine, settings)
+    app.state.worker = worker
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, exc: RequestError) -> Response:
+        return _json(error_body(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param),
+                     exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        message = (f"Not found: {request.method} {request.url.path}" if exc.status_code == 404
+                   else str(exc.detail))
+        return _json(error_body(exc.status_code, message), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _server_error(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error in request handler")
+        return _json(error_body(500, f"Internal server error: {type(exc).__name__}"), 500)
+
+    @app.get("/health")
+    async def health() -> Response:
+        alive = getattr(engine, "is_alive", None)
+        if alive is not None and not (alive() if callable(alive) else alive):
+            return _json(error_body(503, "engine loop is not running"), 503)
+        return _json({"status": "ok"})
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        card = {"id": settings.served_model_name, "object": "model", "created": worker.created,
+                "owned_by": "adaptspec", "root": settings.model_root or settings.served_model_name,
+                "parent": None, "max_model_len": worker.max_model_len}
+        return _json({"object": "list", "data": [card]})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        body = _metrics.render(engine.metrics(), worker.counters, settings.served_model_name)
+        return Response(body, media_type=_metrics.CONTENT_TYPE)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        req: CompletionRequest = parse_body(await request.body(), CompletionRequest)
+        worker.check_model(req.model)
+        job = worker.make_job(req, worker.prompt_ids(req), "cmpl")
+        created = int(time.time())
+
+        def chunk(text: str, finish: str | None) -> dict:
+            return {"id": job.request_id, "object": "text_completion", "created": created,
+                    "model": settings.served_model_name,
+                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+
+        if req.stream:
+            return _SSEResponse(_stream(worker, job, req, chunk, created, "text_completion"))
+        try:
+            res = await _until_disconnect(request.receive, worker.collect(job))
+        except _ClientGone:
+            log.info("client disconnected before %s finished; generation cancelled", job.request_id)
+            return Response(status_code=499)
+        body = chunk(res.text, res.finish_reason)
+        body["usage"] = worker.usage(job)
+        return _json(body)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        req: ChatCompletionRequest = parse_body(await request.body(), ChatCompletionRequest)
+        worker.check_model(req.model)
+        job = worker.make_job(req, worker.encode(worker.render_chat(req)), "chatcmpl")
+        created = int(time.time())
+
+        def chunk(text: str, finish: str | None, first: bool = False) -> dict:
+            delta: dict[str, str] = {"role": "assistant", "content": text} if first else (
+                {"content": text} if text else {})
+            return {"id": job.request_id, "object": "chat.completion.chunk", "created": created,
+                    "model": settings.served_model_name,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        if req.stream:
+            return _SSEResponse(_stream(worker, job, req, chunk, created, "chat.completion.chunk"))
+        try:
+            res = await _until_disconnect(request.receive, worker.collect(job))
+        except _ClientGone:
+            log.info("client disconnected before %s finished; generation cancelled", job.request_id)
+            return Response(status_code=499)
+        return _json({
+            "id": job.request_id, "object": "chat.completion", "created": created,
+            "model": settings.served_model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": res.text},
+                         "logprobs": None, "finish_reason": res.finish_reason}],
+            "usage": worker.usage(job),
+        })
+
+    return _BodyLimit(app, settings.max_body_bytes)  # type: ignore[return-value]
+
+
+async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dict], created: int,
+                  obj: str) -> AsyncIterator[str]:
+    chat = obj == "chat.completion.chunk"
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    if chat:
+        yield _sse(chunk("", None, first=True))
+    gen = worker.generate(job)
+    try:
+        async for delta in gen:
+            yield _sse(chunk(delta, None))
+    finally:
+        await gen.aclose()
+    yield _sse(chunk("", job.result.finish_reason))
+    if include_usage:
+        yield _sse({"id": job.request_id, "object": obj, "created": created,
+                    "model": worker.settings.served_model_name, "choices": [], "usage": worker.usage(job)})
+    yield "data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running it.
+
+
+class ServerThread:
+    """uvicorn serving an app on a background thread (tests, the embedded worker of `adaptspec serve`)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        import uvicorn
+
+        self._config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
+                                      access_log=False)
+        self._server = uvicorn.Server(self._config)
+        self._thread = threading.Thread(target=self._server.run, name="adaptspec-worker-http", daemon=True)
+        self.host = host
+        self.port = port
+
+    def start(self, timeout: float = 30.0) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"worker HTTP server did not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
