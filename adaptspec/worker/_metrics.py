@@ -111,7 +111,7 @@ class _Collector:
                               ("draft_tokens", "Draft tokens by request content class and proposer."),
                               ("accepted_tokens", "Accepted tokens by request content class and proposer."))
         ]
-        for (cls, proposer), values in sorted(by_class.items()):
+        for (cls, proposer), values in sorted(by_class.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
             for family, value in zip(families, values, strict=True):
                 family.add_metric(["0", self.model_name, cls or "unknown", proposer], float(value))
         yield from families
