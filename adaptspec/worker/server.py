@@ -263,10 +263,17 @@ class _Worker:
 
     def render_chat(self, req: ChatCompletionRequest) -> str:
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-        render = getattr(self.engine, "apply_chat_template", None)
-        if render is not None:
+        render = getattr(self.engine, "apply_chat_template", None) or getattr(
+            self._tokenizer, "apply_chat_template", None)
+        if render is None or not (getattr(self._tokenizer, "chat_template", None)
+                                  or getattr(self.engine, "chat_template", None)):
+            raise RequestError("This model has no chat template; use /v1/completions.",
+                               code="no_chat_template")
+        try:
             return render(messages)
-        raise RequestError("This model has no chat template; use /v1/completions.", code="no_chat_template")
+        except ValueError as exc:  # the template's raise_exception(): e.g. roles out of order
+            raise RequestError(f"Cannot apply the chat template to these messages: {exc}",
+                               param="messages") from None
 
     # -- validation
     def check_model(self, name: str | None) -> None:

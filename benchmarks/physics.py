@@ -1,0 +1,390 @@
+"""The physics of speculative decoding, measured on this machine's reference worker.
+
+Two claims, each measured side by side in one run against one worker process:
+
+  (a) concurrency 1, copy-heavy prompts (summarise an article, rewrite a function): speculation with the
+      best proposer and k gives >= 1.3x the output tokens/s of no speculation (decode is dominated by fixed
+      and weight-reading cost, so verifying k+1 tokens costs about as much as generating 1);
+  (b) concurrency 32 / 64: static always-on speculation is *slower* than none (a big batch is compute-bound,
+      so every rejected draft token is paid for in full).
+
+Configurations are interleaved request by request (a: every prompt runs under every configuration, in a
+rotating order) or round by round (b), so drift in the machine's load hits all of them alike. At
+temperature 0 every configuration must produce the same text; the script checks that too.
+
+    .venv/bin/python benchmarks/physics.py                       # starts its own worker, ~5-10 min
+    .venv/bin/python benchmarks/physics.py --quick               # fewer prompts and shorter outputs
+    .venv/bin/python benchmarks/physics.py --url http://127.0.0.1:8001 --part a
+
+Writes `physics.json` and `physics.md` (and `physics.png` when matplotlib is present) to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("ADAPTSPEC_DATA", ROOT.parent / "shared" / "data"))
+
+CONFIGS_A = [("none", 0), ("ngram", 2), ("ngram", 4), ("ngram", 6), ("draft", 2), ("draft", 4)]
+CONFIGS_B = [("none", 0), ("ngram", 4), ("draft", 4)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Prompts: copy-heavy requests built from ../shared/data.
+
+
+def _jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def summarize_prompts(n: int, max_chars: int) -> list[dict]:
+    """News articles and passages to summarise or answer from (t0_p3: cnn_dailymail, duorc)."""
+    rows = [r for r in _jsonl(DATA / "t0_p3" / "cnn_dailymail.jsonl") if r["label"] == "summarization"]
+    rows += [r for r in _jsonl(DATA / "t0_p3" / "duorc.jsonl") if r["label"] == "summarization"]
+    out = []
+    for r in rows:
+        text = r["prompt"]
+        if len(text) > max_chars:
+            continue
+        out.append({"class": "summarize", "id": r["id"], "messages": [{"role": "user", "content": text}]})
+        if len(out) >= n:
+            break
+    return out
+
+
+def code_edit_prompts(n: int, max_chars: int) -> list[dict]:
+    """Rewrite-this-function requests over MBPP and HumanEval solutions (the answer copies most of the code)."""
+    sources = [(f"mbpp-{r['task_id']}", r["code"].replace("\r\n", "\n"))
+               for r in _jsonl(DATA / "mbpp" / "mbpp.jsonl")]
+    sources += [(r["task_id"], r["prompt"] + r["canonical_solution"])
+                for r in _jsonl(DATA / "humaneval" / "HumanEval.jsonl.gz")]
+    asks = ["Rewrite this function with clearer variable names, keeping its behaviour:",
+            "Add type hints to this function and return the full code:",
+            "Rewrite this function with a docstring, changing nothing else:"]
+    out = []
+    for i, (ident, code) in enumerate(sources[::2]):
+        body = f"{asks[i % len(asks)]}\n\n```python\n{code.strip()}\n```"
+        if len(body) > max_chars:
+            continue
+        out.append({"class": "code", "id": ident, "messages": [{"role": "user", "content": body}]})
+        if len(out) >= n:
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Worker process and HTTP.
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_worker(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "adaptspec", "worker", "--host", "127.0.0.1", "--port", str(port),
+           "--max-batch", str(args.max_batch)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.model:
+        cmd += ["--model", args.model]
+    if args.draft:
+        cmd += ["--draft", args.draft]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited with code {proc.returncode}: {' '.join(cmd)}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1):
+                return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit("worker did not become healthy within 120 s")
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(("vllm:", "adaptspec:")):
+            name_labels, value = line.rsplit(" ", 1)
+            out[name_labels] = float(value)
+    return out
+
+
+@dataclass
+class Outcome:
+    text: str
+    tokens: int
+    seconds: float
+    draft_tokens: int
+    accepted_tokens: int
+    steps: int
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, prompt: dict, proposer: str, k: int,
+                      max_tokens: int) -> Outcome:
+    body = {"model": None, "messages": prompt["messages"], "max_tokens": max_tokens, "temperature": 0.0,
+            "speculation": {"proposer": proposer, "num_speculative_tokens": k,
+                            "content_class": prompt["class"]}}
+    body.pop("model")
+    t0 = time.perf_counter()
+    async with session.post(url + "/v1/chat/completions", json=body) as r:
+        data = await r.json()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data}")
+    dt = time.perf_counter() - t0
+    u = data["usage"]
+    spec = u.get("speculative") or {}
+    return Outcome(data["choices"][0]["message"]["content"], u["completion_tokens"], dt,
+                   spec.get("draft_tokens", 0), spec.get("accepted_tokens", 0), spec.get("steps", 0))
+
+
+def _name(proposer: str, k: int) -> str:
+    return "none" if proposer == "none" else f"{proposer} k={k}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (a) concurrency 1.
+
+
+async def part_a(url: str, prompts: list[dict], max_tokens: int) -> dict:
+    configs = CONFIGS_A
+    rows: dict[str, dict] = {_name(*c): {"tokens": 0, "seconds": 0.0, "draft": 0, "accepted": 0, "steps": 0,
+                                         "by_class": {}} for c in configs}
+    mismatches = []
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        for c in configs:  # warm-up: first-use costs (allocations, lazy init) out of the measurement
+            await one_request(s, url, prompts[0], *c, max_tokens=8)
+        for i, p in enumerate(prompts):
+            order = configs[i % len(configs):] + configs[: i % len(configs)]
+            texts = {}
+            for proposer, k in order:
+                o = await one_request(s, url, p, proposer, k, max_tokens)
+                row = rows[_name(proposer, k)]
+                row["tokens"] += o.tokens
+                row["seconds"] += o.seconds
+                row["draft"] += o.draft_tokens
+                row["accepted"] += o.accepted_tokens
+                row["steps"] += o.steps
+                cls = row["by_class"].setdefault(p["class"], {"tokens": 0, "seconds": 0.0})
+                cls["tokens"] += o.tokens
+                cls["seconds"] += o.seconds
+                texts[_name(proposer, k)] = o.text
+            if len(set(texts.values())) != 1:
+                mismatches.append({"prompt": p["id"], "texts": texts})
+            print(f"  (a) prompt {i + 1}/{len(prompts)} {p['class']:9s} "
+                  + " ".join(f"{n}:{rows[n]['tokens'] / max(rows[n]['seconds'], 1e-9):.0f}" for n in rows),
+                  file=sys.stderr)
+    base = rows["none"]["tokens"] / rows["none"]["seconds"]
+    for row in rows.values():
+        row["tokens_per_s"] = row["tokens"] / row["seconds"]
+        row["ratio_vs_none"] = row["tokens_per_s"] / base
+        row["alpha"] = row["accepted"] / row["draft"] if row["draft"] else None
+        row["tokens_per_step"] = row["tokens"] / row["steps"] if row["steps"] else None
+        for cls in row["by_class"].values():
+            cls["tokens_per_s"] = cls["tokens"] / cls["seconds"]
+    best = max((n for n in rows if n != "none"), key=lambda n: rows[n]["tokens_per_s"])
+    return {"rows": rows, "best": best, "best_ratio": rows[best]["ratio_vs_none"],
+            "lossless_mismatches": mismatches, "prompts": len(prompts), "max_tokens": max_tokens}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# (b) high concurrency.
+
+
+async def run_load(url: str, prompts: list[dict], proposer: str, k: int, concurrency: int,
+                   per_client: int, max_tokens: int) -> dict:
+    timeout = aiohttp.ClientTimeout(total=1800)
+    conn = aiohttp.TCPConnector(limit=concurrency + 4)
+    async with aiohttp.ClientSession(timeout=timeout, connector=conn) as s:
+        async def client(c: int) -> list[Outcome]:
+            return [await one_request(s, url, prompts[(c * per_client + j) % len(prompts)], proposer, k,
+                                      max_tokens) for j in range(per_client)]
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(client(c) for c in range(concurrency)))
+        wall = time.perf_counter() - t0
+    flat = [o for r in results for o in r]
+    tokens = sum(o.tokens for o in flat)
+    draft, accepted = sum(o.draft_tokens for o in flat), sum(o.accepted_tokens for o in flat)
+    return {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall, "requests": len(flat),
+            "alpha": accepted / draft if draft else None, "texts": [o.text for o in flat]}
+
+
+async def part_b(url: str, prompts: list[dict], concurrencies: list[int], per_client: int, max_tokens: int,
+                 rounds: int) -> dict:
+    out = {}
+    for conc in concurrencies:
+        acc: dict[str, dict] = {}
+        for r in range(rounds):
+            order = CONFIGS_B[r % len(CONFIGS_B):] + CONFIGS_B[: r % len(CONFIGS_B)]
+            for proposer, k in order:
+                res = await run_load(url, prompts, proposer, k, conc, per_client, max_tokens)
+                row = acc.setdefault(_name(proposer, k), {"tokens": 0, "seconds": 0.0, "alpha": res["alpha"],
+                                                          "texts": res["texts"]})
+                row["tokens"] += res["tokens"]
+                row["seconds"] += res["seconds"]
+                print(f"  (b) c={conc} round {r + 1} {_name(proposer, k):10s} {res['tokens_per_s']:.0f} tok/s",
+                      file=sys.stderr)
+        base = acc["none"]["tokens"] / acc["none"]["seconds"]
+        texts_none = acc["none"]["texts"]
+        for row in acc.values():
+            row["tokens_per_s"] = row["tokens"] / row["seconds"]
+            row["ratio_vs_none"] = row["tokens_per_s"] / base
+            row["lossless"] = row.pop("texts") == texts_none
+        out[str(conc)] = acc
+    return {"by_concurrency": out, "per_client": per_client, "max_tokens": max_tokens, "rounds": rounds}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report.
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Physics benchmark ({result['when']}, {result['machine']})", "",
+             f"Command: `{result['command']}`", ""]
+    a = result.get("a")
+    if a:
+        lines += [f"## (a) concurrency 1, copy-heavy prompts ({a['prompts']} prompts, max_tokens "
+                  f"{a['max_tokens']}, temperature 0)", "",
+                  "| config | output tok/s | × none | α (accepted/draft) | tokens/step | code tok/s | "
+                  "summarize tok/s |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, row in a["rows"].items():
+            bc = row["by_class"]
+            alpha = f"{row['alpha']:.2f}" if row["alpha"] is not None else "–"
+            tps = f"{row['tokens_per_step']:.2f}" if row["tokens_per_step"] else "–"
+            lines.append(f"| {name} | {row['tokens_per_s']:.1f} | {row['ratio_vs_none']:.2f} | {alpha} | {tps} | "
+                         f"{bc.get('code', {}).get('tokens_per_s', 0):.1f} | "
+                         f"{bc.get('summarize', {}).get('tokens_per_s', 0):.1f} |")
+        lines += ["", f"Best speculation: **{a['best']}**, **{a['best_ratio']:.2f}×** the output tokens/s of none "
+                  f"(target ≥ 1.3×). Lossless (same text under every config): "
+                  f"{'yes' if not a['lossless_mismatches'] else 'NO: ' + str(len(a['lossless_mismatches']))}.", ""]
+    b = result.get("b")
+    if b:
+        lines += [f"## (b) high concurrency, static always-on speculation ({b['per_client']} requests per client, "
+                  f"max_tokens {b['max_tokens']}, {b['rounds']} interleaved rounds)", "",
+                  "| concurrency | config | output tok/s | × none | α | same text as none |",
+                  "|---:|---|---:|---:|---:|---|"]
+        for conc, rows in b["by_concurrency"].items():
+            for name, row in rows.items():
+                alpha = f"{row['alpha']:.2f}" if row["alpha"] is not None else "–"
+                lines.append(f"| {conc} | {name} | {row['tokens_per_s']:.1f} | {row['ratio_vs_none']:.2f} | "
+                             f"{alpha} | {'yes' if row['lossless'] else 'NO'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    panels = [("a", "concurrency 1")] if result.get("a") else []
+    panels += [(c, f"concurrency {c}") for c in (result.get("b") or {}).get("by_concurrency", {})]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels, strict=True):
+        rows = result["a"]["rows"] if key == "a" else result["b"]["by_concurrency"][key]
+        names = list(rows)
+        ratios = [rows[n]["ratio_vs_none"] for n in names]
+        ax.bar(names, ratios, color=["#888" if n == "none" else ("#2a7" if r >= 1 else "#c44")
+                                     for n, r in zip(names, ratios, strict=True)])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_title(title)
+        ax.set_ylabel("output tok/s ÷ none")
+        ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", help="use a running worker instead of starting one")
+    ap.add_argument("--model"), ap.add_argument("--draft")
+    ap.add_argument("--threads", type=int, default=2, help="worker torch threads (default 2)")
+    ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--part", choices=["a", "b", "ab"], default="ab")
+    ap.add_argument("--prompts-a", type=int, default=8, help="prompts for (a), half code half summarize")
+    ap.add_argument("--max-tokens-a", type=int, default=128)
+    ap.add_argument("--max-chars", type=int, default=1800, help="skip source prompts longer than this")
+    ap.add_argument("--concurrency", default="32,64")
+    ap.add_argument("--per-client", type=int, default=1, help="(b) requests per client")
+    ap.add_argument("--max-tokens-b", type=int, default=64)
+    ap.add_argument("--rounds-b", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="4 prompts, short outputs, 1 round")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "physics"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts_a, args.max_tokens_a, args.max_tokens_b, args.rounds_b = 4, 64, 32, 1
+
+    half = args.prompts_a // 2
+    prompts_a = [p for pair in zip(code_edit_prompts(half, args.max_chars),
+                                   summarize_prompts(args.prompts_a - half, args.max_chars), strict=False)
+                 for p in pair]
+    conc = [int(c) for c in args.concurrency.split(",") if c]
+    prompts_b = code_edit_prompts(max(conc) // 2, args.max_chars) + summarize_prompts(max(conc) // 2,
+                                                                                       args.max_chars)
+    proc = None
+    url = args.url
+    if url is None:
+        proc, url = start_worker(args)
+    try:
+        result: dict = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, worker threads {args.threads}",
+                        "command": " ".join(["benchmarks/physics.py", *(argv if argv is not None else sys.argv[1:])]),
+                        "url": url}
+        before = scrape(url)
+        if "a" in args.part:
+            result["a"] = asyncio.run(part_a(url, prompts_a, args.max_tokens_a))
+        if "b" in args.part:
+            result["b"] = asyncio.run(part_b(url, prompts_b, conc, args.per_client, args.max_tokens_b,
+                                             args.rounds_b))
+        after = scrape(url)
+        result["metrics_delta"] = {k: after[k] - before.get(k, 0.0) for k in after
+                                   if "_total" in k and after[k] != before.get(k, 0.0)}
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "physics.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(result)
+    (out / "physics.md").write_text(md)
+    plot(result, out / "physics.png")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
