@@ -1,0 +1,440 @@
+"""A discrete-event simulator of one GPU engine with continuous batching and per-request speculation.
+
+What it models, one engine step at a time (vLLM-v1-like scheduling):
+
+* Requests arrive (closed loop: ``concurrency`` clients that resubmit as soon as a reply ends; or open loop:
+  Poisson arrivals at ``rate`` req/s), wait in a FIFO queue and are admitted while the running batch has
+  room (``max_batch``). At admission the policy decides proposer and gamma for the request from its content
+  class, the live occupancy (``WorkerState.running`` / ``waiting``) and the alpha estimates of a real
+  :class:`~adaptspec.control.estimators.AlphaTable` that the simulated acceptance feeds (per request, at
+  completion, as the proxy does from ``usage.speculative``), so ``goodput`` and ``bandit`` learn online.
+* Prefill is chunked: each step carries the decode tokens of every running request (gamma_i + 1 each) plus
+  as much prefill as fits in ``max_batched_tokens``; a request's first token comes at the end of the step
+  that completes its prefill.
+* Step time = draft time (each proposer kind drafts its requests' tokens; a draft model runs gamma
+  sequential batched passes) + verify time of the target at the step's total tokens and KV context, both
+  from the controller's step-time model and profile (:mod:`adaptspec.control.costmodel`).
+* Acceptance: draft token k of a request is accepted, given the ones before it were, with the ground-truth
+  per-class, per-proposer rate ``alpha_k`` of :mod:`adaptspec.bench.workloads`; emitted = accepted + 1.
+  Uniforms come from a counter-based hash of (seed, request id, output position, k), so two policies run
+  on the same seed see the same requests *and* the same coin at the same place: their difference is the
+  policy, not the noise (common random numbers).
+
+Metrics per point: output tokens/s over the measured window (after ``warmup`` completions), requests/s,
+TTFT / TPOT / end-to-end percentiles of the measured requests, the share of requests that speculated, mean
+gamma, the proposer mix, mean running batch and the realised acceptance rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from adaptspec.bench.workloads import AlphaModel, Workload
+from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
+
+WORKER = "sim0"
+_SPAN_ELEMENTS = 1 << 16  # cap on coins drawn at once (n_requests * span * gamma)
+_PROPOSER_INDEX = {p: i for i, p in enumerate(PROPOSERS)}  # none=0, ngram=1, draft=2, eagle=3
+_CLASS_INDEX = {c: i for i, c in enumerate(CONTENT_CLASSES)}
+
+
+class StepCost(Protocol):
+    """Seconds per engine step; the simulator's only view of the hardware."""
+
+    def verify_time(self, tokens: int, kv_tokens: int) -> float:
+        """One target forward over `tokens` batched tokens with `kv_tokens` of context in the KV cache."""
+        ...
+
+    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int) -> float:
+        """Drafting `gammas[i]` tokens for each request (all > 0) that uses `proposer` in this step."""
+        ...
+
+
+class AlphaSink(Protocol):
+    def observe(self, worker: str, proposer: str, content_class: str, draft_tokens: float,
+                accepted_tokens: float, per_position: Sequence[float] | None = None,
+                now: float | None = None) -> None: ...
+
+
+@dataclass
+class SimConfig:
+    concurrency: int | None = 1  # closed-loop clients; None with `rate` for open loop
+    rate: float | None = None  # Poisson arrivals per second (open loop)
+    requests: int | None = None  # measured completions (default: max(64, 3 * concurrency))
+    warmup: int | None = None  # completions discarded first (default: max(8, concurrency))
+    max_batch: int = 256  # running-batch slots (vLLM max_num_seqs)
+    max_batched_tokens: int = 8192  # per-step token budget (vLLM max_num_batched_tokens)
+    max_gamma: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+
+    @property
+    def n_measured(self) -> int:
+        return self.requests if self.requests is not None else max(64, 3 * (self.concurrency or 16))
+
+    @property
+    def n_warmup(self) -> int:
+        return self.warmup if self.warmup is not None else max(8, self.concurrency or 16)
+
+
+@dataclass
+class SimResult:
+    """Raw per-point outcome; `row()` turns it into the JSON row."""
+
+    output_tokens: int
+    window_s: float
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    proposers: np.ndarray  # per measured request: index into PROPOSERS
+    gammas: np.ndarray
+    draft_tokens: int
+    accepted_tokens: int
+    steps: int
+    mean_running: float
+    sim_time_s: float
+    extra: dict = field(default_factory=dict)
+
+    def row(self) -> dict:
+        n = len(self.e2e_s)
+        mix = {p: float(np.mean(self.proposers == i)) if n else 0.0 for i, p in enumerate(PROPOSERS)}
+        spec = self.gammas > 0
+        return {
+            "output_tokens_per_s": self.output_tokens / self.window_s if self.window_s > 0 else 0.0,
+            "requests_per_s": n / self.window_s if self.window_s > 0 else 0.0,
+            "tpot_ms_p50": _pct(self.tpot_s, 50) * 1e3,
+            "tpot_ms_p99": _pct(self.tpot_s, 99) * 1e3,
+            "ttft_ms_p50": _pct(self.ttft_s, 50) * 1e3,
+            "ttft_ms_p99": _pct(self.ttft_s, 99) * 1e3,
+            "e2e_s_p50": _pct(self.e2e_s, 50),
+            "e2e_s_p99": _pct(self.e2e_s, 99),
+            "speculation_share": float(spec.mean()) if n else 0.0,
+            "mean_gamma": float(self.gammas.mean()) if n else 0.0,
+            "mean_gamma_speculating": float(self.gammas[spec].mean()) if spec.any() else 0.0,
+            "proposer_mix": mix,
+            "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else None,
+            "tokens_per_step": self.output_tokens / self.steps if self.steps else 0.0,
+            "mean_running": self.mean_running,
+            "requests": n,
+            **self.extra,
+        }
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+_M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _uniforms(seed: int, rid: np.ndarray, step: np.ndarray, h: int, k: int) -> np.ndarray:
+    """Counter-based uniforms in [0, 1): U[i, j, m] = hash(seed, rid[i], step[i] + j, m), shape [n, h, k]."""
+    x = rid.astype(np.uint64) * _M1 ^ np.uint64(seed & 0xFFFFFFFFFFFFFFFF)  # [n]
+    steps = (step.astype(np.uint64)[:, None] + np.arange(h, dtype=np.uint64)[None, :]) * _M2
+    x = (x[:, None] ^ steps)[:, :, None] + (np.arange(1, k + 1, dtype=np.uint64) * _M3)[None, None, :]
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M2
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M3
+    x = x ^ (x >> np.uint64(31))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(29))
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def accept_counts(u: np.ndarray, alpha: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """Accepted draft tokens: the length of the leading run of u[..., k] < alpha[..., k] over k < gamma.
+
+    `u` is [..., K]; `alpha` and `gamma[..., None]` broadcast against it.
+    """
+    k = np.arange(u.shape[-1])
+    ok = (u < alpha) & (k < gamma[..., None])
+    return np.cumprod(ok, axis=-1).sum(axis=-1)
+
+
+def simulate(
+    policy: Policy,
+    cost: StepCost,
+    workload: Workload,
+    config: SimConfig,
+    *,
+    truth: AlphaModel | None = None,
+    alphas: object | None = None,
+    worker: WorkerState | None = None,
+    on_step: Callable[[float], None] | None = None,
+    fast: bool = True,
+) -> SimResult:
+    """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`)."""
+    truth = truth or AlphaModel()
+    if alphas is None:
+        from adaptspec.control.estimators import AlphaTable
+
+        alphas = AlphaTable()
+    observe = getattr(alphas, "observe", None)
+    base_worker = worker or WorkerState(name=WORKER, max_gamma=config.max_gamma)
+    G = max(1, min(config.max_gamma, base_worker.max_gamma))
+
+    closed = config.concurrency is not None
+    n_warm, n_meas = config.n_warmup, config.n_measured
+    n_target = n_warm + n_meas
+    slots = min(config.max_batch, config.concurrency) if closed else config.max_batch
+    n_pool = n_target + (config.concurrency or 0) + 8
+
+    rng = np.random.default_rng([config.seed, 1])
+    wl_cls, wl_prompt, wl_out = workload.sample(rng, n_pool)
+    cls_names = workload.classes
+    cls_global = np.array([_CLASS_INDEX[c] for c in cls_names])[wl_cls]
+    if closed:
+        arrivals_q: deque[tuple[int, float]] = deque((i, 0.0) for i in range(config.concurrency))
+        next_rid = config.concurrency
+        open_arrivals = None
+    else:
+        gaps = rng.exponential(1.0 / config.rate, size=n_pool)
+        open_arrivals = np.cumsum(gaps)
+        arrivals_q = deque()
+        next_rid = 0
+
+    # per-slot state
+    active = np.zeros(slots, dtype=bool)
+    rid = np.zeros(slots, dtype=np.int64)
+    cls_of = np.zeros(slots, dtype=np.int64)
+    prop = np.zeros(slots, dtype=np.int64)
+    gamma = np.zeros(slots, dtype=np.int64)
+    alpha = np.zeros((slots, G), dtype=np.float64)
+    prefill_left = np.zeros(slots, dtype=np.int64)
+    ctx = np.zeros(slots, dtype=np.int64)
+    out_left = np.zeros(slots, dtype=np.int64)
+    gen = np.zeros(slots, dtype=np.int64)
+    nstep = np.zeros(slots, dtype=np.int64)  # decode steps taken (keys the acceptance coins)
+    t_arr = np.zeros(slots)
+    t_first = np.zeros(slots)
+    d_tok = np.zeros(slots, dtype=np.int64)
+    a_tok = np.zeros(slots, dtype=np.int64)
+    pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
+    pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
+    free = list(range(slots - 1, -1, -1))
+    prefilling: deque[int] = deque()
+
+    waiting: deque[tuple[int, float]] = deque()
+    t = 0.0
+    completed = 0
+    steps = 0
+    tokens_total = 0
+    tokens_at_warm = 0
+    t_warm: float | None = 0.0 if n_warm == 0 else None
+    steps_at_warm = 0
+    draft_total = acc_total = 0
+    running_area = 0.0
+    m_ttft, m_tpot, m_e2e, m_prop, m_gamma = [], [], [], [], []
+    n_arrived = 0
+    n_active = 0
+
+    while completed < n_target:
+        # arrivals
+        if closed:
+            while arrivals_q:
+                waiting.append(arrivals_q.popleft())
+        else:
+            while n_arrived < n_pool and open_arrivals[n_arrived] <= t:
+                waiting.append((n_arrived, float(open_arrivals[n_arrived])))
+                n_arrived += 1
+            if n_active == 0 and not waiting:
+                if n_arrived >= n_pool:
+                    break
+                t = float(open_arrivals[n_arrived])
+                continue
+        # admission: one decision per request, with the live occupancy
+        while waiting and free:
+            r, ta = waiting.popleft()
+            s = free.pop()
+            cname = cls_names[wl_cls[r]]
+            state = _with_load(base_worker, n_active, len(waiting))
+            d = policy.decide(cname, [state], alphas)
+            g = min(int(d.gamma), G) if d.proposer != "none" else 0
+            p = d.proposer if g > 0 else "none"
+            active[s] = True
+            n_active += 1
+            rid[s], cls_of[s], prop[s], gamma[s] = r, cls_global[r], _PROPOSER_INDEX[p], g
+            alpha[s] = 0.0
+            if g:
+                alpha[s, :g] = truth.curve(p, cname, g)
+            prefill_left[s] = wl_prompt[r]
+            ctx[s] = 0
+            out_left[s] = wl_out[r]
+            gen[s] = 0
+            nstep[s] = 0
+            t_arr[s] = ta
+            d_tok[s] = a_tok[s] = 0
+            pos_acc[s] = pos_drf[s] = 0
+            prefilling.append(s)
+
+        if n_active == 0:
+            break  # nothing left to do (open loop drained)
+
+        # the step's composition: every decoding request's gamma + 1 tokens, then prefill up to the budget
+        dec_idx = np.flatnonzero(active & (prefill_left == 0))
+        n_dec = len(dec_idx)
+        g_dec = gamma[dec_idx]
+        decode_tokens = int(g_dec.sum()) + n_dec
+        budget = max(0, config.max_batched_tokens - decode_tokens)
+        chunks: list[tuple[int, int]] = []
+        for s in prefilling:
+            if budget <= 0:
+                break
+            take = int(min(prefill_left[s], budget))
+            chunks.append((s, take))
+            budget -= take
+        prefill_tokens = sum(c for _, c in chunks)
+        step_tokens = decode_tokens + prefill_tokens
+        kv0 = int(ctx.sum()) + prefill_tokens  # ctx is 0 on free slots
+
+        # A decode-only batch stays the same until its first completion (or, open loop, the next arrival):
+        # draw that span's acceptance at once; the coins are keyed by (request, its step), so a span of H
+        # steps gives exactly what H single steps would.
+        H = 1
+        if fast and not chunks and n_dec:
+            H = max(1, min(int(out_left[dec_idx].min()), _SPAN_ELEMENTS // (n_dec * G)))
+        acc = np.zeros((n_dec, H), dtype=np.int64)
+        spec = g_dec > 0
+        if spec.any():
+            si = dec_idx[spec]
+            u = _uniforms(config.seed, rid[si], nstep[si], H, G)  # [n_spec, H, G]
+            acc[spec] = accept_counts(u, alpha[si][:, None, :], gamma[si][:, None])
+        cum = np.cumsum(acc + 1, axis=1)  # [n_dec, H] tokens emitted by the end of each step
+        ol = out_left[dec_idx]
+        if n_dec:
+            fin = (cum >= ol[:, None]).any(axis=0)
+            h = int(np.argmax(fin)) + 1 if fin.any() else H
+        else:
+            h = 1
+        prev_tot = (cum - acc - 1).sum(axis=0) if n_dec else np.zeros(1, dtype=np.int64)
+        drafting = []
+        for pname in ("ngram", "draft", "eagle"):
+            m = (prop[dec_idx] == _PROPOSER_INDEX[pname]) & spec
+            if m.any():
+                drafting.append((pname, g_dec[m], int(ctx[dec_idx[m]].sum()), (cum[m] - acc[m] - 1).sum(axis=0)))
+        next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
+        for j in range(h):
+            dt = 0.0
+            for pname, gs, kvp, prev in drafting:
+                dt += cost.draft_time(pname, gs, kvp + int(prev[j]))
+            dt += cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))
+            running_area += dt * n_active
+            t += dt
+            steps += 1
+            if t >= next_arrival and j < h - 1:
+                h = j + 1
+                break
+
+        # apply the h steps: acceptance per token, emitted = accepted + 1 (the last one capped by max_tokens)
+        emitted_step = 0
+        if n_dec:
+            emitted = np.minimum(cum[:, h - 1], ol)
+            acc_h = acc[:, :h]
+            if spec.any():
+                kk = np.arange(G)
+                pos_drf[si] += h * (kk[None, :] < gamma[si][:, None])
+                pos_acc[si] += (acc_h[spec][:, :, None] > kk[None, None, :]).sum(axis=1)
+            d_tok[dec_idx] += g_dec * h
+            a_tok[dec_idx] += acc_h.sum(axis=1)
+            nstep[dec_idx] += h
+            gen[dec_idx] += emitted
+            ctx[dec_idx] += emitted
+            out_left[dec_idx] -= emitted
+            emitted_step += int(emitted.sum())
+        finished = [int(x) for x in dec_idx[out_left[dec_idx] <= 0]] if n_dec else []
+        # prefill progress; completing prefill emits the first token
+        for s, take in chunks:
+            prefill_left[s] -= take
+            ctx[s] += take
+            if prefill_left[s] == 0:
+                prefilling.remove(s)
+                t_first[s] = t
+                gen[s] = 1
+                ctx[s] += 1
+                out_left[s] -= 1
+                emitted_step += 1
+                if out_left[s] <= 0:
+                    finished.append(s)
+        tokens_total += emitted_step
+        if on_step is not None:
+            on_step(t)
+
+        # completions
+        for s in finished:
+            s = int(s)
+            completed += 1
+            pname = PROPOSERS[prop[s]]
+            cname = CONTENT_CLASSES[cls_of[s]]
+            if observe is not None and gamma[s] > 0 and d_tok[s] > 0:
+                observe(WORKER if worker is None else base_worker.name, pname, cname, int(d_tok[s]),
+                        int(a_tok[s]), per_position=_conditional(pos_acc[s], pos_drf[s], gamma[s]), now=t)
+            if t_warm is not None and completed > n_warm:
+                n_out = gen[s]
+                m_ttft.append(t_first[s] - t_arr[s])
+                m_e2e.append(t - t_arr[s])
+                m_tpot.append((t - t_first[s]) / (n_out - 1) if n_out > 1 else 0.0)
+                m_prop.append(prop[s])
+                m_gamma.append(gamma[s])
+                draft_total += int(d_tok[s])
+                acc_total += int(a_tok[s])
+            active[s] = False
+            ctx[s] = 0
+            n_active -= 1
+            free.append(s)
+            if closed:
+                arrivals_q.append((next_rid, t))
+                next_rid += 1
+            if t_warm is None and completed >= n_warm:
+                t_warm, tokens_at_warm, steps_at_warm = t, tokens_total, steps
+
+    t_warm = t_warm if t_warm is not None else 0.0
+    return SimResult(
+        output_tokens=tokens_total - tokens_at_warm,
+        window_s=t - t_warm,
+        ttft_s=np.asarray(m_ttft),
+        tpot_s=np.asarray(m_tpot),
+        e2e_s=np.asarray(m_e2e),
+        proposers=np.asarray(m_prop, dtype=np.int64),
+        gammas=np.asarray(m_gamma, dtype=np.int64),
+        draft_tokens=draft_total,
+        accepted_tokens=acc_total,
+        steps=steps - steps_at_warm,
+        mean_running=running_area / t if t > 0 else 0.0,
+        sim_time_s=t,
+    )
+
+
+def _with_load(w: WorkerState, running: int, waiting: int) -> WorkerState:
+    return WorkerState(
+        name=w.name, engine=w.engine, per_request=w.per_request, proposers=w.proposers, gamma=w.gamma,
+        max_gamma=w.max_gamma, profile=w.profile, running=float(running), waiting=float(waiting),
+        kv_usage=w.kv_usage, inflight=running + waiting, healthy=w.healthy,
+    )
+
+
+def _conditional(acc: np.ndarray, drf: np.ndarray, g: int) -> list[float] | None:
+    """Per-position conditional acceptance (accepted at k / reached k) for positions reached at least once."""
+    out = []
+    for k in range(int(g)):
+        if drf[k] == 0:
+            break
+        reached = drf[k] if k == 0 else acc[k - 1]
+        if reached == 0:
+            break
+        out.append(float(acc[k]) / float(reached))
+    return out or None
+
