@@ -1,0 +1,246 @@
+"""Cost model of speculative decoding: expected tokens per step, step time, goodput, best plan.
+
+Leviathan, Kalman & Matias 2023 ("Fast Inference from Transformers via Speculative Decoding"): with a
+per-token acceptance rate alpha and gamma drafted tokens, one verification step emits
+
+    E(alpha, gamma) = (1 - alpha^(gamma+1)) / (1 - alpha)            tokens (the +1 is the bonus token)
+
+and, when a draft step costs c target steps and verification costs one target step whatever gamma is
+(the memory-bound limit), the walltime improvement is E / (gamma*c + 1).
+
+Real acceptance decays with position, so E also takes conditional rates alpha_1..alpha_gamma
+(alpha_i = P(position i accepted | positions < i accepted)): E = 1 + a1 + a1*a2 + ... .
+
+Away from the memory-bound limit, verification of batch*(gamma+1) tokens costs more than a plain step of
+batch tokens; `StepTimeModel` is a roofline: overhead + max(memory time, compute time). Goodput is the
+expected number of tokens one request gets per second:
+
+    goodput = E / (draft_time(gamma, batch) + verify_time(batch * (gamma + 1) tokens))
+
+and the speedup of a plan is its goodput over the goodput of plain decoding at the same batch.
+In the memory-bound limit (`Profile.memory_bound(c)`) `speedup` equals `leviathan_speedup` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from adaptspec.control.profiles import Profile
+
+# A scalar per-token acceptance rate, or conditional rates per draft position (alpha_1, alpha_2, ...).
+AlphaLike = Union[float, Sequence[float]]  # noqa: UP007 (runtime alias, py3.10)
+
+
+def _clip01(a: float) -> float:
+    return 0.0 if a < 0.0 else 1.0 if a > 1.0 else float(a)
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Expected tokens emitted by one verification step: (1 - alpha^(gamma+1)) / (1 - alpha)."""
+    if gamma <= 0:
+        return 1.0
+    a = _clip01(alpha)
+    if 1.0 - a < 1e-6:  # the closed form loses digits near 1: sum the geometric series instead
+        return math.fsum(a**i for i in range(gamma + 1))
+    return (1.0 - a ** (gamma + 1)) / (1.0 - a)
+
+
+def position_rates(alphas: Sequence[float], gamma: int) -> tuple[float, ...]:
+    """The first gamma conditional rates; positions past the known ones repeat the last known rate."""
+    if gamma <= 0:
+        return ()
+    if not alphas:
+        raise ValueError("per-position alpha needs at least one rate")
+    rates = [_clip01(a) for a in alphas[:gamma]]
+    rates += [rates[-1]] * (gamma - len(rates))
+    return tuple(rates)
+
+
+def expected_tokens_per_position(alphas: Sequence[float]) -> float:
+    """E = 1 + a1 + a1*a2 + ... for conditional acceptance rates a1..a_gamma."""
+    total, run = 1.0, 1.0
+    for a in alphas:
+        run *= _clip01(a)
+        total += run
+    return total
+
+
+def expected_tokens_any(alpha: AlphaLike, gamma: int) -> float:
+    """`expected_tokens` for a scalar alpha, `expected_tokens_per_position` for per-position rates."""
+    if isinstance(alpha, (int, float)):
+        return expected_tokens(float(alpha), gamma)
+    return expected_tokens_per_position(position_rates(alpha, gamma))
+
+
+def scalar_alpha(alpha: AlphaLike, gamma: int | None = None) -> float:
+    """One number for display: the scalar itself, or the per-token rate with the same E at gamma."""
+    if isinstance(alpha, (int, float)):
+        return float(alpha)
+    g = gamma or len(alpha)
+    target = expected_tokens_per_position(position_rates(alpha, g))
+    lo, hi = 0.0, 1.0  # E(a, g) increases with a: bisect
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens(mid, g) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Leviathan et al.'s walltime improvement factor (1 - a^(g+1)) / ((1 - a)(g*c + 1))."""
+    return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeModel:
+    """Roofline step time: overhead + max(memory floor + KV read, compute slope * batched tokens).
+
+    `memory_floor_s`: reading the weights once; `kv_s_per_token`: reading one cached token's K/V;
+    `compute_s_per_token`: 2 * params FLOPs of one batched token at the effective FLOP/s.
+    """
+
+    overhead_s: float = 0.0
+    memory_floor_s: float = 0.0
+    kv_s_per_token: float = 0.0
+    compute_s_per_token: float = 0.0
+
+    def time(self, tokens: float, kv_tokens: float = 0.0) -> float:
+        memory = self.memory_floor_s + self.kv_s_per_token * kv_tokens
+        compute = self.compute_s_per_token * tokens
+        return self.overhead_s + (memory if memory > compute else compute)
+
+    def crossover_tokens(self, kv_tokens: float = 0.0) -> float:
+        """Batched tokens at which compute time overtakes memory time (inf if never)."""
+        if self.compute_s_per_token <= 0:
+            return math.inf
+        return (self.memory_floor_s + self.kv_s_per_token * kv_tokens) / self.compute_s_per_token
+
+    def compute_bound_batch(self, context_tokens: float) -> float:
+        """Smallest batch (one token per request, each with `context_tokens` of KV) that is compute-bound."""
+        slope = self.compute_s_per_token - self.kv_s_per_token * context_tokens
+        return self.memory_floor_s / slope if slope > 0 else math.inf
+
+    @classmethod
+    def from_hardware(
+        cls,
+        *,
+        params: float,
+        bytes_per_param: float,
+        kv_bytes_per_token: float,
+        bandwidth_bytes_s: float,
+        flops: float,
+        mbu: float,
+        mfu: float,
+        overhead_s: float,
+    ) -> StepTimeModel:
+        """From model size and hardware peaks derated by memory-bandwidth / FLOP utilisation."""
+        bw = bandwidth_bytes_s * mbu
+        return cls(
+            overhead_s=overhead_s,
+            memory_floor_s=params * bytes_per_param / bw,
+            kv_s_per_token=kv_bytes_per_token / bw,
+            compute_s_per_token=2.0 * params / (flops * mfu),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCost:
+    """What drafting gamma tokens costs, for one proposer.
+
+    kind "draft": a draft model, gamma sequential steps of `model` at the same batch;
+    kind "eagle": a head on the target's hidden states, each of gamma steps costs `fraction` of a target step;
+    kind "ngram": one lookup per verification step, `step_s + request_s * batch` whatever gamma.
+    """
+
+    kind: str
+    model: StepTimeModel | None = None
+    fraction: float = 0.0
+    step_s: float = 0.0
+    request_s: float = 0.0
+
+    def time(self, gamma: int, batch: float, kv_tokens: float, target: StepTimeModel) -> float:
+        if gamma <= 0:
+            return 0.0
+        if self.kind == "draft":
+            assert self.model is not None
+            return gamma * self.model.time(batch, kv_tokens)
+        if self.kind == "eagle":
+            return gamma * self.fraction * target.time(batch, kv_tokens)
+        return self.step_s + self.request_s * batch
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One (proposer, gamma) operating point at a batch size, with its predicted goodput."""
+
+    proposer: str  # "none" when gamma == 0
+    gamma: int
+    alpha: float  # per-token acceptance used (scalar summary when per-position rates were given)
+    expected_tokens: float  # emitted tokens per request per verification step
+    draft_time_s: float
+    verify_time_s: float
+    baseline_time_s: float  # one plain decode step at the same batch
+    goodput: float  # tokens per second per request
+    speedup: float  # goodput / plain-decode goodput at the same batch
+    batch: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batch: float,
+             summarise: bool = True) -> Plan:
+    """Predicted goodput of drafting gamma tokens with `proposer` for a request in a batch of `batch`.
+
+    `summarise=False` skips the scalar summary of per-position alphas (Plan.alpha = 0), for inner loops.
+    """
+    batch = max(float(batch), 1.0)
+    kv = batch * profile.context_tokens
+    base = profile.target.time(batch, kv)
+    if gamma <= 0 or proposer == "none":
+        return Plan("none", 0, 0.0, 1.0, 0.0, base, base, 1.0 / base, 1.0, batch)
+    cost = profile.draft(proposer)
+    e = expected_tokens_any(alpha, gamma)
+    draft = cost.time(gamma, batch, kv, profile.target)
+    verify = profile.target.time(batch * (gamma + 1), kv)
+    goodput = e / (draft + verify)
+    a = scalar_alpha(alpha, gamma) if summarise or isinstance(alpha, (int, float)) else 0.0
+    return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)
+
+
+def best_gamma(profile: Profile, proposer: str, alpha: AlphaLike, batch: float, max_gamma: int) -> Plan:
+    """The gamma in 1..max_gamma with the highest goodput for one proposer (may still lose to off)."""
+    best = evaluate(profile, proposer, alpha, 1, batch, summarise=False)
+    for g in range(2, max_gamma + 1):
+        p = evaluate(profile, proposer, alpha, g, batch, summarise=False)
+        if p.goodput > best.goodput:
+            best = p
+    if not isinstance(alpha, (int, float)):
+        best = replace(best, alpha=scalar_alpha(alpha, best.gamma))
+    return best
+
+
+def best_plan(
+    alpha_by_proposer: Mapping[str, AlphaLike],
+    profile: Profile,
+    batch: float,
+    max_gamma: int = 8,
+    margin: float = 1.0,
+) -> Plan:
+    """Maximise goodput over proposers and gamma (0 = off). A plan must beat off by `margin` (x speedup)."""
+    best = evaluate(profile, "none", 0.0, 0, batch)
+    if max_gamma <= 0:
+        return best
+    for proposer, alpha in alpha_by_proposer.items():
+        if proposer == "none":
+            continue
+        p = best_gamma(profile, proposer, alpha, batch, max_gamma)
+        if p.speedup >= margin and p.goodput > best.goodput:
+            best = p
+    return best

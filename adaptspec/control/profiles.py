@@ -1,0 +1,220 @@
+"""Step-time profiles: one serving setup (hardware x target model x draft options) as a cost model.
+
+Built-in profiles live in `adaptspec/control/profiles/<name>.yaml`; `load_profile(name)` also takes a path
+to a YAML file of the same shape. A step-time model is given either from first principles
+
+    target: {params: 70.6e9, bytes_per_param: 2, kv_bytes_per_token: 327680, overhead_s: 0.0025}
+    hardware: {bandwidth_tb_s: 4.8, tflops: 989, gpus: 2, mbu: 0.55, mfu: 0.5}
+
+(memory floor = weight bytes / (bandwidth * gpus * mbu), compute slope = 2 * params / (FLOP/s * gpus * mfu)),
+or directly from measurement (what `cpu-tiny` does, so measured numbers drop straight in):
+
+    target: {overhead_s: 0.004, memory_floor_s: 0.006, kv_s_per_token: 0.0, compute_s_per_token: 0.0008}
+
+Draft options (`proposers:`) are `kind: draft` (a model, same two forms, defaults from `hardware`),
+`kind: eagle` (`fraction` of a target step per drafted token) or `kind: ngram` (`step_s`, `request_s`).
+`aliases:` maps the generic proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from adaptspec.control.costmodel import DraftCost, StepTimeModel
+from adaptspec.errors import ConfigError
+
+PROFILE_DIR = Path(__file__).with_name("profiles")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HardwareSpec(_Strict):
+    name: str = ""
+    bandwidth_tb_s: float = Field(gt=0)  # per GPU, TB/s
+    tflops: float = Field(gt=0)  # per GPU, dense bf16 TFLOP/s
+    gpus: int = Field(default=1, ge=1)  # tensor-parallel degree
+    mbu: float = Field(default=0.7, gt=0, le=1)  # achieved share of peak memory bandwidth
+    mfu: float = Field(default=0.5, gt=0, le=1)  # achieved share of peak FLOP/s
+
+
+class ModelSpec(_Strict):
+    """A step-time model: physical (params + hardware) or direct (measured seconds)."""
+
+    name: str = ""
+    # physical form
+    params: float | None = Field(default=None, gt=0)
+    bytes_per_param: float = Field(default=2.0, gt=0)
+    kv_bytes_per_token: float = Field(default=0.0, ge=0)
+    gpus: int | None = Field(default=None, ge=1)
+    mbu: float | None = Field(default=None, gt=0, le=1)
+    mfu: float | None = Field(default=None, gt=0, le=1)
+    # both forms
+    overhead_s: float = Field(default=0.0, ge=0)
+    # direct form
+    memory_floor_s: float | None = Field(default=None, ge=0)
+    kv_s_per_token: float | None = Field(default=None, ge=0)
+    compute_s_per_token: float | None = Field(default=None, ge=0)
+
+    def _check_form(self) -> None:
+        direct = self.memory_floor_s is not None or self.compute_s_per_token is not None
+        if direct and self.params is not None:
+            raise ValueError("give either params (physical form) or memory_floor_s/compute_s_per_token")
+        if not direct and self.params is None:
+            raise ValueError("give params (physical form) or memory_floor_s/compute_s_per_token")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ModelSpec:
+        if not isinstance(self, DraftSpec):
+            self._check_form()
+        return self
+
+    def step_model(self, hw: HardwareSpec | None) -> StepTimeModel:
+        if self.params is None:
+            return StepTimeModel(self.overhead_s, self.memory_floor_s or 0.0, self.kv_s_per_token or 0.0,
+                                 self.compute_s_per_token or 0.0)
+        if hw is None:
+            raise ValueError("physical form needs a hardware section")
+        gpus = self.gpus or hw.gpus
+        return StepTimeModel.from_hardware(
+            params=self.params,
+            bytes_per_param=self.bytes_per_param,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            bandwidth_bytes_s=hw.bandwidth_tb_s * 1e12 * gpus,
+            flops=hw.tflops * 1e12 * gpus,
+            mbu=self.mbu or hw.mbu,
+            mfu=self.mfu or hw.mfu,
+            overhead_s=self.overhead_s,
+        )
+
+
+class DraftSpec(ModelSpec):
+    kind: Literal["draft", "eagle", "ngram"]
+    fraction: float = Field(default=0.0, ge=0)
+    step_s: float = Field(default=0.0, ge=0)
+    request_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> DraftSpec:
+        if self.kind == "draft":
+            self._check_form()
+        elif self.params is not None or self.memory_floor_s is not None:
+            raise ValueError(f"kind {self.kind!r} takes no model (params / memory_floor_s)")
+        if self.kind == "eagle" and self.fraction <= 0:
+            raise ValueError("kind 'eagle' needs fraction > 0 (cost of one head step / target step)")
+        return self
+
+
+class ProfileSpec(_Strict):
+    name: str
+    description: str = ""
+    provisional: bool = False  # numbers not yet measured / calibrated
+    calibration: str = ""  # where the numbers come from
+    hardware: HardwareSpec | None = None
+    target: ModelSpec
+    context_tokens: float = Field(default=1024, ge=0)  # mean KV length of a request in the batch
+    proposers: dict[str, DraftSpec] = Field(default_factory=dict)
+    aliases: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _aliases_resolve(self) -> ProfileSpec:
+        for alias, target in self.aliases.items():
+            if target not in self.proposers:
+                raise ValueError(f"alias {alias!r} -> {target!r}: no such proposer option")
+        return self
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A resolved profile: the target's step-time model and each draft option's cost."""
+
+    name: str
+    target: StepTimeModel
+    context_tokens: float = 0.0
+    drafts: dict[str, DraftCost] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    provisional: bool = False
+
+    def resolve(self, proposer: str) -> str:
+        """Option name for a proposer name ('draft' -> 'draft-8b'); unknown names raise KeyError."""
+        if proposer in self.drafts:
+            return proposer
+        if proposer in self.aliases:
+            return self.aliases[proposer]
+        raise KeyError(f"profile {self.name!r} has no proposer {proposer!r} (has {sorted(self.options())})")
+
+    def draft(self, proposer: str) -> DraftCost:
+        return self.drafts[self.resolve(proposer)]
+
+    def options(self) -> list[str]:
+        return list(self.drafts) + [a for a in self.aliases if a not in self.drafts]
+
+    def offers(self, proposer: str) -> bool:
+        return proposer in self.drafts or proposer in self.aliases
+
+    @classmethod
+    def memory_bound(cls, c: float, name: str = "memory-bound") -> Profile:
+        """Verification costs one step whatever gamma; a draft step costs c target steps (Leviathan)."""
+        return cls(name, StepTimeModel(memory_floor_s=1.0), 0.0,
+                   {"draft": DraftCost("eagle", fraction=float(c))}, {}, "Leviathan et al. limit")
+
+    @classmethod
+    def from_spec(cls, spec: ProfileSpec) -> Profile:
+        target = spec.target.step_model(spec.hardware)
+        drafts: dict[str, DraftCost] = {}
+        for name, d in spec.proposers.items():
+            if d.kind == "draft":
+                drafts[name] = DraftCost("draft", model=d.step_model(spec.hardware))
+            elif d.kind == "eagle":
+                drafts[name] = DraftCost("eagle", fraction=d.fraction)
+            else:
+                drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s)
+        return cls(spec.name, target, spec.context_tokens, drafts, dict(spec.aliases), spec.description,
+                   spec.provisional)
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_profile(data: object, source: str) -> Profile:
+    try:
+        spec = ProfileSpec.model_validate(data)
+        return Profile.from_spec(spec)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"invalid profile: {err['msg']}", file=source, key=_loc(err["loc"]) or None,
+                          value=err.get("input") if err["loc"] else None) from None
+    except ValueError as exc:
+        raise ConfigError(f"invalid profile: {exc}", file=source) from None
+
+
+@functools.lru_cache(maxsize=64)
+def load_profile(name: str) -> Profile:
+    """A built-in profile by name (see `list_profiles()`), or a YAML file by path."""
+    path = Path(name)
+    if not (name.endswith((".yaml", ".yml")) and path.exists()):
+        path = PROFILE_DIR / f"{name}.yaml"
+        if not path.exists():
+            raise ConfigError(f"unknown profile; built-in profiles: {', '.join(list_profiles())}",
+                              key="profile", value=name)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
+    return parse_profile(data, str(path))

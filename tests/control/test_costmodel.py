@@ -1,0 +1,133 @@
+import dataclasses
+import math
+
+import pytest
+
+from adaptspec.control import costmodel as cm
+from adaptspec.control.profiles import Profile, load_profile
+
+
+def test_expected_tokens_closed_form_and_limits():
+    assert cm.expected_tokens(0.5, 0) == 1.0
+    assert cm.expected_tokens(0.0, 5) == 1.0
+    assert cm.expected_tokens(1.0, 5) == 6.0
+    assert cm.expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    # continuity at alpha -> 1 (series branch vs closed form)
+    assert cm.expected_tokens(1 - 1e-7, 4) == pytest.approx(5.0, rel=1e-6)
+    assert cm.expected_tokens(1 - 2e-6, 4) == pytest.approx(cm.expected_tokens(1 - 5e-7, 4), rel=1e-5)
+
+
+def test_per_position_generalises_scalar():
+    for a in (0.1, 0.5, 0.83):
+        for g in range(1, 8):
+            assert cm.expected_tokens_per_position([a] * g) == pytest.approx(cm.expected_tokens(a, g))
+    rates = (0.84, 0.60, 0.39, 0.27)
+    assert cm.expected_tokens_per_position(rates) == pytest.approx(
+        1 + 0.84 + 0.84 * 0.60 + 0.84 * 0.60 * 0.39 + 0.84 * 0.60 * 0.39 * 0.27)
+    # positions past the known ones repeat the last rate
+    assert cm.expected_tokens_any(rates, 6) == pytest.approx(cm.expected_tokens_per_position(rates + (0.27, 0.27)))
+    # the scalar summary has the same E as the per-position rates
+    a = cm.scalar_alpha(rates, 4)
+    assert cm.expected_tokens(a, 4) == pytest.approx(cm.expected_tokens_per_position(rates), rel=1e-9)
+
+
+@pytest.mark.parametrize("c", [0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0])
+def test_memory_bound_limit_is_leviathan(c):
+    profile = Profile.memory_bound(c)
+    for alpha in [i / 20 for i in range(21)]:
+        for gamma in range(0, 11):
+            for batch in (1, 7, 300):
+                plan = cm.evaluate(profile, "draft", alpha, gamma, batch)
+                lev = (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1)) if alpha < 1 \
+                    else (gamma + 1) / (gamma * c + 1)
+                assert plan.speedup == pytest.approx(lev, rel=1e-12, abs=1e-12)
+                assert plan.speedup == pytest.approx(cm.leviathan_speedup(alpha, gamma, c), rel=1e-12)
+
+
+def test_best_plan_memory_bound_picks_argmax_gamma():
+    profile = Profile.memory_bound(0.1)
+    plan = cm.best_plan({"draft": 0.8}, profile, 1, 8)
+    by_gamma = [cm.leviathan_speedup(0.8, g, 0.1) for g in range(9)]
+    assert plan.gamma == max(range(9), key=by_gamma.__getitem__)
+    assert plan.speedup == pytest.approx(max(by_gamma))
+    # a useless draft is turned off
+    assert cm.best_plan({"draft": 0.05}, Profile.memory_bound(0.3), 1, 8).gamma == 0
+    # margin: a plan must beat off by the factor
+    tiny_win = cm.best_plan({"draft": 0.2}, Profile.memory_bound(0.1), 1, 8)
+    assert 1.0 < tiny_win.speedup < 1.2
+    assert cm.best_plan({"draft": 0.2}, Profile.memory_bound(0.1), 1, 8, margin=1.2).gamma == 0
+
+
+def test_step_time_roofline():
+    m = cm.StepTimeModel(overhead_s=0.002, memory_floor_s=0.03, kv_s_per_token=1e-7, compute_s_per_token=1e-4)
+    assert m.time(1) == pytest.approx(0.032)
+    assert m.time(1000) == pytest.approx(0.002 + 0.1)
+    assert m.time(10, kv_tokens=100_000) == pytest.approx(0.002 + 0.03 + 0.01)
+    assert m.crossover_tokens() == pytest.approx(300)
+    assert cm.StepTimeModel(memory_floor_s=1).crossover_tokens() == math.inf
+
+
+def test_70b_h100_anchor_41ms_per_token():
+    p = load_profile("h100-llama3-70b")
+    t = p.target.time(1, p.context_tokens)
+    assert 0.038 <= t <= 0.044  # published: ~41 ms/token at batch 1
+
+
+def test_h200_faster_than_h100_when_memory_bound():
+    for model in ("llama3-8b", "llama3-70b"):
+        h100, h200 = load_profile(f"h100-{model}"), load_profile(f"h200-{model}")
+        ratio = h100.target.time(1, 1024) / h200.target.time(1, 1024)
+        assert 1.2 < ratio < 4.8 / 3.35 + 1e-9
+
+
+PROFILES = ["h100-llama3-70b", "h200-llama3-70b", "h100-llama3-8b", "h200-llama3-8b"]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_gains_shrink_past_batch_16(name):
+    p = load_profile(name)
+    s = {b: cm.best_plan({"draft": 0.8}, p, b, 8).speedup for b in (1, 16, 64, 256)}
+    assert s[1] > 1.4
+    assert s[1] >= s[16] > s[64] > s[256]
+    assert s[256] < 0.85 * s[16]
+
+
+@pytest.mark.parametrize("name", ["h100-llama3-70b", "h200-llama3-70b"])
+def test_70b_with_8b_draft_turns_off_at_batch_256(name):
+    assert cm.best_plan({"draft": 0.8}, load_profile(name), 256, 8).gamma == 0
+
+
+@pytest.mark.parametrize("name", PROFILES)
+@pytest.mark.parametrize("ctx", [0, 128, 512])
+def test_speculation_reverses_when_compute_bound(name, ctx):
+    p = dataclasses.replace(load_profile(name), context_tokens=ctx)
+    b = p.target.compute_bound_batch(ctx)
+    assert b < 4096
+    # below: speculation pays; past the compute-bound batch every plan is slower than plain decoding
+    assert cm.best_plan({"draft": 0.8, "ngram": 0.8}, p, 1, 8).speedup > 1.4
+    for proposer in p.drafts:
+        for g in range(1, 9):
+            assert cm.evaluate(p, proposer, 0.8, g, 1.01 * b).speedup < 1.0
+    assert cm.best_plan({k: 0.9 for k in p.drafts}, p, 2 * b, 8).gamma == 0
+
+
+def test_compute_bound_batch_matches_step_time():
+    m = cm.StepTimeModel(overhead_s=0.001, memory_floor_s=0.03, kv_s_per_token=1e-8, compute_s_per_token=1e-4)
+    b = m.compute_bound_batch(1000)
+    assert b == pytest.approx(0.03 / (1e-4 - 1e-5))
+    assert m.time(b, b * 1000) == pytest.approx(0.001 + 1e-4 * b)
+
+
+def test_best_plan_chooses_cheaper_proposer_at_equal_alpha():
+    p = load_profile("h200-llama3-70b")
+    plan = cm.best_plan({"draft-8b": 0.8, "ngram": 0.8}, p, 1, 8)
+    assert plan.proposer == "ngram"
+    plan = cm.best_plan({"draft-8b": 0.8, "ngram": 0.2}, p, 1, 8)
+    assert plan.proposer == "draft-8b"
+
+
+def test_plan_to_dict_roundtrip_fields():
+    plan = cm.best_plan({"draft": 0.7}, load_profile("cpu-tiny"), 2, 4)
+    d = plan.to_dict()
+    assert set(d) >= {"proposer", "gamma", "speedup", "goodput", "batch"}
+    assert d["goodput"] == pytest.approx(d["expected_tokens"] / (d["draft_time_s"] + d["verify_time_s"]))

@@ -1,0 +1,61 @@
+import pytest
+
+from adaptspec.control.profiles import list_profiles, load_profile, parse_profile
+from adaptspec.errors import ConfigError
+
+
+def test_builtin_profiles_load():
+    names = list_profiles()
+    assert {"h100-llama3-8b", "h100-llama3-70b", "h200-llama3-8b", "h200-llama3-70b", "cpu-tiny"} <= set(names)
+    for n in names:
+        p = load_profile(n)
+        assert p.name == n
+        assert p.offers("ngram") and p.offers("draft")
+        assert p.target.time(1) > 0
+
+
+def test_70b_profiles_offer_1b_8b_eagle_ngram():
+    for hw in ("h100", "h200"):
+        p = load_profile(f"{hw}-llama3-70b")
+        assert {"draft-1b", "draft-8b", "eagle", "ngram"} <= set(p.drafts)
+        assert p.resolve("draft") == "draft-8b"
+        c8 = p.draft("draft-8b").time(1, 1, p.context_tokens, p.target) / p.target.time(1, p.context_tokens)
+        c1 = p.draft("draft-1b").time(1, 1, p.context_tokens, p.target) / p.target.time(1, p.context_tokens)
+        assert 0.08 < c8 < 0.25 and c1 < c8
+
+
+def test_cpu_tiny_is_direct_form_and_provisional():
+    p = load_profile("cpu-tiny")
+    assert p.provisional
+    assert p.target.time(1) == pytest.approx(0.004 + 0.001)
+
+
+def test_unknown_profile_and_proposer():
+    with pytest.raises(ConfigError, match="unknown profile.*nope"):
+        load_profile("nope")
+    with pytest.raises(KeyError, match="eagle"):
+        load_profile("cpu-tiny").resolve("eagle")
+
+
+def test_profile_file_by_path(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\ntarget: {overhead_s: 0.001, memory_floor_s: 0.01, compute_s_per_token: 0.0001}\n"
+                 "proposers: {ngram: {kind: ngram, step_s: 0.0}}\n")
+    p = load_profile(str(f))
+    assert p.target.time(200) == pytest.approx(0.021)
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"name": "x", "target": {"params": 1e9}, "bogus": 1}, "bogus"),
+    ({"name": "x", "target": {"memory_floor_s": -1}}, "target.memory_floor_s"),
+    ({"name": "x", "target": {"memory_floor_s": 0.1}, "proposers": {"d": {"kind": "lstm"}}}, "proposers.d.kind"),
+])
+def test_bad_profile_names_key(data, key):
+    with pytest.raises(ConfigError) as exc:
+        parse_profile(data, "p.yaml")
+    assert exc.value.key == key and exc.value.file == "p.yaml"
+
+
+def test_physical_form_needs_hardware():
+    with pytest.raises(ConfigError, match="hardware"):
+        parse_profile({"name": "x", "target": {"params": 1e9}}, "p.yaml")
