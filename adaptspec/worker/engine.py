@@ -1,0 +1,509 @@
+"""The reference engine: continuous batching with a KV cache and per-request speculative decoding.
+
+One background thread runs the step loop. Every step, requests may join (up to `max_batch` KV slots, and a
+prefill-token budget) and leave (finished, aborted). Each running request has its own proposer
+(`none` | `ngram` | `draft`) and k; the proposers draft for all their requests in one batched call each,
+and then ONE target forward feeds, for every running request, its not-yet-cached tokens (the whole prompt
+on its first step, else the last emitted token) followed by its drafts. The logits of each request's last
+k_i + 1 positions become probabilities (`logits_to_probs`, per-request temperature/top_p) and
+`verify_drafts` accepts/rejects the whole ragged batch at once (k_i = 0 is plain decoding). Rejected
+drafts are rolled back by keeping the request's cached length (stale K/V is overwritten later).
+
+API (docs/INTERFACES.md, "Worker"):
+
+    engine = Engine.from_dirs("adaptspec/assets/tiny-target", "adaptspec/assets/tiny-draft",
+                              max_batch=32, max_model_len=1024,
+                              default_speculation={"proposer": "ngram", "num_speculative_tokens": 4})
+    engine.start()                     # the step thread (also started lazily by generate)
+    ids = engine.encode(engine.apply_chat_template([{"role": "user", "content": "Hi"}]))
+    async for out in engine.generate(GenRequest("r1", ids, max_tokens=64, temperature=0.0,
+                                                proposer="draft", num_speculative_tokens=3)):
+        out.new_token_ids, out.finished, out.finish_reason   # "stop" | "length" | "abort"
+        out.draft_tokens, out.accepted_tokens, out.steps     # cumulative for the request
+    engine.abort("r1"); engine.metrics(); engine.stop()
+
+- `generate` is an async generator; closing it early (client gone) aborts the request and frees its slot.
+  A request that cannot run (prompt + max_tokens > max_model_len, unknown proposer, bad sampling values)
+  raises `adaptspec.errors.RequestError` on the first `__anext__`.
+- Attributes: `tokenizer` (`adaptspec.worker.tokenizer.Tokenizer`), `chat_template`, `max_model_len`,
+  `max_batch`, `vocab_size`, `proposers` (names offered besides "none"), `max_speculative_tokens`,
+  `encode(text)`, `decode(ids)`, `apply_chat_template(messages)`.
+- `metrics()` -> `EngineMetrics`: `running`, `waiting`, `kv_cache_usage` (cached tokens / capacity, 0..1),
+  `spec_num_drafts`, `spec_num_draft_tokens`, `spec_num_accepted_tokens`, `spec_accepted_per_pos` (list,
+  position 0 first), `spec_by_class` {(content_class, proposer): (drafts, draft_tokens, accepted_tokens)},
+  plus `num_steps`, `num_generated_tokens` (cumulative counters, like vLLM's).
+- Stop: the request's `stop_token_ids` (default: the tokenizer's EOS ids unless `ignore_eos`); the stop
+  token itself is not returned. Seeded requests own a `torch.Generator` (drafting and verification draw
+  from it), so their output does not depend on the rest of the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from adaptspec.errors import RequestError
+from adaptspec.worker.model import TinyLlama
+from adaptspec.worker.proposers import Draft, DraftModelProposer, NgramProposer, ProposeInput, SamplingParams
+from adaptspec.worker.sampling import logits_to_probs
+from adaptspec.worker.tokenizer import Tokenizer
+from adaptspec.worker.verify import verify_drafts
+
+__all__ = ["Engine", "EngineMetrics", "GenRequest", "StepOutput"]
+
+log = logging.getLogger(__name__)
+
+PROPOSER_NAMES = ("none", "ngram", "draft")
+
+
+@dataclass
+class GenRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    proposer: str | None = None  # None -> the engine's default speculation
+    num_speculative_tokens: int | None = None
+    content_class: str | None = None
+    stop_token_ids: list[int] | None = None  # None -> the tokenizer's EOS ids
+    ignore_eos: bool = False
+
+
+@dataclass
+class StepOutput:
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" | "abort" when finished
+    draft_tokens: int  # cumulative for this request
+    accepted_tokens: int
+    steps: int
+
+
+@dataclass
+class EngineMetrics:
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_accepted_per_pos: list[int] = field(default_factory=list)
+    spec_by_class: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
+    num_steps: int = 0
+    num_generated_tokens: int = 0
+
+
+class _Seq:
+    __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
+                 "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls")
+
+    def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink):
+        self.req = req
+        self.tokens = list(req.prompt_token_ids)
+        self.num_prompt = len(self.tokens)
+        self.slot = -1
+        self.kv_len = 0
+        self.proposer, self.k = proposer, k
+        gen = torch.Generator().manual_seed(req.seed) if req.seed is not None else None
+        self.sampling = SamplingParams(req.temperature, req.top_p, gen)
+        self.stop_ids = stop_ids
+        self.sink = sink  # callable(StepOutput | BaseException), thread-safe
+        self.draft_tokens = self.accepted_tokens = self.steps = self.generated = 0
+        self.cls = req.content_class or "unknown"
+
+
+class Engine:
+    def __init__(self, model: TinyLlama, tokenizer: Tokenizer, draft_model: TinyLlama | None = None, *,
+                 max_batch: int = 32, max_model_len: int | None = None,
+                 default_speculation: dict | tuple | None = None, max_speculative_tokens: int = 16,
+                 max_prefill_tokens: int = 2048, num_threads: int | None = None,
+                 ngram_min_n: int = 2, ngram_max_n: int = 4):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_template = tokenizer.chat_template
+        self.vocab_size = model.cfg.vocab_size
+        self.max_model_len = int(max_model_len or model.cfg.max_position_embeddings)
+        if self.max_model_len > model.cfg.max_position_embeddings:
+            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
+                             f"max_position_embeddings {model.cfg.max_position_embeddings}")
+        self.max_batch = max_batch
+        self.max_speculative_tokens = max_speculative_tokens
+        self.max_prefill_tokens = max_prefill_tokens
+        self.num_threads = num_threads
+        self.cache = model.new_cache(max_batch, self.max_model_len)
+        self._proposers: dict[str, object] = {"ngram": NgramProposer(ngram_min_n, ngram_max_n)}
+        if draft_model is not None:
+            if draft_model.cfg.vocab_size != self.vocab_size:
+                raise ValueError(f"draft vocab {draft_model.cfg.vocab_size} != target vocab {self.vocab_size}")
+            self._proposers["draft"] = DraftModelProposer(draft_model, max_batch, self.max_model_len)
+        self.proposers = tuple(self._proposers)
+        self.default_proposer, self.default_k = self._parse_default(default_speculation)
+
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._waiting: deque[_Seq] = deque()
+        self._aborts: set[str] = set()
+        self._running: list[_Seq] = []
+        self._free_slots = list(range(max_batch - 1, -1, -1))
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._m = EngineMetrics(spec_accepted_per_pos=[0] * max_speculative_tokens)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dirs(cls, target_dir: str | Path, draft_dir: str | Path | None = None, **opts) -> Engine:
+        model = TinyLlama.from_pretrained(target_dir)
+        tok = Tokenizer.from_dir(target_dir)
+        draft = TinyLlama.from_pretrained(draft_dir) if draft_dir is not None else None
+        return cls(model, tok, draft, **opts)
+
+    @classmethod
+    def tiny(cls, **opts) -> Engine:
+        """The built-in tiny pair shipped in adaptspec/assets."""
+        assets = Path(__file__).resolve().parents[1] / "assets"
+        return cls.from_dirs(assets / "tiny-target", assets / "tiny-draft", **opts)
+
+    def _parse_default(self, spec) -> tuple[str, int]:
+        if spec is None:
+            return "none", 0
+        if isinstance(spec, dict):
+            name, k = spec.get("proposer", "none"), spec.get("num_speculative_tokens", 4)
+        else:
+            name, k = spec
+        name, k = self._check_spec(name, k)
+        return name, k
+
+    def _check_spec(self, name: str, k) -> tuple[str, int]:
+        if name not in PROPOSER_NAMES:
+            raise RequestError(f"unknown proposer {name!r}; expected one of {', '.join(PROPOSER_NAMES)}",
+                               param="speculation.proposer", code="invalid_proposer")
+        if name != "none" and name not in self._proposers:
+            raise RequestError(f"proposer {name!r} is not available on this worker",
+                               param="speculation.proposer", code="invalid_proposer")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.max_speculative_tokens:
+            raise RequestError(f"num_speculative_tokens must be an integer in [0, {self.max_speculative_tokens}], "
+                               f"got {k!r}", param="speculation.num_speculative_tokens")
+        if name == "none" or k == 0:
+            return "none", 0
+        return name, k
+
+    # ------------------------------------------------------------------ tokenizer glue
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stopping = False
+            self._thread = threading.Thread(target=self._loop, name="adaptspec-engine", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        self._thread = None
+
+    def __enter__(self) -> Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ requests
+    def _make_seq(self, req: GenRequest, sink) -> _Seq:
+        ids = req.prompt_token_ids
+        if not ids:
+            raise RequestError("the prompt is empty", param="prompt")
+        if any(not 0 <= t < self.vocab_size for t in ids):
+            raise RequestError(f"prompt token ids must be in [0, {self.vocab_size})", param="prompt")
+        if req.max_tokens < 1:
+            raise RequestError(f"max_tokens must be >= 1, got {req.max_tokens}", param="max_tokens")
+        if len(ids) + req.max_tokens > self.max_model_len:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{len(ids) + req.max_tokens} tokens ({len(ids)} in the prompt, {req.max_tokens} in the "
+                "completion).", param="max_tokens", code="context_length_exceeded")
+        if req.temperature < 0:
+            raise RequestError(f"temperature must be >= 0, got {req.temperature}", param="temperature")
+        if not 0 < req.top_p <= 1:
+            raise RequestError(f"top_p must be in (0, 1], got {req.top_p}", param="top_p")
+        if req.proposer is None:
+            name, k = self.default_proposer, self.default_k
+            if req.num_speculative_tokens is not None:
+                name, k = self._check_spec(name if name != "none" else "ngram", req.num_speculative_tokens)
+        else:
+            k = req.num_speculative_tokens if req.num_speculative_tokens is not None else (self.default_k or 4)
+            name, k = self._check_spec(req.proposer, k)
+        if req.ignore_eos:
+            stop = set(req.stop_token_ids or ())
+        else:
+            stop = set(req.stop_token_ids if req.stop_token_ids is not None else self.tokenizer.eos_token_ids)
+        return _Seq(req, name, k, stop, sink)
+
+    def submit(self, req: GenRequest, sink) -> None:
+        """Queue a request; `sink(StepOutput | BaseException)` is called from the engine thread."""
+        seq = self._make_seq(req, sink)
+        with self._lock:
+            self._waiting.append(seq)
+            self._wake.notify_all()
+        self.start()
+
+    async def generate(self, req: GenRequest) -> AsyncIterator[StepOutput]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def sink(item) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the event loop is closed: nobody is listening any more
+                log.debug("dropping output of %s: event loop closed", req.request_id)
+
+        self.submit(req, sink)
+        done = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    done = True
+                    raise item
+                done = item.finished
+                yield item
+                if done:
+                    return
+        finally:
+            if not done:
+                self.abort(req.request_id)
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self._aborts.add(request_id)
+            self._wake.notify_all()
+
+    def metrics(self) -> EngineMetrics:
+        with self._lock:
+            m = self._m
+            used = sum(s.kv_len for s in self._running)
+            return EngineMetrics(
+                running=len(self._running), waiting=len(self._waiting),
+                kv_cache_usage=used / float(self.max_batch * self.max_model_len),
+                spec_num_drafts=m.spec_num_drafts, spec_num_draft_tokens=m.spec_num_draft_tokens,
+                spec_num_accepted_tokens=m.spec_num_accepted_tokens,
+                spec_accepted_per_pos=list(m.spec_accepted_per_pos), spec_by_class=dict(m.spec_by_class),
+                num_steps=m.num_steps, num_generated_tokens=m.num_generated_tokens)
+
+    # ------------------------------------------------------------------ the step loop
+    def _loop(self) -> None:
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        while True:
+            with self._lock:
+                while not self._stopping and not self._running and not self._waiting:
+                    self._wake.wait()
+                if self._stopping:
+                    pending = list(self._running) + list(self._waiting)
+                    self._waiting.clear()
+                    break
+                self._handle_aborts_locked()
+                self._admit_locked()
+                batch = list(self._running)
+            if not batch:
+                continue
+            try:
+                self.step(batch)
+            except Exception as e:  # a bug or OOM must not leave clients hanging
+                log.exception("engine step failed; failing %d requests", len(batch))
+                with self._lock:
+                    for s in batch:
+                        self._finish_locked(s)
+                for s in batch:
+                    s.sink(RuntimeError(f"engine step failed: {e}"))
+        for s in pending:
+            s.sink(StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+        with self._lock:
+            for s in list(self._running):
+                self._finish_locked(s)
+
+    def _handle_aborts_locked(self) -> None:
+        if not self._aborts:
+            return
+        ids, self._aborts = self._aborts, set()
+        for s in [s for s in self._running if s.req.request_id in ids]:
+            self._finish_locked(s)
+            s.sink(StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+        for s in [s for s in self._waiting if s.req.request_id in ids]:
+            self._waiting.remove(s)
+            s.sink(StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+
+    def _admit_locked(self) -> None:
+        budget = self.max_prefill_tokens
+        admitted = 0
+        while self._waiting and self._free_slots:
+            n = len(self._waiting[0].tokens)
+            if admitted and n > budget:
+                break
+            s = self._waiting.popleft()
+            s.slot = self._free_slots.pop()
+            s.kv_len = 0
+            self._running.append(s)
+            if s.proposer != "none":
+                self._proposers[s.proposer].add(s.req.request_id)
+            budget -= n
+            admitted += 1
+
+    def _finish_locked(self, s: _Seq) -> None:
+        if s in self._running:
+            self._running.remove(s)
+            self._free_slots.append(s.slot)
+            if s.proposer != "none":
+                self._proposers[s.proposer].remove(s.req.request_id)
+
+    @torch.inference_mode()
+    def step(self, batch: list[_Seq]) -> None:
+        """One engine step over `batch` (all running): propose, one target forward, verify, commit."""
+        # 1. drafts, one batched call per proposer
+        drafts: list[Draft] = [Draft([]) for _ in batch]
+        groups: dict[str, list[int]] = {}
+        for i, s in enumerate(batch):
+            # room: every drafted token plus the bonus must fit both max_tokens and the context
+            k = min(s.k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
+            if s.proposer != "none" and k > 0:
+                groups.setdefault(s.proposer, []).append(i)
+        for name, idx in groups.items():
+            inputs = [ProposeInput(batch[i].req.request_id, batch[i].tokens,
+                                   min(batch[i].k, batch[i].req.max_tokens - batch[i].generated - 1,
+                                       self.max_model_len - len(batch[i].tokens) - 1),
+                                   batch[i].sampling) for i in idx]
+            for i, d in zip(idx, self._proposers[name].propose(inputs), strict=True):
+                drafts[i] = d
+        ks = [len(d.token_ids) for d in drafts]
+
+        # 2. one target forward: uncached tokens + drafts for every request
+        chunks = [s.tokens[s.kv_len:] + d.token_ids for s, d in zip(batch, drafts, strict=True)]
+        lens = torch.tensor([len(c) for c in chunks])
+        ends = lens.cumsum(0)
+        rows = torch.cat([torch.arange(e - k - 1, e) for e, k in zip(ends.tolist(), ks, strict=True)])
+        logits = self.model.forward(chunks, [s.slot for s in batch], [s.kv_len for s in batch], self.cache,
+                                    logit_rows=rows)  # [sum(k) + B, V]
+
+        # 3. verify the ragged batch
+        reps = torch.tensor([k + 1 for k in ks])
+        temps = torch.repeat_interleave(torch.tensor([s.sampling.temperature for s in batch]), reps)
+        top_ps = torch.repeat_interleave(torch.tensor([s.sampling.top_p for s in batch]), reps)
+        target = logits_to_probs(logits, temps, top_ps).probs
+        draft_ids = torch.tensor([t for d in drafts for t in d.token_ids], dtype=torch.long)
+        draft_probs = None
+        if any(d.probs is not None for d in drafts):
+            parts = []
+            for d in drafts:
+                if d.probs is not None:
+                    parts.append(d.probs)
+                elif d.token_ids:  # point-mass rows for n-gram drafts in a batch with draft-model drafts
+                    parts.append(torch.zeros(len(d.token_ids), self.vocab_size).scatter_(
+                        1, torch.tensor(d.token_ids)[:, None], 1.0))
+            draft_probs = torch.cat(parts) if parts else None
+        greedy = [s.sampling.temperature == 0 for s in batch]
+        gens = {i: s.sampling.generator for i, s in enumerate(batch) if s.sampling.generator is not None}
+        out = verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
+                            generator=gens or None).tolist()
+
+        # 4. commit, stop, stream
+        finished: list[_Seq] = []
+        outputs: list[tuple[_Seq, StepOutput]] = []
+        with self._lock:
+            m = self._m
+            m.num_steps += 1
+            for s, k, row in zip(batch, ks, out, strict=True):
+                emitted = [t for t in row if t >= 0]
+                accepted = len(emitted) - 1
+                s.kv_len = len(s.tokens) + accepted
+                s.steps += 1
+                if k:
+                    s.draft_tokens += k
+                    s.accepted_tokens += accepted
+                    m.spec_num_drafts += 1
+                    m.spec_num_draft_tokens += k
+                    m.spec_num_accepted_tokens += accepted
+                    for j in range(accepted):
+                        m.spec_accepted_per_pos[j] += 1
+                    key = (s.cls, s.proposer)
+                    d0, t0, a0 = m.spec_by_class.get(key, (0, 0, 0))
+                    m.spec_by_class[key] = (d0 + 1, t0 + k, a0 + accepted)
+                new: list[int] = []
+                reason = None
+                for t in emitted:
+                    if t in s.stop_ids:
+                        reason = "stop"
+                        break
+                    new.append(t)
+                    if s.generated + len(new) >= s.req.max_tokens or len(s.tokens) + len(new) >= self.max_model_len:
+                        reason = "length"
+                        break
+                s.tokens.extend(new)
+                s.generated += len(new)
+                m.num_generated_tokens += len(new)
+                if reason is None and s.req.request_id in self._aborts:
+                    self._aborts.discard(s.req.request_id)
+                    reason = "abort"
+                if reason is not None:
+                    finished.append(s)
+                    self._finish_locked(s)
+                outputs.append((s, StepOutput(new, reason is not None, reason, s.draft_tokens,
+                                              s.accepted_tokens, s.steps)))
+        for s, o in outputs:
+            s.sink(o)
+
+    # ------------------------------------------------------------------ blocking helper (scripts, tests)
+    def generate_sync(self, reqs: list[GenRequest], timeout: float = 300.0) -> dict[str, list[int]]:
+        """Run `reqs` to completion from a plain thread; -> {request_id: generated token ids}."""
+        results: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+        done = threading.Event()
+        remaining = [len(reqs)]
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def make_sink(rid):
+            def sink(item):
+                with lock:
+                    if isinstance(item, BaseException):
+                        errors.append(item)
+                        finished = True
+                    else:
+                        results[rid].extend(item.new_token_ids)
+                        finished = item.finished
+                    if finished:
+                        remaining[0] -= 1
+                        if remaining[0] == 0:
+                            done.set()
+            return sink
+
+        for r in reqs:
+            self.submit(r, make_sink(r.request_id))
+        t0 = time.monotonic()
+        if not done.wait(timeout):
+            raise TimeoutError(f"generate_sync: not done after {time.monotonic() - t0:.0f}s")
+        if errors:
+            raise errors[0]
+        return results

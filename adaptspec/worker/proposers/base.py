@@ -1,0 +1,61 @@
+"""The proposer interface: what the engine asks of anything that drafts tokens for speculative decoding.
+
+A proposer keeps whatever per-request state it needs (a draft model's KV slot, nothing for n-gram) keyed by
+request id, and drafts for a whole batch at once:
+
+    proposer.add(request_id)                          # when a request starts using it
+    drafts = proposer.propose([ProposeInput(...), ...])  # once per engine step, for all its requests
+    proposer.remove(request_id)                       # finished, aborted or switched proposer
+
+`ProposeInput.token_ids` is the request's whole committed sequence (prompt + generated); the proposer
+drafts up to `k` tokens that would follow it. A `Draft` carries the tokens and, for proposers that sample
+(draft model, EAGLE head), the probabilities `[len(tokens), V]` they were sampled from; `probs=None` means
+point-mass drafts (the verifier then accepts x with probability p_target(x)). A proposer may return fewer
+than `k` tokens (even none): the engine verifies what it gets.
+
+An EAGLE-style head implements the same protocol; `needs_hidden_states` tells the engine to pass the target's
+final hidden states of the request's last verified step in `ProposeInput.hidden`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["Draft", "ProposeInput", "Proposer", "SamplingParams"]
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    generator: torch.Generator | None = None  # the request's own generator when it is seeded
+
+
+@dataclass(slots=True)
+class ProposeInput:
+    request_id: str
+    token_ids: list[int]  # committed sequence: prompt + generated so far
+    k: int  # how many tokens to draft (>= 1)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    hidden: torch.Tensor | None = None  # target hidden states (EAGLE-style proposers only)
+
+
+@dataclass(slots=True)
+class Draft:
+    token_ids: list[int]
+    probs: torch.Tensor | None = None  # [len(token_ids), V] the distribution each token was drawn from
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    name: str
+    needs_hidden_states: bool
+
+    def add(self, request_id: str) -> None: ...
+
+    def remove(self, request_id: str) -> None: ...
+
+    def propose(self, batch: list[ProposeInput]) -> list[Draft]: ...

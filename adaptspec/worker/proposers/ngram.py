@@ -1,0 +1,54 @@
+"""N-gram / prompt-lookup proposer (Saxena 2023, "Prompt Lookup Decoding"; vLLM's `ngram` method).
+
+For each request, take the last n tokens of prompt + generated text, for n from `max_n` down to `min_n`,
+find the most recent earlier occurrence of that n-gram in the same sequence, and propose the (up to k)
+tokens that followed it. Drafts are point masses (no probabilities): the verifier accepts a drafted x with
+probability p_target(x), which is exact for any temperature and argmax-exact at temperature 0.
+Matching is vectorised per request with numpy (a sliding-window compare), no Python loop over positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from adaptspec.worker.proposers.base import Draft, ProposeInput
+
+__all__ = ["NgramProposer", "ngram_lookup"]
+
+
+def ngram_lookup(seq: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.ndarray:
+    """Up to k tokens following the most recent earlier match of seq's longest matching suffix n-gram."""
+    L = seq.shape[0]
+    for n in range(min(max_n, L - 1), min_n - 1, -1):
+        pattern = seq[L - n:]
+        # windows that start at i and end before the suffix itself: i in [0, L - n - 1]
+        windows = sliding_window_view(seq[: L - 1], n)  # [L - n, n]
+        hits = np.flatnonzero((windows == pattern).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return seq[start:start + k]
+    return seq[:0]
+
+
+class NgramProposer:
+    name = "ngram"
+    needs_hidden_states = False
+
+    def __init__(self, min_n: int = 2, max_n: int = 4):
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n} max_n={max_n}")
+        self.min_n, self.max_n = min_n, max_n
+
+    def add(self, request_id: str) -> None:
+        return None
+
+    def remove(self, request_id: str) -> None:
+        return None
+
+    def propose(self, batch: list[ProposeInput]) -> list[Draft]:
+        out = []
+        for item in batch:
+            seq = np.asarray(item.token_ids, dtype=np.int64)
+            out.append(Draft(ngram_lookup(seq, item.k, self.min_n, self.max_n).tolist()))
+        return out
