@@ -1,0 +1,198 @@
+"""The proxy application: `Proxy` (everything one app holds) and `create_app` (aiohttp routes + lifecycle).
+
+    proxy = Proxy(config, config_path="pools.yaml")
+    app = create_app(proxy)            # web.Application; run with `run(app, host, port)`
+
+State lives on the `Proxy` object stored in `app["proxy"]`; nothing is module-global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from aiohttp import web
+
+from adaptspec.control.classify import classify_request
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.policy import build_policy
+from adaptspec.errors import RequestError
+from adaptspec.proxy import handlers
+from adaptspec.proxy.errors import error_middleware
+from adaptspec.proxy.feedback import Feedback
+from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
+from adaptspec.proxy.scrape import Scraper
+from adaptspec.proxy.state import MemoryState, RedisState
+from adaptspec.proxy.upstream import Pools, Worker, make_session, workers_from_config
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class Proxy:
+    """Config-derived parts (policy, pools, limits) are swapped whole on reload; live state is kept."""
+
+    def __init__(self, config, *, config_path: str | None = None, extra_workers: Sequence[Worker] = (),
+                 classify: Callable[[dict], str] = classify_request) -> None:
+        self.config_path = config_path
+        self.extra_workers = list(extra_workers)  # e.g. the embedded worker when the config has no pools
+        self.metrics = ProxyMetrics()
+        self.pools = Pools()
+        self.classify = classify
+        self.started = int(time.time())
+        self.session = None
+        self.scraper = None
+        self.apply_config(config)
+        self.state = self._make_state(config)
+        self.feedback = Feedback(self)
+        self.scraper = Scraper(self, self.scrape_interval_s)
+        self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
+
+    # -- configuration -------------------------------------------------------------------------------
+    def apply_config(self, config) -> None:
+        """Build everything from `config` first, then swap (an error leaves the old config in place)."""
+        server = config.server
+        policy = build_policy(config.policy)
+        workers = workers_from_config(config.pools or ()) or self.extra_workers
+        if not workers:
+            raise ValueError("no workers: the config has no pools and no embedded worker was started")
+        keys = set(getattr(server, "api_keys", None) or ())
+        env = getattr(server, "api_keys_env", None)
+        if env and os.environ.get(env):
+            keys.update(k.strip() for k in os.environ[env].split(",") if k.strip())
+        self.pools.replace(workers)
+        self.policy = policy
+        self.api_keys = frozenset(keys)
+        self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
+        self.request_timeout_s = getattr(server, "request_timeout_s", None)
+        self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
+        if getattr(self, "scraper", None) is not None:
+            self.scraper.interval_s = self.scrape_interval_s
+        self.config = config
+
+    def _make_state(self, config):
+        alphas = AlphaTable.from_config(config.estimator) if config.estimator is not None else AlphaTable()
+        st = config.state
+        if st is not None and st.backend == "redis":
+            return RedisState(alphas, st.url, st.key_prefix, sync_interval_s=min(0.1, self.scrape_interval_s),
+                              metrics=self.metrics)
+        return MemoryState(alphas)
+
+    # -- request path ------------------------------------------------------------------------------
+    def check_auth(self, request: web.Request) -> None:
+        if not self.api_keys:
+            return
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
+        if token not in self.api_keys:
+            raise RequestError("Incorrect or missing API key (send 'Authorization: Bearer <key>').", status=401,
+                               type="authentication_error", code="invalid_api_key")
+
+    def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset()):
+        """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory."""
+        eligible = Pools.eligible(candidates, exclude)
+        remote = self.state.remote_inflight
+        states = [w.state(remote.get(w.name, 0)) for w in eligible]
+        decision = self.policy.decide(content_class, states, self.state.alphas)
+        worker = self.pools.workers.get(decision.worker)
+        if worker is None or worker not in eligible:
+            worker = min(eligible, key=lambda w: w.state(remote.get(w.name, 0)).load)
+        return decision, worker
+
+    # -- metrics read at scrape time ---------------------------------------------------------------
+    def _gauges(self):
+        workers = list(self.pools.workers.values())
+        remote = self.state.remote_inflight
+        out = {
+            "adaptspec_worker_running": (("worker",), [((w.name,), w.running) for w in workers]),
+            "adaptspec_worker_waiting": (("worker",), [((w.name,), w.waiting) for w in workers]),
+            "adaptspec_worker_kv_usage": (("worker",), [((w.name,), w.kv_usage) for w in workers]),
+            "adaptspec_worker_inflight": (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
+                                                         for w in workers]),
+            "adaptspec_worker_healthy": (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
+            "adaptspec_state_backend_up": (("backend",), [((self.state.backend,), float(self.state.up))]),
+        }
+        means, stds = [], []
+        for w in workers:
+            proposers = [p for p in w.proposers if p != "none"]
+            for p in proposers:
+                for cls in _classes():
+                    est = self.state.alphas.get(w.name, p, cls)
+                    means.append(((w.name, p, cls), est.mean))
+                    stds.append(((w.name, p, cls), est.std))
+        labels = ("worker", "proposer", "content_class")
+        out["adaptspec_alpha_estimate"] = (labels, means)
+        out["adaptspec_alpha_estimate_std"] = (labels, stds)
+        return out
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.session = make_session(self.request_timeout_s)
+        await self.state.start(self)
+        self.scraper.start()
+
+    async def stop(self) -> None:
+        await self.scraper.stop()
+        await self.state.close()
+        if self.session is not None:
+            await self.session.close()
+
+
+def _classes() -> tuple[str, ...]:
+    from adaptspec.control.types import CONTENT_CLASSES
+
+    return CONTENT_CLASSES
+
+
+_GAUGE_DOCS = {
+    "adaptspec_worker_running": "Requests in the worker's running batch (scraped)",
+    "adaptspec_worker_waiting": "Requests queued at the worker (scraped)",
+    "adaptspec_worker_kv_usage": "Worker KV-cache usage 0..1 (scraped)",
+    "adaptspec_worker_inflight": "Requests in flight to the worker from all proxy replicas",
+    "adaptspec_worker_healthy": "1 when the worker answers, 0 while it is marked unhealthy",
+    "adaptspec_state_backend_up": "1 when the state backend answers (always 1 for memory)",
+    "adaptspec_alpha_estimate": "Posterior mean of the acceptance rate alpha",
+    "adaptspec_alpha_estimate_std": "Posterior standard deviation of alpha",
+}
+
+
+def create_app(proxy: Proxy) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=1 << 30)  # our own limit: handlers._read_body
+    app["proxy"] = proxy
+    r = app.router
+    r.add_post("/v1/chat/completions", handlers.chat_completions)
+    r.add_post("/v1/completions", handlers.completions)
+    r.add_get("/v1/models", handlers.models)
+    r.add_get("/health", handlers.health)
+    r.add_get("/metrics", handlers.metrics)
+
+    async def on_startup(app: web.Application) -> None:
+        await proxy.start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        await proxy.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+async def start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects."""
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, backlog=1024).start()
+    return runner
+
+
+async def serve_forever(app: web.Application, host: str, port: int, stop: asyncio.Event) -> None:
+    runner = await start_site(app, host, port)
+    log.info("adaptspec proxy listening on http://%s:%d", host, port)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

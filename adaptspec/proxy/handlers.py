@@ -1,0 +1,382 @@
+"""HTTP handlers: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
+
+The generation path, in order: auth -> read body (size cap) -> parse + validate -> workers serving the
+model (404) -> classify -> decide (`Proxy.decide`, synchronous, in memory) -> rewrite the body for
+per-request workers -> send; connection failures before the first byte move the request to another
+eligible worker -> relay (non-stream: whole body; stream: SSE chunk by chunk) -> feedback + metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from adaptspec.errors import RequestError, UpstreamError
+from adaptspec.proxy.errors import error_response, sse_error_event
+from adaptspec.proxy.feedback import spec_stats
+
+log = logging.getLogger(__name__)
+
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
+_STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError)
+_FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestError(f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.",
+                           status=413, code="body_too_large")
+    if request.content_length is not None:
+        return await request.read()
+    buf = bytearray()
+    async for chunk in request.content.iter_any():
+        buf += chunk
+        if len(buf) > limit:
+            raise RequestError(f"Request body exceeds the limit of {limit} bytes.", status=413,
+                               code="body_too_large")
+    return bytes(buf)
+
+
+def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise RequestError("Request body must be a JSON object.", code="invalid_json")
+    model = body.get("model")
+    if model is None:
+        raise RequestError("Missing required parameter: 'model'.", code="missing_required_parameter", param="model")
+    if not isinstance(model, str) or not model:
+        raise RequestError(f"Invalid value for 'model': expected a non-empty string, got {model!r}.",
+                           code="invalid_type", param="model")
+    if kind == "chat":
+        msgs = body.get("messages")
+        if msgs is None:
+            raise RequestError("Missing required parameter: 'messages'.", code="missing_required_parameter",
+                               param="messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            raise RequestError("Invalid value for 'messages': expected a non-empty array of message objects.",
+                               status=422, code="invalid_value", param="messages")
+    else:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise RequestError("Missing required parameter: 'prompt'.", code="missing_required_parameter",
+                               param="prompt")
+        if not isinstance(prompt, (str, list)):
+            raise RequestError("Invalid value for 'prompt': expected a string or an array.", status=422,
+                               code="invalid_type", param="prompt")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(f"Invalid value for 'stream': expected a boolean, got {stream!r}.", status=422,
+                           code="invalid_type", param="stream")
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = body.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise RequestError(f"Invalid value for '{key}': expected an integer >= 1, got {v!r}.", status=422,
+                               code="invalid_value", param=key)
+    return body, model, stream
+
+
+class _Plan:
+    """What one attempt sends: worker, applied (proposer, gamma), body bytes, and whether to strip usage."""
+
+    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan")
+
+    def __init__(self, proxy, body: dict, raw: bytes, stream: bool, decision, worker, cls: str):
+        self.worker, self.decision = worker, decision
+        client_spec = body.get("speculation") if worker.per_request and worker.engine == "adaptspec" else None
+        if isinstance(client_spec, dict):  # an explicit client choice wins (benchmarks, debugging)
+            self.proposer = str(client_spec.get("proposer") or "none")
+            self.gamma = int(client_spec.get("num_speculative_tokens") or 0) if self.proposer != "none" else 0
+        elif worker.per_request and worker.engine in ("adaptspec", "vllm"):
+            ok = decision.gamma > 0 and decision.proposer in worker.proposers
+            self.proposer = decision.proposer if ok else "none"
+            self.gamma = min(int(decision.gamma), worker.max_gamma) if ok else 0
+        else:
+            self.proposer, self.gamma = worker.fixed_plan()
+        self.scan = worker.engine in _FEEDBACK_ENGINES
+        self.strip_usage = False
+        rewrite: dict = {}
+        if worker.per_request and worker.engine == "adaptspec" and not isinstance(client_spec, dict):
+            rewrite["speculation"] = {"proposer": self.proposer, "num_speculative_tokens": self.gamma,
+                                      "content_class": cls}
+        elif worker.per_request and worker.engine == "vllm":
+            xargs = dict(body.get("vllm_xargs") or {})
+            xargs.update(adaptspec_num_spec_tokens=self.gamma, adaptspec_proposer=self.proposer,
+                         adaptspec_content_class=cls)
+            rewrite["vllm_xargs"] = xargs
+        if stream and self.scan and worker.per_request:
+            opts = body.get("stream_options")
+            if not (isinstance(opts, dict) and opts.get("include_usage")):
+                rewrite["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+                self.strip_usage = True
+        self.payload = json.dumps({**body, **rewrite}, separators=(",", ":")).encode() if rewrite else raw
+
+    def headers(self, cls: str) -> dict[str, str]:
+        return {"x-adaptspec-class": cls, "x-adaptspec-proposer": self.proposer,
+                "x-adaptspec-gamma": str(self.gamma), "x-adaptspec-worker": self.worker.name}
+
+
+def _upstream_headers(proxy, request: web.Request, worker) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if worker.api_key:
+        headers.update(worker.auth_headers)
+    elif not proxy.api_keys:
+        auth = request.headers.get("Authorization")
+        if auth:  # transparent proxy: no keys of ours in play, pass the client's through
+            headers["Authorization"] = auth
+    rid = request.headers.get("X-Request-Id")
+    if rid:
+        headers["X-Request-Id"] = rid
+    return headers
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat", "/v1/chat/completions")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completions", "/v1/completions")
+
+
+async def _generate(request: web.Request, kind: str, path: str) -> web.StreamResponse:
+    proxy = request.app["proxy"]
+    t0 = time.perf_counter()
+    cls, plan = "unknown", None
+    status = 500
+    try:
+        proxy.check_auth(request)
+        raw = await _read_body(request, proxy.max_body_bytes)
+        body, model, stream = _parse(raw, kind)
+        candidates = proxy.pools.serving(model)
+        t1 = time.perf_counter()
+        cls = proxy.classify(body)
+        decision, worker = proxy.decide(cls, candidates)
+        proxy.metrics.decision_time.observe(time.perf_counter() - t1)
+        plan = _Plan(proxy, body, raw, stream, decision, worker, cls)
+        resp, status = await _dispatch(request, proxy, plan, body, raw, stream, candidates, cls, path, t0)
+        return resp
+    except RequestError as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # client went away (nginx's convention)
+        raise
+    finally:
+        proxy.metrics.requests.labels(cls, plan.proposer if plan else "none", str(plan.gamma) if plan else "0",
+                                      plan.worker.name if plan else "none", str(status)).inc()
+
+
+async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, cls, path, t0):
+    failed: dict[str, int] = {}
+    session: aiohttp.ClientSession = proxy.session
+    while True:
+        worker = plan.worker
+        proxy.metrics.decisions.labels(cls, plan.proposer, str(plan.gamma), plan.decision.policy).inc()
+        worker.inflight += 1
+        up = None
+        try:
+            proxy.metrics.overhead.observe(time.perf_counter() - t0)
+            try:
+                up = await session.post(worker.url + path, data=plan.payload,
+                                        headers=_upstream_headers(proxy, request, worker))
+                is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
+                if not is_sse:
+                    data = await up.read()
+            except _PRE_RESPONSE_ERRORS as exc:
+                if up is not None:
+                    up.close()
+                    up = None
+                plan = _retry_plan(proxy, plan, failed, exc, body, raw, stream, candidates, cls)
+                continue
+            if is_sse:
+                return await _relay_stream(request, proxy, plan, up, cls, t0)
+            return _finish_plain(proxy, plan, up, data, cls, t0), up.status
+        except BaseException:
+            if up is not None:
+                up.close()  # unfinished (client gone, error): drop the connection, which aborts upstream work
+                up = None
+            raise
+        finally:
+            worker.inflight -= 1
+            if up is not None:
+                up.release()
+
+
+def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, body, raw, stream, candidates, cls):
+    worker = plan.worker
+    failed[worker.name] = failed.get(worker.name, 0) + 1
+    proxy.metrics.retries.labels(worker.name).inc()
+    # A refused/timed-out connect means the worker is down; a dropped pooled connection gets one more try.
+    if isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError)) or failed[worker.name] >= 2:
+        proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
+    exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
+    try:
+        decision, nxt = proxy.decide(cls, candidates, exclude)
+    except UpstreamError:
+        raise UpstreamError(f"All workers for this model failed before answering (last: {worker.name}: "
+                            f"{exc.__class__.__name__}); retry shortly.", status=503) from None
+    log.info("retrying request on %s after %s failed before the first byte (%s)", nxt.name, worker.name,
+             exc.__class__.__name__)
+    return _Plan(proxy, body, raw, stream, decision, nxt, cls)
+
+
+def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, cls: str, t0: float) -> web.Response:
+    now = time.perf_counter()
+    worker = plan.worker
+    tokens, stats = 0.0, None
+    if up.status == 200:
+        if plan.scan:
+            try:
+                payload = json.loads(data)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                payload = None
+            if isinstance(payload, dict):
+                usage = payload.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    tokens = float(usage["completion_tokens"])
+                stats = spec_stats(payload)
+        else:
+            m = _COMPLETION_TOKENS.search(data)
+            tokens = float(m.group(1)) if m else 0.0
+        proxy.feedback.on_response(worker, cls, plan.proposer, tokens, stats)
+        e2e = now - t0
+        proxy.metrics.e2e.labels(cls, plan.proposer).observe(e2e)
+        proxy.metrics.ttft.labels(cls, plan.proposer).observe(e2e)
+    headers = plan.headers(cls)
+    return web.Response(status=up.status, body=data, headers=headers,
+                        content_type=up.content_type or "application/json")
+
+
+async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse, cls: str, t0: float):
+    worker = plan.worker
+    resp = web.StreamResponse(status=200, headers={**plan.headers(cls), "Cache-Control": "no-cache"})
+    resp.content_type = "text/event-stream"
+    await resp.prepare(request)
+    t_first = None
+    tail = b""
+    events = 0
+    usage_payloads: list[dict] = []
+    strip = plan.strip_usage
+    while True:
+        try:
+            chunk = await up.content.readany()
+        except _STREAM_ERRORS as exc:
+            proxy.pools.mark_unhealthy(worker, f"stream broke: {exc.__class__.__name__}: {exc}")
+            log.warning("upstream %s broke mid-stream (%s); ending the client's stream with an error event",
+                        worker.name, exc.__class__.__name__)
+            try:
+                await resp.write(sse_error_event(f"The upstream worker {worker.name} failed mid-stream; "
+                                                 "the response is incomplete."))
+                await resp.write_eof()
+            except ConnectionResetError:
+                pass  # the client is gone too; nothing left to tell it
+            _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
+            return resp, 502  # the client saw 200 + an error event; metrics count the failure
+        if not chunk:
+            break
+        if t_first is None:
+            t_first = time.perf_counter()
+        out = chunk
+        if plan.scan:
+            buf = tail + chunk if tail else chunk
+            cut = buf.rfind(b"\n\n")
+            if cut < 0:
+                tail = buf
+                if strip:
+                    continue
+            else:
+                complete, tail = buf[:cut + 2], buf[cut + 2:]
+                if b'"usage"' in complete:
+                    complete = _take_usage(complete, usage_payloads, strip)
+                if strip:
+                    out = complete
+        events += out.count(b"data:")
+        if out:
+            try:
+                await resp.write(out)
+            except ConnectionResetError:
+                up.close()  # client gone: drop the upstream connection so the worker aborts the request
+                return resp, 499
+    if tail and strip:
+        await resp.write(tail)
+    await resp.write_eof()
+    _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
+    return resp, 200
+
+
+def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
+    kept: list[bytes] = []
+    for event in complete.split(b"\n\n"):
+        if not event:
+            continue
+        if b'"usage"' in event and event.startswith(b"data:"):
+            try:
+                payload = json.loads(event[5:])
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                payload = None
+            if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+                sink.append(payload)
+                if strip and not payload.get("choices"):
+                    continue  # the usage-only chunk we asked for; the client did not
+                if strip:
+                    payload = {k: v for k, v in payload.items() if k != "usage"}
+                    event = b"data: " + json.dumps(payload, separators=(",", ":")).encode()
+        kept.append(event + b"\n\n")
+    return b"".join(kept)
+
+
+def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | None, events: int,
+                    usage_payloads: list[dict]) -> None:
+    now = time.perf_counter()
+    tokens, stats = None, None
+    for p in usage_payloads:
+        u = p.get("usage") or {}
+        if isinstance(u.get("completion_tokens"), int):
+            tokens = float(u["completion_tokens"])
+        stats = spec_stats(p) or stats
+    if tokens is None:
+        tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
+    proxy.feedback.on_response(plan.worker, cls, plan.proposer, tokens, stats)
+    m = proxy.metrics
+    m.e2e.labels(cls, plan.proposer).observe(now - t0)
+    if t_first is not None:
+        m.ttft.labels(cls, plan.proposer).observe(t_first - t0)
+        if tokens > 1:
+            m.tpot.labels(cls, plan.proposer).observe((now - t_first) / (tokens - 1))
+
+
+async def models(request: web.Request) -> web.Response:
+    proxy = request.app["proxy"]
+    proxy.check_auth(request)
+    data = [{"id": m, "object": "model", "created": proxy.started, "owned_by": "adaptspec"}
+            for m in proxy.pools.model_ids()]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def health(request: web.Request) -> web.Response:
+    proxy = request.app["proxy"]
+    workers = {name: w.healthy for name, w in proxy.pools.workers.items()}
+    ok = any(workers.values())
+    body = {"status": "ok" if ok else "unavailable", "workers": workers, "state": proxy.state.backend,
+            "state_up": proxy.state.up}
+    return web.json_response(body, status=200 if ok else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    proxy = request.app["proxy"]
+    return web.Response(body=generate_latest(proxy.metrics.registry),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def not_found(request: web.Request) -> web.Response:
+    return error_response(404, f"Unknown path {request.path!r}.", code="not_found")

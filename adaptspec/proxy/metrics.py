@@ -1,0 +1,116 @@
+"""Prometheus metrics of `adaptspec serve` (names: docs/INTERFACES.md "Proxy metrics").
+
+One `CollectorRegistry` per app (no module-level globals), exposed at `/metrics`. Counters and
+histograms are updated on the request path; gauges that mirror live state (alpha estimates, worker
+occupancy, state-backend status) are read from the app at scrape time by `StateCollector`, so the hot
+path never touches them.
+
+Label values: `gamma` is the decimal string; `proposer` is "none" when speculation is off; requests
+rejected before a decision carry `content_class="unknown"`, `worker="none"`; `code` is the HTTP status
+sent to the client (a stream cut by a dying worker counts as "502").
+
+Derived quantities (PromQL):
+
+    # observed acceptance rate alpha per (worker, proposer, class), from per-request feedback
+    sum by (worker, proposer, content_class) (rate(adaptspec_accepted_tokens_total[5m]))
+      / sum by (worker, proposer, content_class) (rate(adaptspec_draft_tokens_total[5m]))
+
+    # share of requests sent with speculation on
+    sum(rate(adaptspec_requests_total{proposer!="none"}[5m])) / sum(rate(adaptspec_requests_total[5m]))
+
+    # goodput: output tokens per second, per worker (or by proposer / content_class)
+    sum by (worker) (rate(adaptspec_output_tokens_total[1m]))
+
+    # accepted draft tokens per output token (how much of the output speculation produced)
+    sum(rate(adaptspec_accepted_tokens_total[5m])) / sum(rate(adaptspec_output_tokens_total[5m]))
+
+    # error ratio (non-2xx answers)
+    sum(rate(adaptspec_requests_total{code!~"2.."}[5m])) / sum(rate(adaptspec_requests_total[5m]))
+
+    # p50 / p99 time to first token by class; mean time per output token
+    histogram_quantile(0.5, sum by (le, content_class) (rate(adaptspec_ttft_seconds_bucket[5m])))
+    histogram_quantile(0.99, sum by (le) (rate(adaptspec_ttft_seconds_bucket[5m])))
+    rate(adaptspec_tpot_seconds_sum[5m]) / rate(adaptspec_tpot_seconds_count[5m])
+
+    # proxy cost per request (decision, and everything before the upstream call) p50
+    histogram_quantile(0.5, rate(adaptspec_decision_seconds_bucket[5m]))
+    histogram_quantile(0.5, rate(adaptspec_proxy_overhead_seconds_bucket[5m]))
+
+    # decisions by policy and proposer; retries; Redis availability
+    sum by (policy, proposer) (rate(adaptspec_decisions_total[5m]))
+    sum by (worker) (rate(adaptspec_upstream_retries_total[5m]))
+    min(adaptspec_state_backend_up)
+
+`adaptspec_proxy_overhead_seconds` is the time from the handler's start (request read) to the
+upstream request being sent: body parsing, auth, classification, decision, body rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+_FAST_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1)
+
+
+class ProxyMetrics:
+    """The proxy's counters and histograms, registered in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("adaptspec_requests", "Requests answered, by decision and HTTP status",
+                                ["content_class", "proposer", "gamma", "worker", "code"], registry=r)
+        self.decisions = Counter("adaptspec_decisions", "Policy decisions",
+                                 ["content_class", "proposer", "gamma", "policy"], registry=r)
+        self.draft_tokens = Counter("adaptspec_draft_tokens", "Draft tokens proposed (per-request feedback)",
+                                    ["worker", "proposer", "content_class"], registry=r)
+        self.accepted_tokens = Counter("adaptspec_accepted_tokens", "Draft tokens accepted (per-request feedback)",
+                                       ["worker", "proposer", "content_class"], registry=r)
+        self.output_tokens = Counter("adaptspec_output_tokens", "Completion tokens returned",
+                                     ["worker", "proposer", "content_class"], registry=r)
+        self.ttft = Histogram("adaptspec_ttft_seconds", "Time to first token (first upstream byte for non-stream)",
+                              ["content_class", "proposer"], buckets=_LAT_BUCKETS, registry=r)
+        self.tpot = Histogram("adaptspec_tpot_seconds", "Time per output token after the first",
+                              ["content_class", "proposer"], buckets=_TPOT_BUCKETS, registry=r)
+        self.e2e = Histogram("adaptspec_e2e_seconds", "Request latency end to end",
+                             ["content_class", "proposer"], buckets=_LAT_BUCKETS, registry=r)
+        self.overhead = Histogram("adaptspec_proxy_overhead_seconds",
+                                  "Proxy time before the upstream call (parse, auth, classify, decide, rewrite)",
+                                  buckets=_FAST_BUCKETS, registry=r)
+        self.decision_time = Histogram("adaptspec_decision_seconds", "Classify + state read + policy.decide",
+                                       buckets=_FAST_BUCKETS, registry=r)
+        self.scrape_errors = Counter("adaptspec_scrape_errors", "Failed scrapes of a worker's /metrics",
+                                     ["worker"], registry=r)
+        self.retries = Counter("adaptspec_upstream_retries", "Requests moved off a worker that failed before "
+                               "the first byte", ["worker"], registry=r)
+        self.state_errors = Counter("adaptspec_state_backend_errors", "State backend (Redis) operation failures",
+                                    ["backend"], registry=r)
+        self.config_reloads = Counter("adaptspec_config_reloads", "Config reload attempts", ["result"], registry=r)
+
+    def add_collector(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+
+GaugeRows = Iterable[tuple[tuple[str, ...], float]]
+
+
+class StateCollector(Collector):
+    """Gauges read from live state at scrape time: `source()` returns {metric name: (labels, rows)}."""
+
+    def __init__(self, source: Callable[[], dict[str, tuple[tuple[str, ...], GaugeRows]]], docs: dict[str, str]):
+        self._source, self._docs = source, docs
+
+    def describe(self):
+        return []  # dynamic: nothing to pre-register
+
+    def collect(self):
+        for name, (labels, rows) in self._source().items():
+            family = GaugeMetricFamily(name, self._docs.get(name, name), labels=list(labels))
+            for values, value in rows:
+                family.add_metric(list(values), float(value))
+            yield family

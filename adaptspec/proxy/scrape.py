@@ -1,0 +1,198 @@
+"""Background scraper of the workers' Prometheus `/metrics`: occupancy, speculation counters, health.
+
+Parses three dialects into one `WorkerSample`:
+
+    vLLM / adaptspec worker   vllm:num_requests_running, vllm:num_requests_waiting,
+                              vllm:kv_cache_usage_perc (older vLLM: vllm:gpu_cache_usage_perc),
+                              vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total,
+                              vllm:spec_decode_num_accepted_tokens_per_pos_total{position}
+    per class (adaptspec)     adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total
+                              {content_class, proposer}
+    SGLang                    sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
+                              sglang:spec_accept_length (mean tokens per verify step, a gauge)
+
+Series of one family with several label sets (data-parallel engines, several models) are summed, except
+the KV usage fraction and the accept length, which are averaged.
+
+Health: a worker whose scrape fails to connect is marked unhealthy; unhealthy workers are probed on
+`/health` (404 -> `/v1/models`, for plain OpenAI servers) every interval and marked healthy when they
+answer. Workers of engine `openai` are not scraped (no metrics to read), only probed when unhealthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_PREFIXES = ("vllm:", "sglang:", "adaptspec:")
+
+_SUM = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "waiting",
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
+}
+_MEAN = {
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+    "sglang:token_usage": "kv_usage",
+    "sglang:spec_accept_length": "accept_length",
+}
+_BY_CLASS = {
+    "adaptspec:spec_decode_num_drafts_by_class_total": 0,
+    "adaptspec:spec_decode_num_draft_tokens_by_class_total": 1,
+    "adaptspec:spec_decode_num_accepted_tokens_by_class_total": 2,
+}
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+@dataclass
+class WorkerSample:
+    """One scrape of one worker. Counters are cumulative as exported (they reset when a worker restarts)."""
+
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    accept_length: float | None = None  # SGLang: mean emitted tokens per verify step
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_pos: dict[int, float] = field(default_factory=dict)
+    # (content_class, proposer) -> [drafts, draft_tokens, accepted_tokens]
+    by_class: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+
+def _labels(text: str) -> dict[str, str]:
+    return {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL_RE.findall(text)}
+
+
+def parse_metrics(text: str) -> WorkerSample:
+    """Parse Prometheus text exposition into a WorkerSample (unknown families are skipped)."""
+    sample = WorkerSample()
+    means: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if not line.startswith(_PREFIXES):
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            close = line.rfind("}")
+            name, labels, rest = line[:brace], line[brace + 1:close], line[close + 1:]
+        else:
+            name, _, rest = line.partition(" ")
+            labels = ""
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            value = float(parts[0])
+        except ValueError:
+            continue
+        if name in _SUM:
+            attr = _SUM[name]
+            setattr(sample, attr, (getattr(sample, attr) or 0.0) + value)
+        elif name in _MEAN:
+            means.setdefault(_MEAN[name], []).append(value)
+        elif name in _BY_CLASS:
+            lab = _labels(labels)
+            key = (lab.get("content_class", "chat"), lab.get("proposer", "none"))
+            sample.by_class.setdefault(key, [0.0, 0.0, 0.0])[_BY_CLASS[name]] += value
+        elif name == _PER_POS:
+            pos = _labels(labels).get("position")
+            if pos is not None and pos.isdigit():
+                sample.accepted_per_pos[int(pos)] = sample.accepted_per_pos.get(int(pos), 0.0) + value
+    for attr, values in means.items():
+        setattr(sample, attr, sum(values) / len(values))
+    return sample
+
+
+class Scraper:
+    """Runs `scrape_once` every `interval_s` for the app's current workers (re-read each round)."""
+
+    def __init__(self, proxy, interval_s: float):
+        self.proxy, self.interval_s = proxy, interval_s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="adaptspec-scraper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            await self.scrape_once()
+            await asyncio.sleep(max(0.01, self.interval_s - (time.monotonic() - started)))
+
+    async def scrape_once(self) -> None:
+        workers = list(self.proxy.pools.workers.values())
+        if workers:
+            await asyncio.gather(*(self._scrape_worker(w) for w in workers))
+
+    async def _scrape_worker(self, worker) -> None:
+        session: aiohttp.ClientSession = self.proxy.session
+        timeout = aiohttp.ClientTimeout(total=max(1.0, 4 * self.interval_s))
+        if not worker.healthy:
+            await self._probe(worker, session, timeout)
+            if not worker.healthy:
+                return
+        if worker.models is None:
+            await self._learn_models(worker, session, timeout)
+        if worker.engine == "openai":
+            return
+        try:
+            async with session.get(worker.url + "/metrics", headers=worker.auth_headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    self.proxy.metrics.scrape_errors.labels(worker.name).inc()
+                    return
+                text = await resp.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            self.proxy.metrics.scrape_errors.labels(worker.name).inc()
+            if isinstance(exc, aiohttp.ClientConnectionError):
+                self.proxy.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
+            return
+        sample = parse_metrics(text)
+        worker.apply_sample(sample)
+        self.proxy.feedback.on_sample(worker, sample)
+
+    async def _probe(self, worker, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
+        for path in ("/health", "/v1/models"):
+            try:
+                async with session.get(worker.url + path, headers=worker.auth_headers, timeout=timeout) as resp:
+                    await resp.read()
+                    if resp.status == 404 and path == "/health":
+                        continue
+                    if resp.status < 500:
+                        self.proxy.pools.mark_healthy(worker)
+                    return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return
+
+    async def _learn_models(self, worker, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
+        try:
+            async with session.get(worker.url + "/v1/models", headers=worker.auth_headers, timeout=timeout) as resp:
+                if resp.status != 200:
+                    return
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return
+        ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+        if ids:
+            worker.models = frozenset(str(i) for i in ids if i)
+            self.proxy.pools.models_changed()

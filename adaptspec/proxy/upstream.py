@@ -1,0 +1,167 @@
+"""Upstream pools: worker records (config + live occupancy + health), model routing, the HTTP client.
+
+A `Worker` is the proxy's view of one engine endpoint. Its live fields are written by the scraper
+(running, waiting, kv_usage), by the request path (inflight, healthy) and read synchronously by the
+decision path; everything runs on one event loop, so no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from adaptspec.control.types import WorkerState
+from adaptspec.errors import RequestError, UpstreamError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Worker:
+    name: str
+    url: str
+    pool: str
+    engine: str = "adaptspec"
+    per_request: bool = True
+    proposers: tuple[str, ...] = ("ngram", "draft")
+    gamma: int = 0
+    max_gamma: int = 8
+    profile: str | None = None
+    models: frozenset[str] | None = None  # None: not known yet -> accepts any model
+    api_key: str | None = field(default=None, repr=False)  # never logged or echoed
+    healthy: bool = True
+    inflight: int = 0
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    sampled_at: float = 0.0
+    request_feedback: bool = False  # has delivered per-request speculation stats (see feedback.py)
+
+    def __post_init__(self) -> None:
+        self.url = self.url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[:-3]
+        self.auth_headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def apply_sample(self, sample) -> None:
+        if sample.running is not None:
+            self.running = sample.running
+        if sample.waiting is not None:
+            self.waiting = sample.waiting
+        if sample.kv_usage is not None:
+            self.kv_usage = sample.kv_usage
+        self.sampled_at = time.monotonic()
+
+    def state(self, other_inflight: int = 0) -> WorkerState:
+        return WorkerState(name=self.name, engine=self.engine, per_request=self.per_request,
+                           proposers=self.proposers, gamma=self.gamma, max_gamma=self.max_gamma,
+                           profile=self.profile, running=self.running, waiting=self.waiting,
+                           kv_usage=self.kv_usage, inflight=self.inflight + other_inflight, healthy=self.healthy)
+
+    def fixed_plan(self) -> tuple[str, int]:
+        """(proposer, gamma) a fixed-speculation worker applies to every request."""
+        if self.gamma <= 0 or not self.proposers:
+            return "none", 0
+        return self.proposers[0], self.gamma
+
+    def same_endpoint(self, other: Worker) -> bool:
+        return (self.name, self.url, self.api_key) == (other.name, other.url, other.api_key)
+
+
+def workers_from_config(pools: Iterable) -> list[Worker]:
+    """Worker records from the `pools:` section (pydantic models of adaptspec.control.config)."""
+    out: list[Worker] = []
+    for pool in pools:
+        for i, w in enumerate(pool.workers):
+            key_env = getattr(w, "api_key_env", None)
+            models = getattr(pool, "models", None)
+            out.append(Worker(
+                name=getattr(w, "name", None) or f"{pool.name}-{i}", url=str(w.url), pool=pool.name,
+                engine=pool.engine, per_request=bool(pool.per_request), proposers=tuple(pool.proposers or ()),
+                gamma=int(pool.gamma or 0), max_gamma=int(pool.max_gamma), profile=getattr(pool, "profile", None),
+                models=frozenset(models) if models else None,
+                api_key=os.environ.get(key_env) if key_env else None))
+    return out
+
+
+class Pools:
+    """All workers by name, and which ones serve a model."""
+
+    def __init__(self, workers: Iterable[Worker] = ()):
+        self.workers: dict[str, Worker] = {}
+        self._by_model: dict[str, list[Worker]] = {}
+        self._any: list[Worker] = []
+        self.replace(workers)
+
+    def replace(self, workers: Iterable[Worker]) -> None:
+        """Swap in a new worker set; records of unchanged endpoints keep their live state."""
+        new: dict[str, Worker] = {}
+        for w in workers:
+            old = self.workers.get(w.name)
+            if old is not None and old.same_endpoint(w):
+                for attr in ("pool", "engine", "per_request", "proposers", "gamma", "max_gamma", "profile"):
+                    setattr(old, attr, getattr(w, attr))
+                if w.models is not None:
+                    old.models = w.models
+                w = old
+            if w.name in new:
+                raise ValueError(f"duplicate worker name {w.name!r}")
+            new[w.name] = w
+        self.workers = new
+        self.models_changed()
+
+    def models_changed(self) -> None:
+        by_model: dict[str, list[Worker]] = {}
+        anyw: list[Worker] = []
+        for w in self.workers.values():
+            if w.models is None:
+                anyw.append(w)
+            else:
+                for m in w.models:
+                    by_model.setdefault(m, []).append(w)
+        self._by_model, self._any = by_model, anyw
+
+    def model_ids(self) -> list[str]:
+        return sorted(self._by_model)
+
+    def serving(self, model: str) -> list[Worker]:
+        """Workers that serve `model` (healthy or not); 404 when none does."""
+        found = self._by_model.get(model)
+        if found is None:
+            if not self._any:
+                raise RequestError(f"The model {model!r} does not exist or is not served here.",
+                                   status=404, type="invalid_request_error", code="model_not_found", param="model")
+            return self._any
+        return found + self._any if self._any else found
+
+    @staticmethod
+    def eligible(workers: list[Worker], exclude: set[str] | frozenset[str] = frozenset()) -> list[Worker]:
+        out = [w for w in workers if w.healthy and w.name not in exclude]
+        if not out:
+            names = ", ".join(w.name for w in workers) or "none"
+            raise UpstreamError(f"No healthy worker available for this model (workers: {names}); "
+                                "retry shortly.", status=503)
+        return out
+
+    def mark_unhealthy(self, worker: Worker, reason: str) -> None:
+        if worker.healthy:
+            log.warning("worker %s (%s) marked unhealthy: %s", worker.name, worker.url, reason)
+        worker.healthy = False
+
+    def mark_healthy(self, worker: Worker) -> None:
+        if not worker.healthy:
+            log.info("worker %s (%s) is healthy again", worker.name, worker.url)
+        worker.healthy = True
+
+
+def make_session(request_timeout_s: float | None) -> aiohttp.ClientSession:
+    """One pooled client per app; keep-alive connections, no per-request setup."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=75, ttl_dns_cache=300),
+        timeout=aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=5),
+        auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))

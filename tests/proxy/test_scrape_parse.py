@@ -1,0 +1,55 @@
+from adaptspec.proxy.scrape import parse_metrics
+
+VLLM = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 40.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 30.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 9.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 8.0
+vllm:spec_decode_num_accepted_tokens_created{engine="0",model_name="m"} 1.7e9
+adaptspec:spec_decode_num_draft_tokens_by_class_total{content_class="code",proposer="ngram"} 12
+adaptspec:spec_decode_num_accepted_tokens_by_class_total{content_class="code",proposer="ngram"} 6
+adaptspec:spec_decode_num_drafts_by_class_total{content_class="code",proposer="ngram"} 3
+python_gc_objects_collected_total{generation="0"} 5.0
+"""
+
+SGLANG = """\
+sglang:num_running_reqs{model_name="m"} 7.0
+sglang:num_queue_reqs{model_name="m"} 1.0
+sglang:token_usage{model_name="m"} 0.5
+sglang:spec_accept_length{model_name="m"} 2.5
+"""
+
+
+def test_vllm_families_sum_and_average():
+    s = parse_metrics(VLLM)
+    assert (s.running, s.waiting) == (5.0, 4.0)
+    assert s.kv_usage == 0.5  # averaged over engines
+    assert (s.drafts, s.draft_tokens, s.accepted_tokens) == (10.0, 40.0, 30.0)
+    assert s.accepted_per_pos == {0: 9.0, 1: 8.0}
+    assert s.by_class == {("code", "ngram"): [3.0, 12.0, 6.0]}
+
+
+def test_sglang_families():
+    s = parse_metrics(SGLANG)
+    assert (s.running, s.waiting, s.kv_usage, s.accept_length) == (7.0, 1.0, 0.5, 2.5)
+    assert s.draft_tokens is None and s.by_class == {}
+
+
+def test_garbage_lines_are_skipped():
+    s = parse_metrics("vllm:num_requests_running{a=\"b\"} notanumber\nvllm:num_requests_waiting\n"
+                      "vllm:num_requests_running 1\n")
+    assert s.running == 1.0 and s.waiting is None
+
+
+def test_escaped_label_values():
+    s = parse_metrics('adaptspec:spec_decode_num_draft_tokens_by_class_total{content_class="a\\"b",'
+                      'proposer="draft"} 2\n')
+    assert s.by_class == {('a"b', "draft"): [0.0, 2.0, 0.0]}

@@ -1,0 +1,169 @@
+"""A small but real OpenAI-compatible upstream for the proxy tests (run as its own process).
+
+    python tests/proxy/upstream_app.py --port P [--name w0] [--model m] [--engine adaptspec|openai]
+                                       [--alpha 0.75] [--chunks 8] [--delay-ms 0]
+
+Answers /v1/chat/completions and /v1/completions (stream and non-stream). With --engine adaptspec it
+behaves like the reference worker's protocol: it honours the body's `speculation` field, reports
+`usage.speculative` with accepted = round(alpha * draft_tokens), and exposes vLLM-named /metrics with
+its live running count (plus a `running_offset` set via POST /_debug/set to simulate load). The debug
+endpoints expose what it received (`GET /_debug/requests`) and how many requests were abandoned by
+their client (`GET /_debug/state`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from aiohttp import web
+
+
+def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_ms: float) -> web.Application:
+    app = web.Application()
+    st = {"running": 0, "running_offset": 0.0, "waiting": 0.0, "kv": 0.0, "cancelled": 0, "completed": 0,
+          "requests": [], "draft": 0, "accepted": 0, "drafts": 0, "by_class": {}}
+
+    def spec_of(body: dict) -> tuple[str, int, str]:
+        spec = body.get("speculation") or {}
+        proposer = spec.get("proposer") or "none"
+        k = int(spec.get("num_speculative_tokens") or 0) if proposer != "none" else 0
+        return proposer, k, spec.get("content_class") or "chat"
+
+    async def generate(request: web.Request, kind: str) -> web.StreamResponse:
+        body = await request.json()
+        st["requests"].append({"path": request.path, "body": body,
+                               "authorization": request.headers.get("Authorization")})
+        n = int(body.get("max_tokens") or chunks)
+        delay = float(body.get("delay_ms", delay_ms)) / 1000
+        proposer, k, cls = spec_of(body)
+        steps = -(-n // (k + 1)) if k else n
+        draft = steps * k
+        accepted = min(round(alpha * draft), max(0, n - steps))
+        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+        if engine == "adaptspec":
+            usage["speculative"] = {"draft_tokens": draft, "accepted_tokens": accepted, "steps": steps}
+        base = {"id": f"{name}-{len(st['requests'])}", "created": int(time.time()), "model": body.get("model")}
+        st["running"] += 1
+        try:
+            if not body.get("stream"):
+                if delay:
+                    await asyncio.sleep(delay * n)
+                text = " ".join(["tok"] * n)
+                choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                          if kind == "chat" else {"index": 0, "text": text, "finish_reason": "length"})
+                obj = "chat.completion" if kind == "chat" else "text_completion"
+                _account(proposer, k, cls, draft, accepted, steps)
+                st["completed"] += 1
+                return web.json_response({**base, "object": obj, "choices": [choice], "usage": usage},
+                                         headers={"x-upstream-worker": name})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-upstream-worker": name})
+            await resp.prepare(request)
+            obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+            for i in range(n):
+                if delay:
+                    await asyncio.sleep(delay)
+                choice = ({"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None} if kind == "chat"
+                          else {"index": 0, "text": f" t{i}", "finish_reason": None})
+                await resp.write(b"data: " + json.dumps({**base, "object": obj, "choices": [choice]}).encode()
+                                 + b"\n\n")
+            fin = ({"index": 0, "delta": {}, "finish_reason": "length"} if kind == "chat"
+                   else {"index": 0, "text": "", "finish_reason": "length"})
+            await resp.write(b"data: " + json.dumps({**base, "object": obj, "choices": [fin]}).encode() + b"\n\n")
+            if (body.get("stream_options") or {}).get("include_usage"):
+                await resp.write(b"data: " + json.dumps({**base, "object": obj, "choices": [], "usage": usage})
+                                 .encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            _account(proposer, k, cls, draft, accepted, steps)
+            st["completed"] += 1
+            return resp
+        except (asyncio.CancelledError, ConnectionResetError):
+            st["cancelled"] += 1
+            raise
+        finally:
+            st["running"] -= 1
+
+    def _account(proposer: str, k: int, cls: str, draft: int, accepted: int, steps: int) -> None:
+        if not k:
+            return
+        st["draft"] += draft
+        st["accepted"] += accepted
+        st["drafts"] += steps
+        c = st["by_class"].setdefault((cls, proposer), [0, 0, 0])
+        c[0] += steps
+        c[1] += draft
+        c[2] += accepted
+
+    async def chat(request):
+        return await generate(request, "chat")
+
+    async def completions(request):
+        return await generate(request, "completions")
+
+    async def models(request):
+        return web.json_response({"object": "list", "data": [{"id": model, "object": "model", "owned_by": name}]})
+
+    async def health(request):
+        return web.json_response({"status": "ok"})
+
+    async def metrics(request):
+        if engine == "openai":
+            raise web.HTTPNotFound()
+        lines = [
+            f'vllm:num_requests_running{{model_name="{model}"}} {st["running"] + st["running_offset"]}',
+            f'vllm:num_requests_waiting{{model_name="{model}"}} {st["waiting"]}',
+            f'vllm:kv_cache_usage_perc{{model_name="{model}"}} {st["kv"]}',
+            f'vllm:spec_decode_num_drafts_total{{model_name="{model}"}} {st["drafts"]}',
+            f'vllm:spec_decode_num_draft_tokens_total{{model_name="{model}"}} {st["draft"]}',
+            f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{model}"}} {st["accepted"]}',
+        ]
+        for (cls, p), (d, dt, a) in st["by_class"].items():
+            lab = f'content_class="{cls}",proposer="{p}"'
+            lines += [f"adaptspec:spec_decode_num_drafts_by_class_total{{{lab}}} {d}",
+                      f"adaptspec:spec_decode_num_draft_tokens_by_class_total{{{lab}}} {dt}",
+                      f"adaptspec:spec_decode_num_accepted_tokens_by_class_total{{{lab}}} {a}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def dbg_set(request):
+        body = await request.json()
+        for key in ("running_offset", "waiting", "kv"):
+            if key in body:
+                st[key] = float(body[key])
+        return web.json_response({"ok": True})
+
+    async def dbg_state(request):
+        return web.json_response({k: st[k] for k in ("running", "cancelled", "completed", "draft", "accepted")})
+
+    async def dbg_requests(request):
+        return web.json_response(st["requests"])
+
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/_debug/set", dbg_set)
+    app.router.add_get("/_debug/state", dbg_state)
+    app.router.add_get("/_debug/requests", dbg_requests)
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--name", default="w0")
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--engine", default="adaptspec", choices=("adaptspec", "openai"))
+    ap.add_argument("--alpha", type=float, default=0.75)
+    ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    a = ap.parse_args()
+    app = build(a.name, a.model, a.engine, a.alpha, a.chunks, a.delay_ms)
+    web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None, handler_cancellation=True)
+
+
+if __name__ == "__main__":
+    main()
