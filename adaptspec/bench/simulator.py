@@ -36,6 +36,7 @@ from typing import Protocol
 import numpy as np
 
 from adaptspec.bench.workloads import AlphaModel, Workload
+from adaptspec.control.profiles import Profile
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
 
 WORKER = "sim0"
@@ -60,6 +61,37 @@ class AlphaSink(Protocol):
     def observe(self, worker: str, proposer: str, content_class: str, draft_tokens: float,
                 accepted_tokens: float, per_position: Sequence[float] | None = None,
                 now: float | None = None) -> None: ...
+
+
+class ProfileCost:
+    """`StepCost` from a controller profile (the same step-time model the policies plan with)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._drafts = {p: profile.draft(p) for p in PROPOSERS[1:] if profile.offers(p)}
+
+    def verify_time(self, tokens: int, kv_tokens: int) -> float:
+        return self.profile.target.time(tokens, kv_tokens)
+
+    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int) -> float:
+        cost = self._drafts[proposer]
+        n = len(gammas)
+        if cost.kind == "ngram":  # one lookup per step, whatever gamma
+            return cost.time(1, n, kv_tokens, self.profile.target)
+        # a draft model / head runs max(gamma) sequential passes; pass k carries the requests with gamma >= k
+        reach = np.cumsum(np.bincount(gammas)[::-1])[::-1][1:]  # reach[k-1] = #(gamma >= k)
+        return sum(cost.time(1, int(b), kv_tokens * b / n, self.profile.target) for b in reach)
+
+    def worker(self, max_gamma: int = 8, name: str = "sim0") -> WorkerState:
+        return WorkerState(name=name, proposers=tuple(self._drafts), max_gamma=max_gamma,
+                           profile=self.profile.name)
+
+    def truth_aliases(self) -> dict[str, str]:
+        """Which ground-truth acceptance row each proposer uses: a ~1B draft gets `draft-small`."""
+        if "draft" not in self._drafts:
+            return {}
+        option = self.profile.resolve("draft")
+        return {"draft": "draft-small" if "1b" in option.lower() or "small" in option.lower() else "draft"}
 
 
 @dataclass

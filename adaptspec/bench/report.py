@@ -1,0 +1,181 @@
+"""Tables, target checks and plots for sweep rows (simulated or measured).
+
+A row is a dict with at least `policy`, a load key (`concurrency` or `rate`) and `output_tokens_per_s`;
+`simulate`, `bench` and `bench compare` all produce such rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def load_key(rows: Sequence[dict]) -> str:
+    return "concurrency" if any(r.get("concurrency") is not None for r in rows) else "rate"
+
+
+def _policies(rows: Sequence[dict]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in rows:
+        seen.setdefault(r["policy"], None)
+    return list(seen)
+
+
+def pivot(rows: Sequence[dict], metric: str = "output_tokens_per_s") -> tuple[list, list[str], dict]:
+    """(loads, policies, {(load, policy): value})."""
+    key = load_key(rows)
+    loads = sorted({r[key] for r in rows if r.get(key) is not None})
+    table = {(r[key], r["policy"]): r.get(metric) for r in rows}
+    return loads, _policies(rows), table
+
+
+def is_static(name: str) -> bool:
+    return name == "off" or name.startswith("static")
+
+
+def check_targets(rows: Sequence[dict], adaptive: str = "adaptive", tolerance: float = 0.98,
+                  gain: float = 1.05) -> dict:
+    """The proof's three targets, computed from the rows (no hard-coded outcome):
+
+    1. `adaptive` >= tolerance x the best static policy at every load point;
+    2. for every static policy there is a load point where `adaptive` >= gain x it;
+    3. every always-on static speculation policy is slower than `off` at the top load point.
+    """
+    loads, policies, tab = pivot(rows)
+    statics = [p for p in policies if is_static(p)]
+    out: dict = {"adaptive": adaptive, "tolerance": tolerance, "gain": gain, "per_load": [], "ok": False}
+    if adaptive not in policies or not statics:
+        out["reason"] = f"need rows for {adaptive!r} and at least one static policy"
+        return out
+    worst = math.inf
+    for load in loads:
+        vals = {p: tab.get((load, p)) for p in statics if tab.get((load, p)) is not None}
+        a = tab.get((load, adaptive))
+        if not vals or a is None:
+            continue
+        best_name = max(vals, key=vals.get)
+        ratio = a / vals[best_name] if vals[best_name] > 0 else math.inf
+        worst = min(worst, ratio)
+        out["per_load"].append({"load": load, "best_static": best_name, "ratio_to_best": ratio})
+    out["min_ratio_to_best"] = worst
+    out["t1_ok"] = worst >= tolerance
+    wins = {}
+    for p in statics:
+        best_gain, at = 0.0, None
+        for load in loads:
+            a, s = tab.get((load, adaptive)), tab.get((load, p))
+            if a is not None and s and a / s > best_gain:
+                best_gain, at = a / s, load
+        wins[p] = {"max_gain": best_gain, "at": at}
+    out["max_gain_over"] = wins
+    out["t2_ok"] = all(w["max_gain"] >= gain for w in wins.values())
+    top = loads[-1] if loads else None
+    off = tab.get((top, "off"))
+    slow = {p: tab.get((top, p)) / off for p in statics if p != "off" and off and tab.get((top, p)) is not None}
+    out["top_load"] = top
+    out["static_over_off_at_top"] = slow
+    out["t3_ok"] = bool(off) and bool(slow) and all(v < 1.0 for v in slow.values())
+    out["ok"] = bool(out["t1_ok"] and out["t2_ok"] and out["t3_ok"])
+    return out
+
+
+def _fmt(v: object, digits: int = 0) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def throughput_table(rows: Sequence[dict], metric: str = "output_tokens_per_s", adaptive: str = "adaptive",
+                     digits: int = 0) -> str:
+    """Markdown: one line per load point, one column per policy, plus adaptive / best static."""
+    loads, policies, tab = pivot(rows, metric)
+    key = load_key(rows)
+    statics = [p for p in policies if is_static(p)]
+    extra = adaptive in policies and statics
+    head = [key, *policies] + (["adaptive / best static"] if extra else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for load in loads:
+        cells = [_fmt(load)] + [_fmt(tab.get((load, p)), digits) for p in policies]
+        if extra:
+            vals = [tab.get((load, p)) for p in statics if tab.get((load, p))]
+            a = tab.get((load, adaptive))
+            cells.append(f"{a / max(vals):.2f}x" if vals and a else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+DETAIL_COLUMNS = ("policy", "output_tokens_per_s", "requests_per_s", "tpot_ms_p50", "tpot_ms_p99", "ttft_ms_p50",
+                  "ttft_ms_p99", "e2e_s_p50", "e2e_s_p99", "speculation_share", "mean_gamma", "errors")
+
+
+def detail_table(rows: Sequence[dict], columns: Sequence[str] = DETAIL_COLUMNS) -> str:
+    """Markdown: one line per row with latency percentiles and the decision mix."""
+    key = load_key(rows)
+    cols = [key] + [c for c in columns if any(c in r for r in rows)] + ["proposer mix"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * len(cols)]
+    for r in rows:
+        mix = r.get("proposer_mix") or {}
+        mix_s = " ".join(f"{k}:{v:.0%}" for k, v in mix.items() if v) or "–"
+        cells = []
+        for c in cols[:-1]:
+            v = r.get(c)
+            cells.append(_fmt(v, 2 if c in ("speculation_share", "mean_gamma", "requests_per_s", "e2e_s_p50",
+                                            "e2e_s_p99") else 1))
+        lines.append("| " + " | ".join(cells) + f" | {mix_s} |")
+    return "\n".join(lines)
+
+
+def targets_text(t: dict) -> str:
+    if "min_ratio_to_best" not in t:
+        return f"targets: not evaluated ({t.get('reason')})"
+    mark = {True: "PASS", False: "MISS"}
+    gains = ", ".join(f"{p} {w['max_gain']:.2f}x@{w['at']}" for p, w in t["max_gain_over"].items())
+    slow = ", ".join(f"{p} {v:.2f}x" for p, v in t["static_over_off_at_top"].items())
+    return "\n".join([
+        f"- [{mark[t['t1_ok']]}] adaptive >= {t['tolerance']} x best static at every point: "
+        f"min ratio {t['min_ratio_to_best']:.3f}",
+        f"- [{mark[t['t2_ok']]}] adaptive >= {t['gain']} x each static somewhere: {gains}",
+        f"- [{mark[t['t3_ok']]}] always-on speculation slower than off at {t['top_load']}: {slow}",
+    ])
+
+
+def plot_sweep(rows: Sequence[dict], out: str | Path, title: str = "") -> Path:
+    """Three panels against load: output tokens/s, speedup over `off`, and TPOT p50 (log-2 x axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loads, policies, tput = pivot(rows)
+    _, _, tpot = pivot(rows, "tpot_ms_p50")
+    key = load_key(rows)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for p in policies:
+        xs = [x for x in loads if tput.get((x, p)) is not None]
+        style = {"linewidth": 2.6, "color": "black"} if p == "adaptive" else {"linewidth": 1.4}
+        axes[0].plot(xs, [tput[(x, p)] for x in xs], marker="o", markersize=3, label=p, **style)
+        base = [(x, tput.get((x, "off"))) for x in xs]
+        axes[1].plot([x for x, b in base if b], [tput[(x, p)] / b for x, b in base if b], marker="o",
+                     markersize=3, label=p, **style)
+        axes[2].plot(xs, [tpot.get((x, p)) for x in xs], marker="o", markersize=3, label=p, **style)
+    axes[0].set_ylabel("output tokens / s")
+    axes[1].set_ylabel("throughput / off")
+    axes[1].axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    axes[2].set_ylabel("TPOT p50 (ms)")
+    for ax in axes:
+        ax.set_xlabel(key)
+        if key == "concurrency":
+            ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
