@@ -1,6 +1,41 @@
-"""Online acceptance-rate (alpha) estimators. (Work in progress: priors only.)"""
+"""Online acceptance-rate (alpha) estimators: discounted Beta posteriors per (worker, proposer, class).
+
+Model. Each drafted position is a Bernoulli trial "accepted given the previous ones were"; alpha is its
+success probability (Leviathan et al. 2023). Per key we keep discounted counts of successes `s` (accepted
+tokens) and failures `f` (rejections), plus per-position counts, and report the Beta posterior
+Beta(s + m0*k, f + (1-m0)*k) with prior mean m0 and strength k pseudo-trials.
+
+Counting trials right. A verification step stops at the first rejection, so a step that drafts gamma
+tokens yields `accepted` successes and one failure only if it was cut short. accepted/drafted (vLLM's
+"acceptance rate") counts the never-tried positions behind a rejection as failures and underestimates
+alpha: at alpha=0.8, gamma=4 it reads 0.59. We therefore estimate
+  * from per-position counters (vLLM `..._accepted_tokens_per_pos_total`, pos_0 = number of drafts):
+    conditional rates alpha_i = acc_i / acc_{i-1}; successes = sum(acc_i), failures = drafts - acc_{gamma-1};
+  * from per-request stats (draft_tokens D, accepted_tokens A, drafting steps S, gamma = D/S): the
+    method-of-moments alpha solving A/S = alpha(1 - alpha^gamma)/(1 - alpha) (the truncated-geometric mean),
+    then failures = S(1 - alpha^gamma) (expected rejecting steps), so s/(s+f) is consistent for alpha;
+  * with nothing but D and A: accepted/drafted, documented as biased low.
+
+Forgetting. Before new data is added, a key's counts are multiplied by 0.5^(draft_tokens / half_life_tokens)
+and by 0.5^(elapsed / half_life_s): after a step change in acceptance the estimate moves to the new value
+within a few half-lives. Sufficient statistics are plain dicts (`KeyStats.to_dict`, `merge_stats`,
+`decay_stats`) so several proxies can share them (e.g. in Redis).
+
+Counters. `CounterTracker` turns cumulative engine counters into deltas; a counter that goes down means
+the engine restarted, and its new value is the delta. The first value seen is a baseline (delta 0), so a
+proxy that starts next to a long-running engine does not ingest its whole history as one burst.
+"""
 
 from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adaptspec.control.types import AlphaEstimate
+
+ANY_CLASS = "*"  # key for engine-wide counters that carry no content class
 
 # Prior per-token acceptance by proposer and content class. Draft-model numbers follow published
 # per-task acceptance (code ~0.78, structured/JSON ~0.86, summarisation ~0.72); n-gram prompt lookup
@@ -15,7 +50,410 @@ DEFAULT_PRIOR_ALPHA: dict[str, dict[str, float]] = {
 }
 
 
-def prior_alpha(proposer: str, content_class: str, table: dict[str, dict[str, float]] | None = None) -> float:
-    """The prior mean alpha for a (proposer, class) key; unknown proposers fall back to 0.5."""
-    by_class = (table or DEFAULT_PRIOR_ALPHA).get(proposer) or DEFAULT_PRIOR_ALPHA.get(proposer, {})
-    return float(by_class.get(content_class, by_class.get("default", 0.5)))
+def prior_alpha(proposer: str, content_class: str, table: Mapping[str, Mapping[str, float]] | None = None) -> float:
+    """The prior mean alpha for a (proposer, class) key: `table` first, then the built-in one, then 0.5."""
+    for t in (table or {}, DEFAULT_PRIOR_ALPHA):
+        by_class = t.get(proposer)
+        if by_class is not None:
+            if content_class in by_class:
+                return float(by_class[content_class])
+            if "default" in by_class:
+                return float(by_class["default"])
+    return 0.5
+
+
+def truncated_mean_accepted(alpha: float, gamma: float) -> float:
+    """Mean accepted drafts per step when gamma are drafted: alpha(1 - alpha^gamma)/(1 - alpha)."""
+    if alpha >= 1.0:
+        return float(gamma)
+    if alpha <= 0.0:
+        return 0.0
+    return alpha * (1.0 - alpha**gamma) / (1.0 - alpha)
+
+
+def alpha_from_steps(accepted: float, steps: float, gamma: float) -> float:
+    """Method-of-moments alpha from accepted tokens over `steps` drafting steps of `gamma` tokens each."""
+    if steps <= 0 or gamma <= 0:
+        raise ValueError("need steps > 0 and gamma > 0")
+    m = min(max(accepted / steps, 0.0), gamma)
+    if m >= gamma:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(48):  # truncated_mean_accepted increases with alpha
+        mid = 0.5 * (lo + hi)
+        if truncated_mean_accepted(mid, gamma) < m:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def alpha_from_accept_length(accept_length: float, gamma: float) -> float:
+    """alpha whose E = 1 + mean accepted per step equals `accept_length` (SGLang's spec_accept_length)."""
+    return alpha_from_steps(max(accept_length - 1.0, 0.0), 1.0, gamma)
+
+
+@dataclass
+class KeyStats:
+    """Discounted sufficient statistics of one key."""
+
+    s: float = 0.0  # accepted draft tokens (successes)
+    f: float = 0.0  # rejections (failures)
+    pos_n: list[float] = field(default_factory=list)  # trials at draft position i (0-based)
+    pos_a: list[float] = field(default_factory=list)  # accepted at draft position i
+    t: float | None = None  # time of the last update (seconds, the table's clock)
+
+    def scale(self, factor: float) -> None:
+        if factor >= 1.0:
+            return
+        self.s *= factor
+        self.f *= factor
+        self.pos_n = [x * factor for x in self.pos_n]
+        self.pos_a = [x * factor for x in self.pos_a]
+
+    def add(self, s: float, f: float, pos_n: Sequence[float] = (), pos_a: Sequence[float] = ()) -> None:
+        self.s += s
+        self.f += f
+        for i, (n, a) in enumerate(zip(pos_n, pos_a, strict=True)):
+            if i >= len(self.pos_n):
+                self.pos_n.append(0.0)
+                self.pos_a.append(0.0)
+            self.pos_n[i] += n
+            self.pos_a[i] += a
+
+    def to_dict(self) -> dict:
+        return {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> KeyStats:
+        pos_n, pos_a = [float(x) for x in d.get("pos_n", [])], [float(x) for x in d.get("pos_a", [])]
+        if len(pos_n) != len(pos_a):
+            raise ValueError("pos_n and pos_a differ in length")
+        t = d.get("t")
+        return cls(float(d.get("s", 0.0)), float(d.get("f", 0.0)), pos_n, pos_a, None if t is None else float(t))
+
+
+def merge_stats(a: Mapping, b: Mapping) -> dict:
+    """Sum two KeyStats dicts (e.g. the counts of two proxy replicas); the later time wins."""
+    out = KeyStats.from_dict(a)
+    other = KeyStats.from_dict(b)
+    n = max(len(out.pos_n), len(other.pos_n))
+    pad = [0.0] * n
+    out.pos_n, out.pos_a = (out.pos_n + pad)[:n], (out.pos_a + pad)[:n]
+    out.add(other.s, other.f, other.pos_n, other.pos_a)
+    ts = [t for t in (out.t, other.t) if t is not None]
+    out.t = max(ts) if ts else None
+    return out.to_dict()
+
+
+def decay_stats(d: Mapping, factor: float) -> dict:
+    """A KeyStats dict with every count multiplied by `factor` (0..1)."""
+    st = KeyStats.from_dict(d)
+    st.scale(factor)
+    return st.to_dict()
+
+
+class AlphaTable:
+    """Online alpha per (worker, proposer, content class); implements `AlphaSource`."""
+
+    def __init__(
+        self,
+        prior: Mapping[str, Mapping[str, float]] | None = None,
+        prior_strength: float = 20.0,
+        half_life_tokens: float | None = 8192.0,
+        half_life_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+        max_positions: int = 16,
+    ) -> None:
+        if prior_strength <= 0:
+            raise ValueError("prior_strength must be > 0")
+        self.prior = {p: dict(c) for p, c in (prior or {}).items()}
+        self.prior_strength = float(prior_strength)
+        self.half_life_tokens = half_life_tokens
+        self.half_life_s = half_life_s
+        self.clock = clock
+        self.max_positions = max_positions
+        self._stats: dict[tuple[str, str, str], KeyStats] = {}
+
+    @classmethod
+    def from_config(cls, cfg, clock: Callable[[], float] = time.time) -> AlphaTable:
+        """From an `EstimatorConfig` (adaptspec.control.config)."""
+        return cls(prior=cfg.prior.alpha, prior_strength=cfg.prior.strength,
+                   half_life_tokens=cfg.half_life_tokens, half_life_s=cfg.half_life_s, clock=clock,
+                   max_positions=cfg.max_positions)
+
+    # -- updates -------------------------------------------------------------------------------------
+    def _decay_to(self, st: KeyStats, now: float, tokens: float) -> None:
+        factor = 1.0
+        if self.half_life_tokens and tokens > 0:
+            factor *= 0.5 ** (tokens / self.half_life_tokens)
+        if self.half_life_s and st.t is not None and now > st.t:
+            factor *= 0.5 ** ((now - st.t) / self.half_life_s)
+        st.scale(factor)
+
+    def observe_counts(
+        self,
+        worker: str,
+        proposer: str,
+        content_class: str,
+        successes: float,
+        failures: float,
+        pos_trials: Sequence[float] = (),
+        pos_accepted: Sequence[float] = (),
+        *,
+        draft_tokens: float | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Add Bernoulli counts to a key, after discounting its history by the tokens and time passed."""
+        if successes < 0 or failures < 0:
+            raise ValueError(f"negative counts: successes={successes}, failures={failures}")
+        if successes + failures <= 0 and not any(pos_trials):
+            return
+        now = self.clock() if now is None else now
+        key = (worker, proposer, content_class)
+        st = self._stats.get(key)
+        if st is None:
+            st = self._stats[key] = KeyStats()
+        self._decay_to(st, now, successes + failures if draft_tokens is None else draft_tokens)
+        k = self.max_positions
+        st.add(successes, failures, list(pos_trials)[:k], list(pos_accepted)[:k])
+        st.t = now
+
+    def observe(
+        self,
+        worker: str,
+        proposer: str,
+        cls: str,
+        draft_tokens: float,
+        accepted_tokens: float,
+        per_position: Sequence[float] | None = None,
+        now: float | None = None,
+        *,
+        steps: float | None = None,
+        gamma: float | None = None,
+        num_drafts: float | None = None,
+    ) -> None:
+        """Add per-request stats or counter deltas for one key.
+
+        `per_position[i]`: drafts whose position i was accepted (needs `num_drafts`, else `steps`).
+        `steps`: verification steps of the request; with `gamma` (the gamma it ran with) the drafting steps
+        are draft_tokens / gamma, otherwise every step is taken to have drafted. `num_drafts`: drafting
+        steps, when known exactly (vLLM's `num_drafts`).
+        """
+        if draft_tokens < 0 or accepted_tokens < 0 or accepted_tokens > draft_tokens + 1e-9:
+            raise ValueError(f"bad stats: draft_tokens={draft_tokens}, accepted_tokens={accepted_tokens}")
+        if draft_tokens <= 0:
+            return
+        drafts = num_drafts
+        if drafts is None and gamma:
+            drafts = draft_tokens / gamma
+        if drafts is None and steps:
+            drafts = min(float(steps), draft_tokens)
+        if per_position is not None and drafts:
+            acc = [float(x) for x in per_position]
+            trials = [float(drafts)] + acc[:-1]
+            succ = sum(acc)
+            fail = max(float(drafts) - (acc[-1] if acc else 0.0), 0.0)
+            self.observe_counts(worker, proposer, cls, succ, fail, trials, acc, draft_tokens=draft_tokens,
+                                now=now)
+            return
+        if drafts:
+            g = draft_tokens / drafts
+            a = alpha_from_steps(accepted_tokens, drafts, g)
+            fail = drafts * (1.0 - a**g)
+        else:  # no step count: accepted / drafted (biased low when runs are truncated at gamma)
+            fail = draft_tokens - accepted_tokens
+        self.observe_counts(worker, proposer, cls, float(accepted_tokens), fail, draft_tokens=draft_tokens,
+                            now=now)
+
+    def observe_alpha(self, worker: str, proposer: str, cls: str, alpha: float, weight: float,
+                      now: float | None = None) -> None:
+        """Add a direct alpha measurement worth `weight` Bernoulli trials (e.g. from an SGLang gauge)."""
+        a = min(max(float(alpha), 0.0), 1.0)
+        self.observe_counts(worker, proposer, cls, a * weight, (1.0 - a) * weight, now=now)
+
+    # -- queries -------------------------------------------------------------------------------------
+    def _age_factor(self, st: KeyStats | None, now: float | None) -> float:
+        """Discount for the time since a key's last update (1 without a seconds half-life)."""
+        if st is None or not self.half_life_s or st.t is None:
+            return 1.0
+        t = self.clock() if now is None else now
+        return 0.5 ** ((t - st.t) / self.half_life_s) if t > st.t else 1.0
+
+    def _posterior(self, st: KeyStats | None, m0: float, d: float) -> tuple[float, float, float]:
+        """Beta parameters (a, b) and the effective trials behind them."""
+        k = self.prior_strength
+        s, f = (st.s * d, st.f * d) if st is not None else (0.0, 0.0)
+        return s + m0 * k, f + (1.0 - m0) * k, s + f
+
+    def prior_mean(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> float:
+        """Prior mean of a key: the worker's class-less (engine-wide) estimate if any, else the table."""
+        m0 = prior_alpha(proposer, content_class, self.prior)
+        if content_class != ANY_CLASS:
+            pooled = self._stats.get((worker, proposer, ANY_CLASS))
+            if pooled is not None and pooled.s + pooled.f > 0:
+                a, b, _ = self._posterior(pooled, m0, self._age_factor(pooled, now))
+                m0 = a / (a + b)
+        return m0
+
+    def get(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> AlphaEstimate:
+        m0 = self.prior_mean(worker, proposer, content_class, now)
+        st = self._stats.get((worker, proposer, content_class))
+        d = self._age_factor(st, now)
+        a, b, n = self._posterior(st, m0, d)
+        tot = a + b
+        mean = a / tot
+        std = math.sqrt(a * b / (tot * tot * (tot + 1.0)))
+        per_pos = None
+        if st is not None and st.pos_n:
+            k = self.prior_strength
+            rates = []
+            for pn, pa in zip(st.pos_n, st.pos_a, strict=True):
+                if pn * d <= 0:
+                    break
+                rates.append((pa * d + mean * k) / (pn * d + k))
+            per_pos = tuple(rates) or None
+        return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos)
+
+    def keys(self) -> list[tuple[str, str, str]]:
+        return list(self._stats)
+
+    def stats(self, worker: str, proposer: str, content_class: str) -> dict | None:
+        st = self._stats.get((worker, proposer, content_class))
+        return None if st is None else st.to_dict()
+
+    def forget(self, worker: str) -> None:
+        for key in [k for k in self._stats if k[0] == worker]:
+            del self._stats[key]
+
+    # -- sharing -------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """{worker: {proposer: {class: KeyStats dict}}}: JSON-safe sufficient statistics."""
+        out: dict[str, dict[str, dict[str, dict]]] = {}
+        for (w, p, c), st in self._stats.items():
+            out.setdefault(w, {}).setdefault(p, {})[c] = st.to_dict()
+        return out
+
+    def load_dict(self, d: Mapping, merge: bool = False) -> None:
+        """Replace (or, with merge=True, add to) this table's counts with those of a `to_dict()`."""
+        if not merge:
+            self._stats.clear()
+        for w, by_p in d.items():
+            for p, by_c in by_p.items():
+                for c, sd in by_c.items():
+                    key = (str(w), str(p), str(c))
+                    cur = self._stats.get(key)
+                    new = KeyStats.from_dict(merge_stats(cur.to_dict(), sd) if merge and cur else sd)
+                    self._stats[key] = new
+
+    @classmethod
+    def from_dict(cls, d: Mapping, **kwargs) -> AlphaTable:
+        table = cls(**kwargs)
+        table.load_dict(d)
+        return table
+
+
+class CounterTracker:
+    """Deltas of cumulative counters, per key; a decrease is a reset (the new value is the delta)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, float] = {}
+
+    def delta(self, key: Hashable, value: float) -> float:
+        prev = self._last.get(key)
+        self._last[key] = value
+        if prev is None:
+            return 0.0  # baseline
+        if value < prev:
+            return value  # the counter restarted from zero
+        return value - prev
+
+    def forget(self, prefix: Hashable) -> None:
+        """Drop every key whose first element is `prefix` (e.g. a worker that left the pool)."""
+        for key in [k for k in self._last if isinstance(k, tuple) and k and k[0] == prefix]:
+            del self._last[key]
+
+
+# Metric names as exposed in the Prometheus text format by vLLM (and the adaptspec worker / vLLM plugin).
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+BY_CLASS_DRAFTS = "adaptspec:spec_decode_num_drafts_by_class_total"
+BY_CLASS_DRAFT_TOKENS = "adaptspec:spec_decode_num_draft_tokens_by_class_total"
+BY_CLASS_ACCEPTED = "adaptspec:spec_decode_num_accepted_tokens_by_class_total"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_GEN_TOKENS = "sglang:generation_tokens_total"
+
+Sample = tuple[str, Mapping[str, str], float]  # (metric name, labels, value)
+
+
+def ingest_vllm(
+    table: AlphaTable,
+    tracker: CounterTracker,
+    worker: str,
+    samples: Iterable[Sample],
+    proposer: str,
+    now: float | None = None,
+) -> int:
+    """Feed one scrape of a vLLM-style /metrics into the table; returns the number of keys updated.
+
+    Engine-wide counters go to class `ANY_CLASS` (the per-class prior falls back to them); the
+    `adaptspec:*_by_class_total` families (adaptspec worker, vLLM plugin) go to their class and proposer.
+    Label sets other than `position` / `content_class` / `proposer` (model, engine index) are summed.
+    """
+    glob: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    by_class: dict[tuple[str, str], dict[str, float]] = {}
+    for name, labels, value in samples:
+        if name not in (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS, BY_CLASS_DRAFTS,
+                        BY_CLASS_DRAFT_TOKENS, BY_CLASS_ACCEPTED):
+            continue
+        d = tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
+        if name == VLLM_PER_POS:
+            pos = int(labels.get("position", 0))
+            per_pos[pos] = per_pos.get(pos, 0.0) + d
+        elif name.startswith("adaptspec:"):
+            key = (labels.get("content_class", ANY_CLASS), labels.get("proposer", proposer))
+            by_class.setdefault(key, {})
+            by_class[key][name] = by_class[key].get(name, 0.0) + d
+        else:
+            glob[name] = glob.get(name, 0.0) + d
+    updated = 0
+    dt, da, dn = glob.get(VLLM_DRAFT_TOKENS, 0.0), glob.get(VLLM_ACCEPTED, 0.0), glob.get(VLLM_DRAFTS, 0.0)
+    if dt > 0:
+        pos = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else None
+        table.observe(worker, proposer, ANY_CLASS, dt, min(da, dt), pos, now, num_drafts=dn or None)
+        updated += 1
+    for (cls, prop), d in by_class.items():
+        ct, ca, cn = d.get(BY_CLASS_DRAFT_TOKENS, 0.0), d.get(BY_CLASS_ACCEPTED, 0.0), d.get(BY_CLASS_DRAFTS, 0.0)
+        if ct > 0 and prop != "none":
+            table.observe(worker, prop, cls, ct, min(ca, ct), None, now, num_drafts=cn or None)
+            updated += 1
+    return updated
+
+
+def ingest_sglang(
+    table: AlphaTable,
+    tracker: CounterTracker,
+    worker: str,
+    samples: Iterable[Sample],
+    proposer: str,
+    gamma: int,
+    now: float | None = None,
+) -> int:
+    """SGLang exposes a mean accept length gauge: alpha solves E(alpha, gamma) = length; the weight is the
+    verification steps since the last scrape (generated tokens / length), so an idle engine adds nothing."""
+    length, tokens = None, 0.0
+    for name, labels, value in samples:
+        if name == SGLANG_ACCEPT_LENGTH:
+            length = float(value)
+        elif name == SGLANG_GEN_TOKENS:
+            tokens += tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
+    if length is None or length < 1.0 or tokens <= 0 or gamma <= 0:
+        return 0
+    a = alpha_from_accept_length(min(length, gamma + 1.0), gamma)
+    steps = tokens / length
+    table.observe_counts(worker, proposer, ANY_CLASS, steps * (length - 1.0), steps * (1.0 - a**gamma),
+                         draft_tokens=steps * gamma, now=now)
+    return 1

@@ -1,0 +1,216 @@
+import math
+
+import numpy as np
+import pytest
+
+from adaptspec.control import estimators as est
+from adaptspec.control.costmodel import expected_tokens
+from adaptspec.control.types import AlphaSource
+
+
+def accepted_per_step(rng, rates, gamma, n_steps):
+    """Accepted drafts of n_steps verification steps; rates: scalar alpha or conditional rates per position."""
+    r = np.broadcast_to(np.asarray(rates, dtype=float)[:gamma], (gamma,)) if np.ndim(rates) else np.full(gamma, rates)
+    ok = rng.random((n_steps, gamma)) < r  # [steps, gamma]
+    return np.cumprod(ok, axis=1).sum(axis=1)  # leading run of acceptances
+
+
+def feed_requests(table, rng, alpha, gamma, n_requests, steps=25, key=("w", "draft", "code"), t0=0.0):
+    for i in range(n_requests):
+        acc = accepted_per_step(rng, alpha, gamma, steps)
+        table.observe(*key, draft_tokens=steps * gamma, accepted_tokens=int(acc.sum()), now=t0 + i,
+                      steps=steps, gamma=gamma)
+
+
+def test_is_an_alpha_source():
+    source: AlphaSource = est.AlphaTable()
+    e = source.get("w", "draft", "code")
+    assert (e.mean, e.n) == (pytest.approx(0.78), 0.0)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5, 0.7, 0.9])
+@pytest.mark.parametrize("gamma", [2, 4, 7])
+def test_per_request_estimator_converges(alpha, gamma):
+    rng = np.random.default_rng(1234)
+    table = est.AlphaTable(half_life_tokens=None)
+    feed_requests(table, rng, alpha, gamma, 1500)
+    e = table.get("w", "draft", "code")
+    assert abs(e.mean - alpha) < 0.02
+    assert e.std < 0.01 and e.n > 10_000
+
+
+def test_accepted_over_drafted_is_biased_low_and_we_are_not():
+    rng = np.random.default_rng(7)
+    acc = accepted_per_step(rng, 0.8, 4, 100_000)
+    naive = acc.sum() / (4 * len(acc))
+    assert naive == pytest.approx(0.8 * (1 - 0.8**4) / (0.2 * 4), abs=0.01)  # 0.59
+    assert est.alpha_from_steps(acc.sum(), len(acc), 4) == pytest.approx(0.8, abs=0.01)
+    biased = est.AlphaTable(half_life_tokens=None)
+    biased.observe("w", "draft", "chat", 4 * len(acc), int(acc.sum()))  # no step count: the fallback
+    assert biased.get("w", "draft", "chat").mean == pytest.approx(naive, abs=0.01)
+
+
+def test_steps_with_no_drafts_are_excluded_by_gamma():
+    rng = np.random.default_rng(3)
+    table = est.AlphaTable(half_life_tokens=None)
+    for _ in range(800):  # n-gram style: 20 drafting steps + 10 steps where no match was found
+        acc = accepted_per_step(rng, 0.6, 3, 20)
+        table.observe("w", "ngram", "summarize", 60, int(acc.sum()), steps=30, gamma=3)
+    assert table.get("w", "ngram", "summarize").mean == pytest.approx(0.6, abs=0.02)
+
+
+def test_follows_a_step_change():
+    rng = np.random.default_rng(99)
+    hl = 4096
+    table = est.AlphaTable(half_life_tokens=hl)
+    feed_requests(table, rng, 0.85, 4, 600)  # 100 draft tokens a request
+    assert table.get("w", "draft", "code").mean == pytest.approx(0.85, abs=0.02)
+    feed_requests(table, rng, 0.45, 4, 41)  # one half-life of draft tokens
+    mid = table.get("w", "draft", "code").mean
+    assert 0.5 < mid < 0.8
+    feed_requests(table, rng, 0.45, 4, 8 * 41)
+    assert table.get("w", "draft", "code").mean == pytest.approx(0.45, abs=0.02)
+
+
+def test_time_half_life_forgets_idle_keys():
+    t = [0.0]
+    table = est.AlphaTable(half_life_tokens=None, half_life_s=60.0, clock=lambda: t[0])
+    rng = np.random.default_rng(5)
+    feed_requests(table, rng, 0.95, 4, 300, t0=0.0)
+    t[0] = 300.0
+    assert table.get("w", "draft", "code").mean > 0.93
+    t[0] = 300.0 + 20 * 60.0  # twenty half-lives later: back to (almost) the prior
+    e = table.get("w", "draft", "code")
+    assert e.n < 0.05 and e.mean == pytest.approx(est.prior_alpha("draft", "code"), abs=0.01)
+
+
+def test_prior_for_unseen_keys():
+    table = est.AlphaTable(prior={"ngram": {"chat": 0.12}}, prior_strength=10)
+    e = table.get("w9", "ngram", "chat")
+    assert e.mean == pytest.approx(0.12) and e.n == 0 and e.per_position is None
+    assert e.std == pytest.approx(math.sqrt(0.12 * 0.88 / 11))
+    assert table.get("w9", "ngram", "summarize").mean == pytest.approx(0.60)  # built-in table
+    assert table.get("w9", "draft", "structured").mean == pytest.approx(0.86)
+    assert table.get("w9", "medusa", "chat").mean == 0.5
+
+
+def vllm_scrape(cum, position_counts):
+    yield (est.VLLM_DRAFTS, {"model_name": "m"}, cum["drafts"])
+    yield (est.VLLM_DRAFT_TOKENS, {"model_name": "m"}, cum["tokens"])
+    yield (est.VLLM_ACCEPTED, {"model_name": "m"}, cum["accepted"])
+    for i, c in enumerate(position_counts):
+        yield (est.VLLM_PER_POS, {"model_name": "m", "position": str(i)}, c)
+    yield ("vllm:num_requests_running", {"model_name": "m"}, 3.0)
+
+
+def test_vllm_counters_per_position_with_reset():
+    rates, gamma = (0.84, 0.60, 0.39, 0.27), 4
+    rng = np.random.default_rng(2024)
+    table, tracker = est.AlphaTable(half_life_tokens=None), est.CounterTracker()
+    cum = {"drafts": 0.0, "tokens": 0.0, "accepted": 0.0}
+    pos = np.zeros(gamma)
+    truth = {"accepted": 0.0, "drafts": 0.0}
+    for scrape in range(120):
+        if scrape == 60:  # engine restart: every counter starts again from zero
+            cum = dict.fromkeys(cum, 0.0)
+            pos = np.zeros(gamma)
+        acc = accepted_per_step(rng, rates, gamma, 1000)
+        cum["drafts"] += len(acc)
+        cum["tokens"] += gamma * len(acc)
+        cum["accepted"] += acc.sum()
+        pos += [(acc > i).sum() for i in range(gamma)]
+        if scrape > 0:  # the first scrape is the baseline
+            truth["accepted"] += acc.sum()
+            truth["drafts"] += len(acc)
+        est.ingest_vllm(table, tracker, "w", vllm_scrape(cum, pos), proposer="draft", now=float(scrape))
+    st = table.stats("w", "draft", est.ANY_CLASS)
+    assert st["s"] == pytest.approx(truth["accepted"])  # nothing lost or double counted across the reset
+    assert st["pos_n"][0] == pytest.approx(truth["drafts"])
+    e = table.get("w", "draft", est.ANY_CLASS)
+    for got, want in zip(e.per_position, rates, strict=True):
+        assert got == pytest.approx(want, abs=0.02)
+    reach = np.cumprod(rates)
+    pooled = reach.sum() / (reach.sum() + 1 - reach[-1])
+    assert e.mean == pytest.approx(pooled, abs=0.02)
+    # classes with no data of their own take the worker's engine-wide estimate as their prior
+    assert table.get("w", "draft", "chat").mean == pytest.approx(e.mean, abs=1e-4)
+    assert table.get("other", "draft", "chat").mean == pytest.approx(est.prior_alpha("draft", "chat"))
+
+
+def test_by_class_counters_go_to_their_keys():
+    rng = np.random.default_rng(11)
+    table, tracker = est.AlphaTable(half_life_tokens=None), est.CounterTracker()
+    truth = {("code", "draft"): 0.8, ("chat", "ngram"): 0.2}
+    cum = {k: [0.0, 0.0, 0.0] for k in truth}
+    for scrape in range(60):
+        samples = []
+        for (cls, prop), alpha in truth.items():
+            acc = accepted_per_step(rng, alpha, 3, 500)
+            c = cum[(cls, prop)]
+            c[0] += len(acc)
+            c[1] += 3 * len(acc)
+            c[2] += acc.sum()
+            labels = {"content_class": cls, "proposer": prop}
+            samples += [(est.BY_CLASS_DRAFTS, labels, c[0]), (est.BY_CLASS_DRAFT_TOKENS, labels, c[1]),
+                        (est.BY_CLASS_ACCEPTED, labels, c[2])]
+        est.ingest_vllm(table, tracker, "w", samples, proposer="draft", now=float(scrape))
+    for (cls, prop), alpha in truth.items():
+        assert table.get("w", prop, cls).mean == pytest.approx(alpha, abs=0.02)
+
+
+def test_sglang_accept_length_gauge():
+    table, tracker = est.AlphaTable(half_life_tokens=None), est.CounterTracker()
+    length = expected_tokens(0.7, 4)
+    tokens = 0.0
+    for scrape in range(50):
+        tokens += 3000.0
+        n = est.ingest_sglang(table, tracker, "s", [(est.SGLANG_ACCEPT_LENGTH, {}, length),
+                                                   (est.SGLANG_GEN_TOKENS, {}, tokens)], "eagle", 4, now=scrape)
+        assert n == (1 if scrape else 0)
+    assert table.get("s", "eagle", est.ANY_CLASS).mean == pytest.approx(0.7, abs=0.02)
+    # an idle engine (no new tokens) adds nothing even though the gauge still reads the old value
+    before = table.stats("s", "eagle", est.ANY_CLASS)
+    est.ingest_sglang(table, tracker, "s", [(est.SGLANG_ACCEPT_LENGTH, {}, length),
+                                            (est.SGLANG_GEN_TOKENS, {}, tokens)], "eagle", 4, now=99)
+    assert table.stats("s", "eagle", est.ANY_CLASS) == before
+
+
+def test_counter_tracker():
+    tr = est.CounterTracker()
+    assert tr.delta("a", 10) == 0  # baseline
+    assert tr.delta("a", 15) == 5
+    assert tr.delta("a", 15) == 0
+    assert tr.delta("a", 4) == 4  # reset
+    assert tr.delta("a", 9) == 5
+    tr.delta(("w1", "x"), 3)
+    tr.forget("w1")
+    assert tr.delta(("w1", "x"), 7) == 0
+
+
+def test_sufficient_statistics_roundtrip_and_merge():
+    rng = np.random.default_rng(8)
+    a, b, both = (est.AlphaTable(half_life_tokens=None) for _ in range(3))
+    for i in range(200):
+        acc = accepted_per_step(rng, 0.7, 4, 10)
+        table = a if i % 2 else b
+        for t in (table, both):
+            t.observe("w", "draft", "math", 40, int(acc.sum()), [float((acc > j).sum()) for j in range(4)],
+                      now=float(i), num_drafts=10)
+    merged = est.AlphaTable.from_dict(a.to_dict(), half_life_tokens=None)
+    merged.load_dict(b.to_dict(), merge=True)
+    sm, sb = merged.stats("w", "draft", "math"), both.stats("w", "draft", "math")
+    for k in ("s", "f"):
+        assert sm[k] == pytest.approx(sb[k])
+    assert sm["pos_n"] == pytest.approx(sb["pos_n"]) and sm["t"] == sb["t"]
+    d = est.decay_stats(sb, 0.5)
+    assert d["s"] == pytest.approx(sb["s"] / 2) and d["pos_a"] == pytest.approx([x / 2 for x in sb["pos_a"]])
+    m = est.merge_stats({"s": 1, "f": 2, "pos_n": [3], "pos_a": [1], "t": 5}, {"s": 1, "f": 0, "t": None})
+    assert m == {"s": 2.0, "f": 2.0, "pos_n": [3.0], "pos_a": [1.0], "t": 5.0}
+    roundtrip = est.AlphaTable.from_dict(both.to_dict(), half_life_tokens=None)
+    assert roundtrip.get("w", "draft", "math") == both.get("w", "draft", "math")
+
+
+@pytest.mark.parametrize("d, a", [(-1, 0), (3, 5)])
+def test_bad_stats_raise(d, a):
+    with pytest.raises(ValueError):
+        est.AlphaTable().observe("w", "draft", "chat", d, a)
