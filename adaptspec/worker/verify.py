@@ -1,0 +1,300 @@
+"""Fast-path verifier: batched, distribution-exact speculative rejection sampling over a ragged batch.
+
+Implements the acceptance rule of Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
+Decoding") and Chen et al. 2023 ("Accelerating LLM Decoding with Speculative Sampling"): draft token ``x``
+drawn from ``q`` at a position whose target distribution is ``p`` is accepted with probability
+``min(1, p(x) / q(x))``; at the first rejection the emitted token is drawn from ``norm(max(0, p - q))``; if all
+``k`` drafts are accepted a bonus token is drawn from the target's next distribution. The emitted sequence is
+distributed exactly as sampling from the target alone.
+
+Layout (vLLM v1 style, ragged batches flattened)::
+
+    num_draft_tokens  k = [k_0, ..., k_{B-1}]        (k_i >= 0; a list avoids any device sync)
+    draft_token_ids   [sum(k)]                        request 0's k_0 drafts, then request 1's, ...
+                      (a padded [B, max_k] tensor is accepted too; entries past k_i are ignored)
+    target_probs      [sum(k) + B, V]                 per request: its k_i draft positions, then its bonus
+    draft_probs       [sum(k), V] or None             None = point-mass drafts (n-gram / prompt lookup)
+    greedy            None | bool | [B] bools         argmax verification for those requests
+    generator         None | torch.Generator | {request_index: torch.Generator}
+    returns           int64 [B, max_k + 1]            accepted drafts, then the recovered/bonus token,
+                                                      padded with PLACEHOLDER_TOKEN_ID (-1)
+
+Rules, all vectorised over requests and positions (no Python loop on the hot path, no host sync when
+``num_draft_tokens`` is a list or CPU tensor):
+
+* accept iff ``p(x) > 0 and q(x) > 0 and u * q(x) <= p(x)`` with float64 uniforms ``u ~ U[0, 1)``; for
+  point-mass drafts ``q(x) = 1``. Draft ids outside ``[0, V)`` are rejected (and raise on CPU).
+* only the stop position is resampled: request i stops at ``s_i`` = its first rejection (or ``k_i``), and one
+  exponential race over that single row picks the emitted token: from ``max(0, p - q)`` when rejected
+  (point mass: ``p`` with ``x`` removed), from ``p`` at the bonus position, and from ``p`` when the residual
+  is all zero (``p == q`` up to rounding). Zero-probability tokens can never win; ids are always ``< V``.
+* greedy requests: ``x`` accepted iff ``x == argmax(p)``; the emitted token is ``argmax(p)`` at the stop
+  position (first index on ties, as ``torch.argmax``), i.e. exactly greedy decoding; no randomness used.
+
+Randomness (conventions shared with :mod:`adaptspec.worker.sampling`): one float64 uniform per draft token
+(none for requests with ``k_i = 0``), then one float32 uniform row of length V per sampled request for
+the race (``E = -log(U) ~ Exp(1)``). With a single generator (or None) both are drawn in one call each for the whole batch. With a dict
+``{request_index: generator}`` each listed request draws ``torch.rand(k_i, float64)`` (if ``k_i > 0``) and then,
+unless greedy, one race row ``torch.rand(V, float32)`` from its own generator, so a seeded request emits the same
+tokens whatever else is in the batch; the loop runs over the dict entries only. A request with ``k_i = 0``
+therefore consumes exactly what :func:`~adaptspec.worker.sampling.sample_from_probs` would for its row.
+
+``uniforms`` / ``race_noise`` inject the randomness directly (tests; the Triton path consumes the very
+same tensors, which is how it is bit-equal to this one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from adaptspec.worker.sampling import Generators, draw_race_weights, race_argmax, race_weights_from_noise
+
+__all__ = ["PLACEHOLDER_TOKEN_ID", "VerifyInputs", "prepare_inputs", "verify_drafts"]
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def _num_tokens_on_host(num_draft_tokens) -> list[int]:
+    if isinstance(num_draft_tokens, torch.Tensor):
+        if num_draft_tokens.dim() != 1:
+            raise ValueError(f"num_draft_tokens must be 1-D, got shape {tuple(num_draft_tokens.shape)}")
+        ks = num_draft_tokens.tolist()  # a device sync if it lives on the GPU: pass a list to avoid it
+    else:
+        ks = list(num_draft_tokens)
+    out = []
+    for k in ks:
+        if isinstance(k, bool) or int(k) != k or k < 0:
+            raise ValueError(f"num_draft_tokens entries must be integers >= 0, got {ks}")
+        out.append(int(k))
+    if not out:
+        raise ValueError("num_draft_tokens is empty: a batch needs at least one request")
+    return out
+
+
+class VerifyInputs:
+    """Validated, flattened inputs plus the index tensors both implementations use."""
+
+    def __init__(self, target_probs, draft_token_ids, num_draft_tokens, draft_probs, greedy):
+        if target_probs.dim() != 2:
+            raise ValueError(f"target_probs must be [sum(k) + batch, V], got shape {tuple(target_probs.shape)}")
+        ks = _num_tokens_on_host(num_draft_tokens)
+        self.ks = ks
+        self.draft_start_host = [sum(ks[:i]) for i in range(len(ks))] if len(ks) < 64 else \
+            torch.tensor(ks).cumsum(0).sub(torch.tensor(ks)).tolist()
+        self.batch = batch = len(ks)
+        self.num_drafts = n = sum(ks)
+        self.max_k = max(ks)
+        self.vocab = vocab = target_probs.shape[1]
+        self.device = device = target_probs.device
+        if target_probs.shape[0] != n + batch:
+            raise ValueError(
+                f"target_probs has {target_probs.shape[0]} rows, expected sum(num_draft_tokens) + batch = "
+                f"{n} + {batch} = {n + batch}")
+        if vocab == 0:
+            raise ValueError("target_probs has an empty vocabulary dimension")
+        self.target_probs = target_probs
+
+        k_t = torch.tensor(ks, dtype=torch.int64, device=device)  # [B]
+        self.k = k_t
+        self.draft_start = torch.cumsum(k_t, 0) - k_t  # [B] first flat draft index of each request
+        self.target_start = self.draft_start + torch.arange(batch, device=device)  # [B] first target row
+
+        if not isinstance(draft_token_ids, torch.Tensor):
+            raise TypeError(f"draft_token_ids must be a tensor, got {type(draft_token_ids)!r}")
+        ids = draft_token_ids.to(device=device)
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+            raise TypeError(f"draft_token_ids must be an integer tensor, got {ids.dtype}")
+        if ids.dim() == 2:
+            if ids.shape[0] != batch or ids.shape[1] < self.max_k:
+                raise ValueError(
+                    f"padded draft_token_ids must be [batch={batch}, >= max_k={self.max_k}], got {tuple(ids.shape)}")
+            flat_pos = torch.tensor([i * ids.shape[1] + j for i, k in enumerate(ks) for j in range(k)],
+                                    dtype=torch.int64, device=device)
+            ids = ids.reshape(-1)[flat_pos]
+        elif ids.dim() != 1 or ids.shape[0] != n:
+            raise ValueError(
+                f"draft_token_ids must be flat [sum(num_draft_tokens) = {n}] (or padded [batch, max_k]), "
+                f"got shape {tuple(draft_token_ids.shape)}")
+        ids = ids.to(torch.int64)
+        if ids.device.type == "cpu" and n and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            raise ValueError(f"draft_token_ids must lie in [0, V={vocab}), got min {int(ids.min())} "
+                             f"max {int(ids.max())}")
+        self.draft_token_ids = ids.contiguous()
+
+        if draft_probs is not None:
+            if draft_probs.shape != (n, vocab):
+                raise ValueError(
+                    f"draft_probs must be [sum(num_draft_tokens) = {n}, V = {vocab}], got {tuple(draft_probs.shape)}")
+            draft_probs = draft_probs.to(device=device)
+        self.draft_probs = draft_probs
+
+        # greedy: None / bool / per-request. Host copy when known without a sync (needed by the dict path).
+        self.greedy_host: list[bool] | None
+        if greedy is None or isinstance(greedy, bool):
+            self.greedy_host = [bool(greedy)] * batch
+        elif isinstance(greedy, torch.Tensor) and greedy.device.type != "cpu":
+            self.greedy_host = None
+        else:
+            vals = greedy.reshape(-1).tolist() if isinstance(greedy, torch.Tensor) else list(greedy)
+            if len(vals) != batch:
+                raise ValueError(f"greedy must have one entry per request ({batch}), got {len(vals)}")
+            self.greedy_host = [bool(v) for v in vals]
+        if self.greedy_host is not None:
+            self.greedy = torch.tensor(self.greedy_host, dtype=torch.bool, device=device)
+        else:
+            self.greedy = greedy.to(torch.bool).reshape(-1)
+            if self.greedy.shape != (batch,):
+                raise ValueError(f"greedy must have one entry per request ({batch}), got {tuple(greedy.shape)}")
+        self.all_greedy = self.greedy_host is not None and all(self.greedy_host)
+        self.any_greedy = self.greedy_host is None or any(self.greedy_host)
+
+    def draw(self, generator: Generators) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Float64 uniforms ``[sum(k)]`` and inverse race noise ``[B, V]`` (None when every request is greedy)."""
+        n, device = self.num_drafts, self.device
+        per_req: Mapping[int, torch.Generator] = generator if isinstance(generator, Mapping) else {}
+        shared = None if per_req else generator
+        if shared is not None and not isinstance(shared, torch.Generator):
+            raise TypeError(f"generator must be None, a torch.Generator or a dict of them, got {type(shared)!r}")
+        for i in per_req:
+            if not 0 <= int(i) < self.batch:
+                raise ValueError(f"generator dict key {i!r} is not a request index in [0, {self.batch})")
+        greedy_host = self.greedy_host
+        if per_req and greedy_host is None:
+            greedy_host = self.greedy.tolist()  # the dict path needs it on the host anyway
+
+        if per_req and len(per_req) == self.batch:
+            u = torch.empty(n, dtype=torch.float64, device=device)
+        elif n:
+            u = torch.rand(n, dtype=torch.float64, device=device, generator=shared)
+        else:
+            u = torch.empty(0, dtype=torch.float64, device=device)
+        # Uniforms first, then the race row, per request: the order a seeded request always consumes.
+        for i, gen in per_req.items():
+            k, start = self.ks[int(i)], self.draft_start_host[int(i)]
+            if k:
+                u[start:start + k] = torch.rand(k, dtype=torch.float64, device=device, generator=gen)
+        race = None
+        if not self.all_greedy:
+            race = draw_race_weights(self.batch, self.vocab, device, generator, skip_rows=greedy_host)
+        return u, race
+
+
+def prepare_inputs(target_probs, draft_token_ids, num_draft_tokens, draft_probs=None, greedy=None) -> VerifyInputs:
+    return VerifyInputs(target_probs, draft_token_ids, num_draft_tokens, draft_probs, greedy)
+
+
+def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor | None) -> torch.Tensor:
+    batch, max_k, n, vocab, device = inp.batch, inp.max_k, inp.num_drafts, inp.vocab, inp.device
+    p_all = inp.target_probs
+    req = torch.repeat_interleave(torch.arange(batch, device=device), inp.k, output_size=n)  # [N]
+    target_row = torch.arange(n, device=device) + req  # [N] target row of each draft position
+    x = inp.draft_token_ids  # [N]
+    x_ok = (x >= 0) & (x < vocab)
+    x_c = x.clamp(0, vocab - 1)
+
+    # --- accept / reject every draft position at once -------------------------------------------------
+    p_x = p_all[target_row, x_c].to(torch.float64)  # [N]
+    if inp.draft_probs is not None:
+        q_x = inp.draft_probs[torch.arange(n, device=device), x_c].to(torch.float64)
+    else:
+        q_x = torch.ones_like(p_x)
+    accepted = x_ok & (p_x > 0) & (q_x > 0) & (uniforms * q_x <= p_x)  # [N]
+    if inp.any_greedy:
+        accepted_greedy = x_ok & (x == p_all[target_row].argmax(dim=-1))
+        accepted = torch.where(inp.greedy[req], accepted_greedy, accepted)
+
+    # Padded view [B, max_k]; positions j >= k_i count as rejected so the prefix stops at k_i.
+    j = torch.arange(max_k, device=device)
+    valid = j.unsqueeze(0) < inp.k.unsqueeze(1)  # [B, max_k]
+    flat = (inp.draft_start.unsqueeze(1) + j).clamp(max=max(n - 1, 0))  # [B, max_k]
+    if n:
+        acc_pad = accepted[flat] & valid
+        x_pad = x[flat]
+    else:
+        acc_pad = valid
+        x_pad = torch.zeros_like(flat)
+    num_accepted = acc_pad.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B] = stop position s_i
+    rejected = num_accepted < inp.k  # [B] False: all accepted, stop at the bonus row
+
+    # --- one race per request, on its stop row only ---------------------------------------------------
+    p_stop = p_all[inp.target_start + num_accepted].to(torch.float32)  # [B, V]
+    stop_draft = (inp.draft_start + num_accepted).clamp(max=max(n - 1, 0))  # [B]
+    if inp.draft_probs is not None and n:
+        q_stop = inp.draft_probs[stop_draft].to(torch.float32)
+        q_stop = torch.where(rejected.unsqueeze(1), q_stop, torch.zeros((), dtype=torch.float32, device=device))
+        residual = (p_stop - q_stop).clamp_min(0.0)
+    elif n:
+        # Point mass at x: p with x removed. Out-of-range x had nothing to remove.
+        x_stop = x_c[stop_draft]
+        drop = rejected & x_ok[stop_draft]
+        kept = torch.where(drop, torch.zeros((), dtype=torch.float32, device=device),
+                           p_stop.gather(1, x_stop.unsqueeze(1)).squeeze(1))
+        residual = p_stop.scatter(1, x_stop.unsqueeze(1), kept.unsqueeze(1))
+    else:
+        residual = p_stop
+    has_mass = residual.amax(dim=-1, keepdim=True) > 0
+    dist = torch.where(has_mass, residual, p_stop)
+    if race is not None:
+        token = race_argmax(dist, race)
+        if inp.any_greedy:
+            token = torch.where(inp.greedy, p_stop.argmax(dim=-1), token)
+    else:
+        token = p_stop.argmax(dim=-1)
+
+    # --- assemble [B, max_k + 1] ----------------------------------------------------------------------
+    out = torch.full((batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device)
+    out[:, :max_k] = torch.where(j.unsqueeze(0) < num_accepted.unsqueeze(1), x_pad,
+                                 torch.full((), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device))
+    out.scatter_(1, num_accepted.unsqueeze(1), token.unsqueeze(1))
+    return out
+
+
+def _triton_available(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    try:
+        from adaptspec.worker import _verify_triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def verify_drafts(target_probs: torch.Tensor, draft_token_ids: torch.Tensor,
+                  num_draft_tokens: Sequence[int] | torch.Tensor, draft_probs: torch.Tensor | None = None,
+                  greedy=None, generator: Generators = None, *, use_triton: bool | None = None,
+                  uniforms: torch.Tensor | None = None, race_noise: torch.Tensor | None = None) -> torch.Tensor:
+    """Verify a ragged batch of drafts; returns int64 ``[B, max_k + 1]`` padded with -1 (see module doc).
+
+    ``use_triton``: None = the Triton kernel on CUDA when triton imports, else torch; True forces it (error
+    if unavailable), False forces torch. ``uniforms`` (float64 ``[sum(k)]``) and ``race_noise`` (Exp(1)
+    samples, float32 ``[B, V]``) replace the draws from ``generator`` when given.
+    """
+    inp = prepare_inputs(target_probs, draft_token_ids, num_draft_tokens, draft_probs, greedy)
+    if uniforms is None or (race_noise is None and not inp.all_greedy):
+        drawn_u, drawn_race = inp.draw(generator)
+    else:
+        drawn_u, drawn_race = None, None
+    if uniforms is not None:
+        uniforms = uniforms.to(device=inp.device, dtype=torch.float64).reshape(-1)
+        if uniforms.shape != (inp.num_drafts,):
+            raise ValueError(f"uniforms must be [sum(k) = {inp.num_drafts}], got {tuple(uniforms.shape)}")
+    else:
+        uniforms = drawn_u
+    if race_noise is not None:
+        if race_noise.shape != (inp.batch, inp.vocab):
+            raise ValueError(f"race_noise must be [B = {inp.batch}, V = {inp.vocab}], got {tuple(race_noise.shape)}")
+        race = race_weights_from_noise(race_noise.to(device=inp.device))
+    else:
+        race = drawn_race
+
+    if use_triton is None:
+        use_triton = _triton_available(inp.device)
+    if use_triton:
+        if inp.device.type != "cuda":
+            raise RuntimeError("use_triton=True needs CUDA tensors")
+        from adaptspec.worker._verify_triton import verify_triton
+
+        return verify_triton(inp, uniforms, race)
+    return _verify_torch(inp, uniforms, race)
