@@ -39,8 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from adaptspec.errors import AdaptspecError
 
     if args.default_k < 0:
@@ -51,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except AdaptspecError as exc:
         print(f"adaptspec worker: {exc}")
         return 2
+    import asyncio
+
     import uvicorn
 
     from adaptspec.worker.server import build_app
@@ -61,28 +61,23 @@ def run(args: argparse.Namespace) -> int:
     server = uvicorn.Server(config)
 
     async def serve() -> None:
-        await server.startup()
-        if server.should_exit:
-            return
-        port = server.servers[0].sockets[0].getsockname()[1]
-        log.info("adaptspec worker serving %r (target %s, draft %s) on http://%s:%d  (max_batch=%s, "
-                 "max_model_len=%d, default speculation %s k=%d)", settings.served_model_name,
-                 Path(settings.model_root or "").name, args.draft or "tiny-draft", args.host, port,
-                 getattr(engine, "max_batch", args.max_batch), engine.max_model_len,
-                 settings.default_proposer, settings.default_k)
-        await server.main_loop()
-        await server.shutdown()
-
-    import asyncio
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]
+            log.info("adaptspec worker serving %r (target %s, draft %s) on http://%s:%d  (max_batch=%s, "
+                     "max_model_len=%d, default speculation %s k=%d)", settings.served_model_name,
+                     settings.model_root, settings.draft_root, args.host, port, engine.max_batch,
+                     engine.max_model_len, settings.default_proposer, settings.default_k)
+        await task
 
     try:
         asyncio.run(serve())
     except KeyboardInterrupt:
         pass
     finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
+        engine.stop()
     return 0 if server.started else 1
 
 
@@ -90,24 +85,30 @@ def build_engine(args: argparse.Namespace):
     """Engine + server settings from parsed `adaptspec worker` arguments (shared with `adaptspec serve`)."""
     from pathlib import Path
 
+    from adaptspec.errors import ModelLoadError
     from adaptspec.worker.engine import Engine
     from adaptspec.worker.server import WorkerSettings
 
     assets = Path(__file__).resolve().parent.parent / "assets"
     model = Path(args.model) if args.model else assets / "tiny-target"
     draft = Path(args.draft) if args.draft else assets / "tiny-draft"
+    opts: dict = {}
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    opts = {}
+        opts["num_threads"] = args.threads
     if args.max_batch is not None:
         opts["max_batch"] = args.max_batch
     if args.max_model_len is not None:
         opts["max_model_len"] = args.max_model_len
+    for what, path in (("--model", model), ("--draft", draft)):
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{what} {path}: not a model directory (no config.json)")
     engine = Engine.from_dirs(str(model), str(draft), **opts)
     name = args.served_model_name or ("tiny" if not args.model else model.name)
     settings = WorkerSettings(served_model_name=name, max_model_len=engine.max_model_len,
                               default_proposer=args.default_proposer, default_k=args.default_k,
-                              max_body_bytes=args.max_body_bytes, model_root=str(model))
+                              max_body_bytes=args.max_body_bytes, model_root=str(model),
+                              draft_root=str(draft))
     return engine, settings

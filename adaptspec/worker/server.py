@@ -55,6 +55,7 @@ class WorkerSettings:
     max_k: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
     model_root: str | None = None
+    draft_root: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -492,6 +493,14 @@ async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dic
     try:
         async for delta in gen:
             yield _sse(chunk(delta, None))
+    except RequestError as exc:  # refused by the engine after the 200 went out: an error event, as vLLM does
+        yield _sse(error_body(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param))
+        yield "data: [DONE]\n\n"
+        return
+    except RuntimeError as exc:  # the engine step failed (logged by the engine)
+        yield _sse(error_body(500, str(exc)))
+        yield "data: [DONE]\n\n"
+        return
     finally:
         await gen.aclose()
     yield _sse(chunk("", job.result.finish_reason))
