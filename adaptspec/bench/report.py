@@ -151,23 +151,31 @@ def plot_sweep(rows: Sequence[dict], out: str | Path, title: str = "") -> Path:
 
     loads, policies, tput = pivot(rows)
     _, _, tpot = pivot(rows, "tpot_ms_p50")
+    _, _, ttft = pivot(rows, "ttft_ms_p50")
     key = load_key(rows)
+    relative = "off" in policies  # middle panel: speedup over off, or TTFT when there is no off
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for p in policies:
         xs = [x for x in loads if tput.get((x, p)) is not None]
         style = {"linewidth": 2.6, "color": "black"} if p == "adaptive" else {"linewidth": 1.4}
         axes[0].plot(xs, [tput[(x, p)] for x in xs], marker="o", markersize=3, label=p, **style)
-        base = [(x, tput.get((x, "off"))) for x in xs]
-        axes[1].plot([x for x, b in base if b], [tput[(x, p)] / b for x, b in base if b], marker="o",
-                     markersize=3, label=p, **style)
+        if relative:
+            base = [(x, tput.get((x, "off"))) for x in xs]
+            axes[1].plot([x for x, b in base if b], [tput[(x, p)] / b for x, b in base if b], marker="o",
+                         markersize=3, label=p, **style)
+        else:
+            axes[1].plot(xs, [ttft.get((x, p)) for x in xs], marker="o", markersize=3, label=p, **style)
         axes[2].plot(xs, [tpot.get((x, p)) for x in xs], marker="o", markersize=3, label=p, **style)
     axes[0].set_ylabel("output tokens / s")
-    axes[1].set_ylabel("throughput / off")
-    axes[1].axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    if relative:
+        axes[1].set_ylabel("throughput / off")
+        axes[1].axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    else:
+        axes[1].set_ylabel("TTFT p50 (ms)")
     axes[2].set_ylabel("TPOT p50 (ms)")
     for ax in axes:
         ax.set_xlabel(key)
-        if key == "concurrency":
+        if key == "concurrency" and len(loads) > 1 and min(loads) > 0:
             ax.set_xscale("log", base=2)
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8)
