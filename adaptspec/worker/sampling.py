@@ -185,7 +185,7 @@ def sample_from_probs(probs: torch.Tensor, generators: Generators = None, greedy
 
     ``greedy`` (None, a bool, or one bool per row) rows take ``argmax(probs)`` and use no randomness.
     ``generators`` as in the module docstring. Never returns an index with zero probability (unless a row
-    has no positive entry at all, which is invalid input and yields the row's argmax).
+    has no positive entry at all, which is invalid input and yields index 0).
     """
     if probs.dim() != 2:
         raise ValueError(f"probs must be [rows, V], got shape {tuple(probs.shape)}")
