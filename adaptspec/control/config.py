@@ -1,0 +1,282 @@
+"""The config / policy file: typed pydantic models (unknown keys rejected) and `load_config(path)`.
+
+    policy:    {kind: goodput|static|threshold|bandit, ...kind-specific}
+    estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
+    pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
+    state:     {backend: memory|redis, url, key_prefix}
+    server:    {host, port, api_keys_env, max_body_bytes, scrape_interval_s, request_timeout_s}
+
+Every section is optional; a file without `pools` is valid (`adaptspec serve` then starts an embedded
+worker). Any error raises `ConfigError` naming the file, the dotted key (`pools[0].engine`) and the value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from adaptspec.control.types import CONTENT_CLASSES
+from adaptspec.errors import ConfigError
+
+POLICY_KINDS = ("static", "threshold", "goodput", "bandit")
+SpecProposer = Literal["ngram", "draft", "eagle"]
+AnyProposer = Literal["none", "ngram", "draft", "eagle"]
+ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- policy --------------------------------------------------------------------------------------------
+class StaticPolicy(_Strict):
+    """Always the same proposer and gamma (proposer `none` / gamma 0: speculation off)."""
+
+    kind: Literal["static"]
+    proposer: AnyProposer = "none"
+    gamma: int = Field(default=0, ge=0, le=32)
+
+class ThresholdRow(_Strict):
+    max_load: float = Field(ge=0)  # applies while the batch the request joins is <= max_load
+    gamma: int = Field(ge=0, le=32)
+
+
+class ThresholdPolicy(_Strict):
+    """gamma from a load table (vLLM's dynamic speculative decoding, TRT-LLM's draft_len_schedule)."""
+
+    kind: Literal["threshold"]
+    proposer: SpecProposer = "draft"
+    proposer_by_class: dict[ContentClass, AnyProposer] = Field(default_factory=dict)
+    table: list[ThresholdRow] = Field(min_length=1)  # past the last row: gamma 0
+
+    @field_validator("table")
+    @classmethod
+    def _ascending(cls, rows: list[ThresholdRow]) -> list[ThresholdRow]:
+        loads = [r.max_load for r in rows]
+        if loads != sorted(loads) or len(set(loads)) != len(loads):
+            raise ValueError(f"max_load must be strictly ascending, got {loads}")
+        return rows
+
+
+class GoodputPolicy(_Strict):
+    """Per request: alpha per proposer -> best gamma at the worker's live load -> max expected goodput."""
+
+    kind: Literal["goodput"]
+    margin: float = Field(default=1.05, ge=1.0)  # a speculative plan must beat off by this factor
+    max_gamma: int = Field(default=8, ge=0, le=32)
+    default_profile: str = "cpu-tiny"  # for workers whose pool names no profile
+    risk: float = Field(default=0.0, ge=0.0)  # plan with alpha = mean - risk * std
+    tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)  # goodputs this close: least loaded wins
+
+
+class BanditPolicy(_Strict):
+    """Thompson sampling (or UCB) on alpha, then the cost model: keys with no data get tried."""
+
+    kind: Literal["bandit"]
+    algorithm: Literal["thompson", "ucb"] = "thompson"
+    seed: int | None = 0
+    ucb_c: float = Field(default=1.0, ge=0.0)  # UCB: alpha = mean + ucb_c * std
+    margin: float = Field(default=1.0, ge=1.0)
+    max_gamma: int = Field(default=8, ge=0, le=32)
+    default_profile: str = "cpu-tiny"
+    tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)
+
+
+PolicyConfig = Annotated[
+    Union[StaticPolicy, ThresholdPolicy, GoodputPolicy, BanditPolicy],  # noqa: UP007
+    Field(discriminator="kind"),
+]
+
+
+# -- estimator -----------------------------------------------------------------------------------------
+class PriorConfig(_Strict):
+    strength: float = Field(default=20.0, gt=0)  # pseudo draft tokens behind the prior
+    alpha: dict[SpecProposer, dict[str, float]] = Field(default_factory=dict)  # proposer -> class|default
+
+class EstimatorConfig(_Strict):
+    prior: PriorConfig = Field(default_factory=PriorConfig)
+    half_life_tokens: float | None = Field(default=8192.0, gt=0)
+    half_life_s: float | None = Field(default=600.0, gt=0)
+    max_positions: int = Field(default=16, ge=1, le=64)
+
+
+# -- pools ---------------------------------------------------------------------------------------------
+class WorkerConfig(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    url: str = Field(pattern=r"^https?://[^\s/]+(/\S*)?$")
+    api_key_env: str | None = None
+
+
+class PoolConfig(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    engine: Literal["adaptspec", "vllm", "sglang", "openai"] = "adaptspec"
+    per_request: bool = True  # the worker takes per-request proposer / gamma
+    proposers: list[SpecProposer] = Field(default_factory=lambda: ["ngram", "draft"])
+    gamma: int = Field(default=0, ge=0, le=32)  # fixed workers: launch gamma (0 = off)
+    max_gamma: int = Field(default=8, ge=0, le=32)
+    profile: str | None = None
+    models: list[str] | None = None
+    workers: list[WorkerConfig] = Field(min_length=1)
+    launch: dict[str, Any] | None = None
+
+
+class StateConfig(_Strict):
+    backend: Literal["memory", "redis"] = "memory"
+    url: str = Field(default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix)://\S+$")
+    key_prefix: str = "adaptspec:"
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    api_keys_env: str | None = None  # name of an env var holding comma-separated client keys
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    scrape_interval_s: float = Field(default=0.25, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+
+
+class Config(_Strict):
+    policy: PolicyConfig = Field(default_factory=lambda: GoodputPolicy(kind="goodput"))
+    estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
+    pools: list[PoolConfig] = Field(default_factory=list)
+    state: StateConfig = Field(default_factory=StateConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+
+# -- loading -------------------------------------------------------------------------------------------
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+
+def _no_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def dotted(loc: tuple) -> str:
+    """('pools', 0, 'engine') -> 'pools[0].engine'; the policy's union tag is dropped."""
+    out = ""
+    prev = None
+    for part in loc:
+        if prev == "policy" and part in POLICY_KINDS:
+            prev = part
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        prev = part
+    return out
+
+
+def _error(exc: ValidationError, source: str) -> ConfigError:
+    errs = exc.errors()
+    e = errs[0]
+    key = dotted(e["loc"]) or None
+    msg = e["msg"].removeprefix("Value error, ")
+    value = e.get("input")
+    if e["type"] == "missing":
+        msg, value = "required key is missing", None
+    elif e["type"] in ("union_tag_not_found", "union_tag_invalid"):
+        tag = value.get("kind") if isinstance(value, dict) else None
+        msg = f"policy.kind must be one of {', '.join(POLICY_KINDS)}"
+        key, value = (key + ".kind") if key else "policy.kind", tag
+    elif e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif isinstance(value, dict) and e["type"] in ("value_error", "assertion_error"):
+        value = None  # a cross-field rule: the key names the section
+    if len(errs) > 1:
+        msg += f" (and {len(errs) - 1} more error{'s' if len(errs) > 2 else ''})"
+    return ConfigError(msg, file=source, key=key, value=value)
+
+
+def _check(cfg: Config, source: str) -> None:
+    """Rules that span fields: unique names, fixed-speculation pools, profiles that exist and fit."""
+    from adaptspec.control.profiles import load_profile
+
+    def fail(msg: str, key: str, value: object) -> ConfigError:
+        return ConfigError(msg, file=source, key=key, value=value)
+
+    pools, workers = set(), set()
+    for i, pool in enumerate(cfg.pools):
+        at = f"pools[{i}]"
+        if pool.name in pools:
+            raise fail("duplicate pool name", f"{at}.name", pool.name)
+        pools.add(pool.name)
+        for j, w in enumerate(pool.workers):
+            if w.name in workers:
+                raise fail("duplicate worker name (names are unique across pools)", f"{at}.workers[{j}].name",
+                           w.name)
+            workers.add(w.name)
+        if pool.gamma > pool.max_gamma:
+            raise fail(f"gamma exceeds max_gamma ({pool.max_gamma})", f"{at}.gamma", pool.gamma)
+        if not pool.per_request and pool.gamma > 0 and len(pool.proposers) != 1:
+            raise fail("a fixed-speculation pool (per_request: false, gamma > 0) names exactly one proposer",
+                       f"{at}.proposers", pool.proposers)
+        if pool.per_request and pool.gamma > 0:
+            raise fail("gamma is the launch gamma of fixed pools; per-request pools take max_gamma",
+                       f"{at}.gamma", pool.gamma)
+        if pool.profile is not None:
+            try:
+                prof = load_profile(pool.profile)
+            except ConfigError as exc:
+                raise fail(str(exc), f"{at}.profile", pool.profile) from None
+            for p in pool.proposers if (pool.per_request or pool.gamma) else ():
+                if not prof.offers(p):
+                    raise fail(f"profile {prof.name!r} has no cost for this proposer", f"{at}.proposers", p)
+    pol = cfg.policy
+    if isinstance(pol, StaticPolicy) and (pol.proposer == "none") != (pol.gamma == 0):
+        raise fail("proposer 'none' goes with gamma 0, and a proposer with gamma > 0", "policy.gamma", pol.gamma)
+    for proposer, by_class in cfg.estimator.prior.alpha.items():
+        for c, a in by_class.items():
+            key = f"estimator.prior.alpha.{proposer}.{c}"
+            if c not in CONTENT_CLASSES and c != "default":
+                raise fail(f"unknown class (classes: {', '.join(CONTENT_CLASSES)}, default)", key, c)
+            if not 0.0 <= a <= 1.0:
+                raise fail("alpha must be in [0, 1]", key, a)
+    profile = getattr(cfg.policy, "default_profile", None)
+    if profile is not None:
+        try:
+            load_profile(profile)
+        except ConfigError as exc:
+            raise fail(str(exc), "policy.default_profile", profile) from None
+
+
+def parse_config(data: object, source: str = "<config>") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping of sections", file=source, value=type(data).__name__)
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        raise _error(exc, source) from None
+    _check(cfg, source)
+    return cfg
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a YAML config / policy file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", file=str(path)) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
+    return parse_config(data, str(path))
+
+
+__all__ = ["Config", "PolicyConfig", "StaticPolicy", "ThresholdPolicy", "GoodputPolicy", "BanditPolicy",
+           "EstimatorConfig", "PriorConfig", "PoolConfig", "WorkerConfig", "StateConfig", "ServerConfig",
+           "load_config", "parse_config"]
