@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,12 +55,6 @@ class StepCost(Protocol):
     def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int) -> float:
         """Drafting `gammas[i]` tokens for each request (all > 0) that uses `proposer` in this step."""
         ...
-
-
-class AlphaSink(Protocol):
-    def observe(self, worker: str, proposer: str, content_class: str, draft_tokens: float,
-                accepted_tokens: float, per_position: Sequence[float] | None = None,
-                now: float | None = None) -> None: ...
 
 
 class ProfileCost:
@@ -159,7 +153,7 @@ class SimResult:
             "proposer_mix": mix,
             "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else None,
             "tokens_per_step": self.output_tokens / self.steps if self.steps else 0.0,
-            "mean_running": self.mean_running,
+            "mean_running": float(self.mean_running),
             "requests": n,
             **self.extra,
         }
@@ -412,9 +406,10 @@ def simulate(
             pname = PROPOSERS[prop[s]]
             cname = CONTENT_CLASSES[cls_of[s]]
             if observe is not None and gamma[s] > 0 and d_tok[s] > 0:
-                observe(WORKER if worker is None else base_worker.name, pname, cname, int(d_tok[s]),
-                        int(a_tok[s]), per_position=_conditional(pos_acc[s], pos_drf[s], gamma[s]), now=t)
-            if t_warm is not None and completed > n_warm:
+                g = int(gamma[s])  # per_position[i]: drafting steps whose position i was accepted
+                observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
+                        per_position=[int(x) for x in pos_acc[s, :g]], now=t, num_drafts=int(pos_drf[s, 0]))
+            if t_warm is not None and n_warm < completed <= n_target:
                 n_out = gen[s]
                 m_ttft.append(t_first[s] - t_arr[s])
                 m_e2e.append(t - t_arr[s])
@@ -456,17 +451,3 @@ def _with_load(w: WorkerState, running: int, waiting: int) -> WorkerState:
         max_gamma=w.max_gamma, profile=w.profile, running=float(running), waiting=float(waiting),
         kv_usage=w.kv_usage, inflight=running + waiting, healthy=w.healthy,
     )
-
-
-def _conditional(acc: np.ndarray, drf: np.ndarray, g: int) -> list[float] | None:
-    """Per-position conditional acceptance (accepted at k / reached k) for positions reached at least once."""
-    out = []
-    for k in range(int(g)):
-        if drf[k] == 0:
-            break
-        reached = drf[k] if k == 0 else acc[k - 1]
-        if reached == 0:
-            break
-        out.append(float(acc[k]) / float(reached))
-    return out or None
-
