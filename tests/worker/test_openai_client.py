@@ -69,7 +69,7 @@ def _spec(usage) -> dict:
     spec = (usage.model_extra or {}).get("speculative")
     assert set(spec) == {"draft_tokens", "accepted_tokens", "steps"}
     assert 0 <= spec["accepted_tokens"] <= spec["draft_tokens"]
-    assert 1 <= spec["steps"] <= usage.completion_tokens
+    assert 1 <= spec["steps"] <= usage.completion_tokens + 1  # the step that emits EOS shows no token
     return spec
 
 

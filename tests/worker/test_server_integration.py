@@ -91,7 +91,7 @@ def test_temperature_zero_text_is_identical_under_every_speculation(url):
         if spec[0] == "none":
             assert usage["draft_tokens"] == 0
         else:
-            assert usage["draft_tokens"] > 0 and usage["steps"] <= r["usage"]["completion_tokens"]
+            assert usage["draft_tokens"] > 0 and usage["steps"] <= r["usage"]["completion_tokens"] + 1
 
 
 def test_temperature_zero_text_is_identical_when_mixed_in_one_batch(url):
