@@ -1,0 +1,172 @@
+"""The patches the vLLM plugin installs (imported only inside a vLLM process; see vllm_plugin.py).
+
+Each wraps one vLLM method and calls the original first, so vLLM's own bookkeeping is unchanged:
+
+  Scheduler.update_draft_token_ids     sync scheduling (n-gram, and any run with --no-async-scheduling):
+                                       drafts for the next step arrive here -> keep the first k.
+  AsyncScheduler._update_after_schedule async scheduling (draft model, EAGLE): the next step's draft slots
+                                       are placeholders set here -> keep k of them; vLLM then trims the
+                                       real drafts to the scheduled count in update_draft_token_ids_in_output.
+  Scheduler.add_request                makes sure each request accumulates RequestSpecDecodeMetrics (vLLM
+                                       only does when --per-request-spec-decode-metrics is set), so the
+                                       API server learns each finished request's acceptance.
+  InputProcessor._validate_params      rejects bad vllm_xargs with HTTP 400.
+  OutputProcessor.add_request / _finish_request
+                                       API-server side: remember the request's labels, count its
+                                       acceptance into the per-class Prometheus counters at finish.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+
+from prometheus_client import Counter
+
+from adaptspec.integrations.vllm_plugin import request_labels, request_limit, validate_xargs
+
+logger = logging.getLogger(__name__)
+
+_UNSET = object()
+_LIMIT_ATTR = "_adaptspec_limit"
+_LABELS_ATTR = "_adaptspec_labels"
+_installed = False
+_lock = threading.Lock()
+
+
+class ClassCounters:
+    """The three per-class counter families, created on first use in the process that serves /metrics."""
+
+    def __init__(self) -> None:
+        labels = ("content_class", "proposer")
+        self.drafts = Counter("adaptspec:spec_decode_num_drafts_by_class",
+                              "Verify steps with drafts, by request content class and proposer.", labels)
+        self.draft_tokens = Counter("adaptspec:spec_decode_num_draft_tokens_by_class",
+                                    "Draft tokens proposed, by request content class and proposer.", labels)
+        self.accepted = Counter("adaptspec:spec_decode_num_accepted_tokens_by_class",
+                                "Draft tokens accepted, by request content class and proposer.", labels)
+
+    def observe(self, labels: tuple[str, str], drafts: int, draft_tokens: int, accepted: int) -> None:
+        self.drafts.labels(*labels).inc(drafts)
+        self.draft_tokens.labels(*labels).inc(draft_tokens)
+        self.accepted.labels(*labels).inc(accepted)
+
+
+@functools.cache
+def class_counters() -> ClassCounters:
+    return ClassCounters()
+
+
+def _limit_of(request) -> int | None:
+    limit = getattr(request, _LIMIT_ATTR, _UNSET)
+    if limit is _UNSET:
+        params = getattr(request, "sampling_params", None)
+        limit = request_limit(getattr(params, "extra_args", None))
+        setattr(request, _LIMIT_ATTR, limit)
+    return limit
+
+
+def _seam(owner: type, name: str):
+    fn = owner.__dict__.get(name)
+    if fn is None:
+        raise RuntimeError(f"adaptspec vLLM plugin: {owner.__module__}.{owner.__qualname__}.{name} not found; "
+                           f"this vLLM build does not match the supported release")
+    return fn
+
+
+def install() -> None:
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _patch_scheduler()
+        _patch_frontend()
+        _installed = True
+    logger.info("adaptspec vLLM plugin installed: per-request speculation limits and per-class counters")
+
+
+def _patch_scheduler() -> None:
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
+
+    update_draft = _seam(Scheduler, "update_draft_token_ids")
+    after_schedule = _seam(AsyncScheduler, "_update_after_schedule")
+    add_request = _seam(Scheduler, "add_request")
+
+    @functools.wraps(update_draft)
+    def update_draft_token_ids(self, draft_token_ids) -> None:
+        update_draft(self, draft_token_ids)
+        for req_id in draft_token_ids.req_ids:
+            request = self.requests.get(req_id)
+            if request is None:
+                continue
+            limit = _limit_of(request)
+            if limit is not None and len(request.spec_token_ids) > limit:
+                request.spec_token_ids = request.spec_token_ids[:limit]
+
+    @functools.wraps(after_schedule)
+    def _update_after_schedule(self, scheduler_output) -> None:
+        after_schedule(self, scheduler_output)
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is None:
+                continue
+            limit = _limit_of(request)
+            if limit is not None and len(request.spec_token_ids) > limit:
+                request.spec_token_ids = request.spec_token_ids[:limit]
+
+    @functools.wraps(add_request)
+    def add_request_with_metrics(self, request) -> None:
+        add_request(self, request)
+        if self.num_spec_tokens and getattr(request, "spec_decode_metrics", _UNSET) is None:
+            request.spec_decode_metrics = RequestSpecDecodeMetrics.new(self.num_spec_tokens)
+
+    Scheduler.update_draft_token_ids = update_draft_token_ids
+    AsyncScheduler._update_after_schedule = _update_after_schedule
+    Scheduler.add_request = add_request_with_metrics
+
+
+def _patch_frontend() -> None:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine.input_processor import InputProcessor
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    validate = _seam(InputProcessor, "_validate_params")
+    out_add = _seam(OutputProcessor, "add_request")
+    out_finish = _seam(OutputProcessor, "_finish_request")
+
+    @functools.wraps(validate)
+    def _validate_params(self, params, *args, **kwargs):
+        if isinstance(params, SamplingParams):
+            try:
+                validate_xargs(params.extra_args)
+            except ValueError as exc:
+                from vllm.exceptions import VLLMValidationError
+
+                raise VLLMValidationError(str(exc), parameter="vllm_xargs") from exc
+        return validate(self, params, *args, **kwargs)
+
+    @functools.wraps(out_add)
+    def add_request(self, request, *args, **kwargs):
+        out_add(self, request, *args, **kwargs)
+        state = self.request_states.get(request.request_id)
+        if state is not None:
+            params = getattr(request, "sampling_params", None)
+            setattr(state, _LABELS_ATTR, request_labels(getattr(params, "extra_args", None)))
+
+    @functools.wraps(out_finish)
+    def _finish_request(self, req_state) -> None:
+        out_finish(self, req_state)
+        metrics = req_state.spec_decode_metrics
+        if metrics is None:
+            return
+        drafts = sum(metrics.histogram)
+        accepted = sum(j * n for j, n in enumerate(metrics.histogram))
+        labels = getattr(req_state, _LABELS_ATTR, None) or request_labels(None)
+        class_counters().observe(labels, drafts, metrics.num_draft_tokens, accepted)
+
+    InputProcessor._validate_params = _validate_params
+    OutputProcessor.add_request = add_request
+    OutputProcessor._finish_request = _finish_request

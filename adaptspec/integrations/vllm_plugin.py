@@ -1,0 +1,98 @@
+"""vLLM plugin: per-request speculation length / off switch, and acceptance counters by content class.
+
+vLLM fixes `num_speculative_tokens` for the whole engine. This plugin (entry point group
+`vllm.general_plugins`, name `adaptspec`; vLLM calls `register()` in every process it starts) lets each
+request carry its own limit through vLLM's extra request args:
+
+    POST /v1/chat/completions  {..., "vllm_xargs": {"adaptspec_num_spec_tokens": 2,
+                                                    "adaptspec_proposer": "ngram",
+                                                    "adaptspec_content_class": "code"}}
+
+* engine-core process: after the drafter proposes, the scheduler keeps only the request's first k drafts
+  (k = 0: the request is decoded without speculation); the verifier then checks k tokens, so greedy output
+  is unchanged and a shorter draft only costs acceptance, never correctness.
+* API-server process: invalid values are rejected with HTTP 400 before the request reaches the engine,
+  and each finished request adds its drafts / draft tokens / accepted tokens to
+  `adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total{content_class,proposer}`
+  on vLLM's own /metrics.
+
+Launch vLLM with a speculative config whose `num_speculative_tokens` is the pool's `max_gamma`
+(`adaptspec launch vllm` prints the command). Supported vLLM: see SUPPORTED_VLLM; any other version
+makes `register()` raise, so the server refuses to start instead of silently ignoring the limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+logger = logging.getLogger(__name__)
+
+# The seams patched (vllm/v1/core/sched/scheduler.py Scheduler.update_draft_token_ids, async_scheduler.py
+# AsyncScheduler._update_after_schedule, v1/engine/output_processor.py, v1/engine/input_processor.py) were
+# read in these releases; others may move them.
+SUPPORTED_VLLM = ("0.32",)
+
+XARG_NUM_SPEC_TOKENS = "adaptspec_num_spec_tokens"
+XARG_PROPOSER = "adaptspec_proposer"
+XARG_CONTENT_CLASS = "adaptspec_content_class"
+ENV_PROPOSER = "ADAPTSPEC_VLLM_PROPOSER"  # label for requests that name no proposer (set by `adaptspec launch`)
+UNKNOWN = "unknown"
+
+
+class UnsupportedVLLMError(RuntimeError):
+    pass
+
+
+def check_version(version: str) -> None:
+    major_minor = ".".join(version.split(".")[:2])
+    if major_minor not in SUPPORTED_VLLM:
+        raise UnsupportedVLLMError(
+            f"adaptspec vLLM plugin supports vLLM {', '.join(v + '.x' for v in SUPPORTED_VLLM)}, "
+            f"found {version}: per-request speculation limits would be ignored. Install a supported vLLM "
+            f"or uninstall the plugin (pip uninstall adaptspec, or VLLM_PLUGINS excluding 'adaptspec')."
+        )
+
+
+def validate_xargs(extra_args: Mapping | None) -> None:
+    """Raise ValueError naming the bad field; vLLM turns it into an HTTP 400."""
+    if not extra_args:
+        return
+    if XARG_NUM_SPEC_TOKENS in extra_args:
+        k = extra_args[XARG_NUM_SPEC_TOKENS]
+        if isinstance(k, bool) or not isinstance(k, int | float) or k != int(k) or k < 0:
+            raise ValueError(f"vllm_xargs.{XARG_NUM_SPEC_TOKENS} must be a non-negative integer, got {k!r}")
+    for key in (XARG_PROPOSER, XARG_CONTENT_CLASS):
+        if key in extra_args and not isinstance(extra_args[key], str):
+            raise ValueError(f"vllm_xargs.{key} must be a string, got {extra_args[key]!r}")
+
+
+def request_limit(extra_args: Mapping | None) -> int | None:
+    """The request's own draft-length cap, or None (engine default). Proposer "none" means 0."""
+    if not extra_args:
+        return None
+    if extra_args.get(XARG_PROPOSER) == "none":
+        return 0
+    k = extra_args.get(XARG_NUM_SPEC_TOKENS)
+    if k is None or isinstance(k, bool) or not isinstance(k, int | float) or k < 0:
+        return None
+    return int(k)
+
+
+def request_labels(extra_args: Mapping | None) -> tuple[str, str]:
+    """(content_class, proposer) labels for the per-class counters."""
+    extra_args = extra_args or {}
+    cls = extra_args.get(XARG_CONTENT_CLASS)
+    proposer = extra_args.get(XARG_PROPOSER) or os.environ.get(ENV_PROPOSER) or UNKNOWN
+    return (cls if isinstance(cls, str) and cls else UNKNOWN), str(proposer)
+
+
+def register() -> None:
+    """vLLM general-plugin entry point; runs once per vLLM process."""
+    import vllm
+
+    check_version(vllm.__version__)
+    from adaptspec.integrations import _vllm_patches
+
+    _vllm_patches.install()
