@@ -43,6 +43,7 @@ class Proxy:
         self.metrics = ProxyMetrics()
         self.pools = Pools()
         self.classify = classify
+        classify({"model": "", "messages": [{"role": "user", "content": "hello"}]})  # load the model now
         self.started = int(time.time())
         self.session = None
         self.scraper = None

@@ -57,3 +57,9 @@ async def error_middleware(request: web.Request, handler):
         code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(exc.status)
         return error_response(exc.status, exc.reason if exc.text is None else exc.text.removeprefix(
             f"{exc.status}: "), code=code, headers={"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None)
+    except ConnectionResetError:
+        raise  # the client is gone; nobody to answer
+    except Exception:
+        log.exception("internal error while handling %s %s", request.method, request.path)
+        return error_response(500, "Internal error in the adaptspec proxy (logged).", type="server_error",
+                              code="internal_error")

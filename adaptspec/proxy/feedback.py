@@ -1,30 +1,41 @@
 """Acceptance feedback -> alpha estimates: per-request stats and scraped counters, never both.
 
-Sources, in order of preference for one worker:
+Which source wins, per worker:
 
-1. per-request stats in the response: `usage.speculative {draft_tokens, accepted_tokens}` (adaptspec
-   worker), or `metrics.speculative_decoding {num_draft_tokens, num_accepted_tokens}` (vLLM with the
-   adaptspec plugin). Exact, attributed to this request's (proposer, class), and naturally split between
-   proxy replicas (each sees only its own responses). Workers of engine `adaptspec` always use this, and
-   any worker switches to it for good once a response carries such stats.
-2. scraped per-class counters `adaptspec:spec_decode_num_*_by_class_total{content_class, proposer}`.
-3. scraped global counters `vllm:spec_decode_num_{draft,accepted}_tokens_total` (fixed-speculation
-   vLLM/SGLang without the plugin): the delta is split over content classes in proportion to the output
-   tokens this proxy received from the worker per class since the last scrape (same alpha for all
-   classes in one interval; skipped when the proxy sent it nothing).
+1. per-request stats in the response (exact, attributed to this request's proposer, gamma and class,
+   and naturally split between proxy replicas, since each sees only its own responses):
+   `usage.speculative {draft_tokens, accepted_tokens, steps}` (adaptspec worker) or
+   `metrics.speculative_decoding {num_draft_tokens, num_accepted_tokens, num_drafts}` (vLLM with
+   per-request spec-decode metrics). Workers of engine `adaptspec` always use these; any other worker
+   switches to them for good once one of its responses carries them.
+2. otherwise, scraped counters via `adaptspec.control.estimators.ingest_vllm` (per-class
+   `adaptspec:*_by_class_total` to their class; engine-wide `vllm:spec_decode_*` to class "*", which
+   the per-class estimates use as their prior) or `ingest_sglang` (accept-length gauge), for the
+   worker's launch proposer/gamma. Only the replica holding the worker's lease ingests (RedisState).
 
-Counters are ingested only by the replica holding the worker's lease (state.RedisState), and deltas
-survive counter resets (a restarted worker starts again from zero). For a worker in per-request mode
-the counter baselines are still tracked, so nothing is counted twice if it changes mode.
+Counter baselines are tracked in both modes (ingested into a null table in mode 1), so a worker that
+changes mode is never counted twice, and a proxy starting next to a long-running engine does not take
+its whole history as one burst.
 """
 
 from __future__ import annotations
 
 import logging
 
-from adaptspec.control.estimators import CounterTracker
+from adaptspec.control.estimators import CounterTracker, ingest_sglang, ingest_vllm
 
 log = logging.getLogger(__name__)
+
+
+class _NullTable:
+    def observe(self, *args, **kwargs) -> None:
+        return None
+
+    def observe_counts(self, *args, **kwargs) -> None:
+        return None
+
+
+_NULL = _NullTable()
 
 
 def _num(d: dict, *names: str) -> float | None:
@@ -35,8 +46,8 @@ def _num(d: dict, *names: str) -> float | None:
     return None
 
 
-def spec_stats(payload: dict) -> tuple[float, float, list[float] | None] | None:
-    """(draft_tokens, accepted_tokens, accepted_per_position) from a response or final stream chunk."""
+def spec_stats(payload: dict) -> tuple[float, float, float | None] | None:
+    """(draft_tokens, accepted_tokens, steps or None) from a response body or a final stream chunk."""
     usage = payload.get("usage")
     spec = usage.get("speculative") if isinstance(usage, dict) else None
     if not isinstance(spec, dict):
@@ -46,61 +57,52 @@ def spec_stats(payload: dict) -> tuple[float, float, list[float] | None] | None:
         return None
     draft = _num(spec, "draft_tokens", "num_draft_tokens")
     accepted = _num(spec, "accepted_tokens", "num_accepted_tokens")
-    if draft is None or accepted is None:
+    if draft is None or accepted is None or draft < 0 or accepted < 0:
         return None
-    per_pos = spec.get("accepted_per_position") or spec.get("num_accepted_tokens_per_pos")
-    if not (isinstance(per_pos, list) and all(isinstance(x, (int, float)) for x in per_pos)):
-        per_pos = None
-    return draft, min(accepted, draft), per_pos
+    return draft, min(accepted, draft), _num(spec, "steps", "num_drafts")
 
 
 class Feedback:
     def __init__(self, proxy) -> None:
         self.proxy = proxy
         self._trackers: dict[str, CounterTracker] = {}
-        self._class_tokens: dict[str, dict[str, float]] = {}  # worker -> class -> output tokens since scrape
 
-    # -- per request -------------------------------------------------------------------------------
-    def on_response(self, worker, content_class: str, proposer: str, output_tokens: float,
-                    stats: tuple[float, float, list[float] | None] | None) -> None:
+    def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
+                    stats: tuple[float, float, float | None] | None) -> None:
         m = self.proxy.metrics
         if output_tokens > 0:
             m.output_tokens.labels(worker.name, proposer, content_class).inc(output_tokens)
-            ct = self._class_tokens.setdefault(worker.name, {})
-            ct[content_class] = ct.get(content_class, 0.0) + output_tokens
         if stats is None:
             return
-        draft, accepted, per_pos = stats
-        worker.request_feedback = True
+        if not worker.request_feedback:
+            worker.request_feedback = True
+            if worker.engine != "adaptspec":
+                log.info("worker %s reports per-request speculation stats; using them instead of its counters",
+                         worker.name)
+        draft, accepted, steps = stats
         if draft <= 0 or proposer == "none":
             return
         m.draft_tokens.labels(worker.name, proposer, content_class).inc(draft)
         m.accepted_tokens.labels(worker.name, proposer, content_class).inc(accepted)
-        self.proxy.state.observe(worker.name, proposer, content_class, draft, accepted, per_pos)
+        kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
+        if steps:
+            kwargs["steps"] = steps
+        self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
 
-    # -- scraped counters --------------------------------------------------------------------------
     def on_sample(self, worker, sample) -> None:
+        if not sample.spec:
+            return
         tracker = self._trackers.get(worker.name)
         if tracker is None:
             tracker = self._trackers[worker.name] = CounterTracker()
-        class_tokens = self._class_tokens.pop(worker.name, {})
         ingest = (not worker.request_feedback and worker.engine != "adaptspec"
                   and self.proxy.state.counter_leader(worker.name))
-        if sample.by_class:
-            for (cls, proposer), (_drafts, draft_tokens, accepted) in sample.by_class.items():
-                d = tracker.delta((cls, proposer, "draft"), draft_tokens)
-                a = tracker.delta((cls, proposer, "accepted"), accepted)
-                if ingest and d > 0 and proposer != "none":
-                    self.proxy.state.observe(worker.name, proposer, cls, d, min(a, d))
-            return
-        if sample.draft_tokens is None or sample.accepted_tokens is None:
-            return
-        d = tracker.delta(("*", "*", "draft"), sample.draft_tokens)
-        a = tracker.delta(("*", "*", "accepted"), sample.accepted_tokens)
+        table = self.proxy.state.table() if ingest else _NULL
         proposer, gamma = worker.fixed_plan()
-        total = sum(class_tokens.values())
-        if not ingest or d <= 0 or gamma == 0 or total <= 0:
-            return
-        for cls, tokens in class_tokens.items():
-            share = tokens / total
-            self.proxy.state.observe(worker.name, proposer, cls, d * share, min(a, d) * share)
+        if worker.engine == "sglang":
+            ingest_sglang(table, tracker, worker.name, sample.spec, proposer, gamma)
+        else:
+            ingest_vllm(table, tracker, worker.name, sample.spec, proposer)
+
+    def forget(self, worker_name: str) -> None:
+        self._trackers.pop(worker_name, None)

@@ -248,7 +248,7 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
         else:
             m = _COMPLETION_TOKENS.search(data)
             tokens = float(m.group(1)) if m else 0.0
-        proxy.feedback.on_response(worker, cls, plan.proposer, tokens, stats)
+        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats)
         e2e = now - t0
         proxy.metrics.e2e.labels(cls, plan.proposer).observe(e2e)
         proxy.metrics.ttft.labels(cls, plan.proposer).observe(e2e)
@@ -346,7 +346,7 @@ def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | No
         stats = spec_stats(p) or stats
     if tokens is None:
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
-    proxy.feedback.on_response(plan.worker, cls, plan.proposer, tokens, stats)
+    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats)
     m = proxy.metrics
     m.e2e.labels(cls, plan.proposer).observe(now - t0)
     if t_first is not None:

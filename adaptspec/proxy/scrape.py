@@ -11,8 +11,9 @@ Parses three dialects into one `WorkerSample`:
     SGLang                    sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
                               sglang:spec_accept_length (mean tokens per verify step, a gauge)
 
-Series of one family with several label sets (data-parallel engines, several models) are summed, except
-the KV usage fraction and the accept length, which are averaged.
+Occupancy series of one family with several label sets (data-parallel engines, several models) are
+summed, except the KV usage fraction, which is averaged. Speculation families are handed unchanged to
+`adaptspec.control.estimators.ingest_vllm` / `ingest_sglang` (see feedback.py for which source wins).
 
 Health: a worker whose scrape fails to connect is marked unhealthy; unhealthy workers are probed on
 `/health` (404 -> `/v1/models`, for plain OpenAI servers) every interval and marked healthy when they
@@ -35,43 +36,28 @@ log = logging.getLogger(__name__)
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _PREFIXES = ("vllm:", "sglang:", "adaptspec:")
 
-_SUM = {
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "sglang:num_running_reqs": "running",
-    "sglang:num_queue_reqs": "waiting",
-    "vllm:spec_decode_num_drafts_total": "drafts",
-    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens_total": "accepted_tokens",
-}
-_MEAN = {
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:gpu_cache_usage_perc": "kv_usage",
-    "sglang:token_usage": "kv_usage",
-    "sglang:spec_accept_length": "accept_length",
-}
-_BY_CLASS = {
-    "adaptspec:spec_decode_num_drafts_by_class_total": 0,
-    "adaptspec:spec_decode_num_draft_tokens_by_class_total": 1,
-    "adaptspec:spec_decode_num_accepted_tokens_by_class_total": 2,
-}
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+_WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+_SPEC = frozenset({
+    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "adaptspec:spec_decode_num_drafts_by_class_total", "adaptspec:spec_decode_num_draft_tokens_by_class_total",
+    "adaptspec:spec_decode_num_accepted_tokens_by_class_total", "sglang:spec_accept_length",
+    "sglang:generation_tokens_total",
+})
+
+Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.ingest_* take them
 
 
 @dataclass
 class WorkerSample:
-    """One scrape of one worker. Counters are cumulative as exported (they reset when a worker restarts)."""
+    """One scrape of one worker: occupancy, plus the speculation samples for the estimators' ingest_*."""
 
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
-    accept_length: float | None = None  # SGLang: mean emitted tokens per verify step
-    drafts: float | None = None
-    draft_tokens: float | None = None
-    accepted_tokens: float | None = None
-    accepted_per_pos: dict[int, float] = field(default_factory=dict)
-    # (content_class, proposer) -> [drafts, draft_tokens, accepted_tokens]
-    by_class: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    spec: list[Sample] = field(default_factory=list)
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -79,9 +65,11 @@ def _labels(text: str) -> dict[str, str]:
 
 
 def parse_metrics(text: str) -> WorkerSample:
-    """Parse Prometheus text exposition into a WorkerSample (unknown families are skipped)."""
+    """Parse Prometheus text exposition into a WorkerSample (other families are skipped)."""
     sample = WorkerSample()
-    means: dict[str, list[float]] = {}
+    running: list[float] = []
+    waiting: list[float] = []
+    kv: list[float] = []
     for line in text.splitlines():
         if not line.startswith(_PREFIXES):
             continue
@@ -99,21 +87,20 @@ def parse_metrics(text: str) -> WorkerSample:
             value = float(parts[0])
         except ValueError:
             continue
-        if name in _SUM:
-            attr = _SUM[name]
-            setattr(sample, attr, (getattr(sample, attr) or 0.0) + value)
-        elif name in _MEAN:
-            means.setdefault(_MEAN[name], []).append(value)
-        elif name in _BY_CLASS:
-            lab = _labels(labels)
-            key = (lab.get("content_class", "chat"), lab.get("proposer", "none"))
-            sample.by_class.setdefault(key, [0.0, 0.0, 0.0])[_BY_CLASS[name]] += value
-        elif name == _PER_POS:
-            pos = _labels(labels).get("position")
-            if pos is not None and pos.isdigit():
-                sample.accepted_per_pos[int(pos)] = sample.accepted_per_pos.get(int(pos), 0.0) + value
-    for attr, values in means.items():
-        setattr(sample, attr, sum(values) / len(values))
+        if name in _RUNNING:
+            running.append(value)
+        elif name in _WAITING:
+            waiting.append(value)
+        elif name in _KV:
+            kv.append(value)
+        elif name in _SPEC:
+            sample.spec.append((name, _labels(labels), value))
+    if running:
+        sample.running = sum(running)
+    if waiting:
+        sample.waiting = sum(waiting)
+    if kv:
+        sample.kv_usage = sum(kv) / len(kv)
     return sample
 
 

@@ -4,13 +4,13 @@
     ├── MemoryState   one replica: the AlphaTable in process memory (default)
     └── RedisState    several replicas share observations and occupancy through Redis
 
-The request path only ever touches local memory: `observe()` updates the local AlphaTable at once
+The request path only ever touches local memory: `apply()` updates the local AlphaTable at once
 and `remote_inflight` is a plain dict. Redis traffic happens in one background task every
 `sync_interval_s`:
 
-- observations: every replica appends its own (worker, proposer, class, draft, accepted) observations to
-  the stream `{prefix}obs` (XADD, trimmed to ~100k entries) and applies the other replicas' entries
-  (XREAD from the last id seen) to its local table. All replicas therefore see every observation once,
+- observations: every replica appends its own AlphaTable updates (`observe` / `observe_counts` calls with
+  their arguments, as JSON) to the stream `{prefix}obs` (XADD, trimmed to ~100k entries) and replays the
+  other replicas' entries (XREAD from the last id seen) on its local table. All replicas therefore see every observation once,
   their own instantly and the others' within one interval; a replica that starts later replays the stream.
 - occupancy: each replica writes its in-flight count per worker to the hash `{prefix}occ:{replica}`
   (expires after a few intervals, so a dead replica drops out) and sums the others' into
@@ -52,14 +52,34 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+_METHODS = frozenset({"observe", "observe_counts"})
+
+
+class StateTable:
+    """AlphaTable-shaped writer that routes updates through a state backend (for `ingest_vllm` & co.)."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+
+    def observe(self, *args, **kwargs) -> None:
+        self._state.apply("observe", _plain(args), kwargs)
+
+    def observe_counts(self, *args, **kwargs) -> None:
+        self._state.apply("observe_counts", _plain(args), kwargs)
+
+
+def _plain(args: tuple) -> tuple:
+    """Sequences as lists, so the call survives a JSON round trip through Redis unchanged."""
+    return tuple(list(a) if isinstance(a, (tuple, list)) else a for a in args)
+
+
 class StateBackend(Protocol):
     backend: str
     alphas: object  # AlphaTable (an AlphaSource)
     remote_inflight: dict[str, int]
     up: bool
 
-    def observe(self, worker: str, proposer: str, content_class: str, draft_tokens: float,
-                accepted_tokens: float, per_position: list[float] | None = None) -> None: ...
+    def apply(self, method: str, args: tuple, kwargs: dict) -> None: ...
 
     def counter_leader(self, worker: str) -> bool: ...
 
@@ -76,8 +96,14 @@ class MemoryState:
         self.remote_inflight: dict[str, int] = {}
         self.up = True
 
-    def observe(self, worker, proposer, content_class, draft_tokens, accepted_tokens, per_position=None) -> None:
-        self.alphas.observe(worker, proposer, content_class, draft_tokens, accepted_tokens, per_position=per_position)
+    def apply(self, method: str, args: tuple, kwargs: dict) -> None:
+        """One AlphaTable update (`observe` or `observe_counts`), applied locally at once."""
+        if method not in _METHODS:
+            raise ValueError(f"not an AlphaTable update: {method!r}")
+        getattr(self.alphas, method)(*args, **kwargs)
+
+    def table(self) -> StateTable:
+        return StateTable(self)
 
     def counter_leader(self, worker: str) -> bool:
         return True
@@ -111,10 +137,9 @@ class RedisState(MemoryState):
         self.synced = asyncio.Event()  # set after each successful sync round (tests wait on it)
 
     # -- request path (synchronous, local) -------------------------------------------------------
-    def observe(self, worker, proposer, content_class, draft_tokens, accepted_tokens, per_position=None) -> None:
-        super().observe(worker, proposer, content_class, draft_tokens, accepted_tokens, per_position)
-        self._outbox.append((worker, proposer, content_class, float(draft_tokens), float(accepted_tokens),
-                             list(per_position) if per_position else None))
+    def apply(self, method: str, args: tuple, kwargs: dict) -> None:
+        super().apply(method, args, kwargs)
+        self._outbox.append((method, args, kwargs))
 
     def counter_leader(self, worker: str) -> bool:
         return (not self.up) or worker in self._leases
@@ -179,10 +204,8 @@ class RedisState(MemoryState):
             return
         batch = list(self._outbox)
         pipe = self.client.pipeline(transaction=False)
-        for w, p, c, d, a, pp in batch:
-            fields = {"r": self.replica, "w": w, "p": p, "c": c, "d": repr(d), "a": repr(a)}
-            if pp:
-                fields["pp"] = json.dumps(pp)
+        for method, args, kwargs in batch:
+            fields = {"r": self.replica, "m": method, "x": json.dumps([list(args), kwargs])}
             pipe.xadd(self.prefix + "obs", fields, maxlen=_STREAM_MAXLEN, approximate=True)
         await pipe.execute()
         for _ in range(len(batch)):  # only what was sent: observations made meanwhile stay queued
@@ -199,9 +222,9 @@ class RedisState(MemoryState):
                 if f.get("r") == self.replica:
                     continue
                 try:
-                    pp = json.loads(f["pp"]) if "pp" in f else None
-                    MemoryState.observe(self, f["w"], f["p"], f["c"], float(f["d"]), float(f["a"]), pp)
-                except (KeyError, ValueError) as exc:
+                    args, kwargs = json.loads(f["x"])
+                    MemoryState.apply(self, f["m"], tuple(args), kwargs)
+                except (KeyError, ValueError, TypeError) as exc:
                     log.warning("skipping malformed observation %s in redis stream: %s", entry_id, exc)
             if len(entries) < 1000:
                 return

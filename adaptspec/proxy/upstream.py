@@ -20,6 +20,9 @@ from adaptspec.errors import RequestError, UpstreamError
 
 log = logging.getLogger(__name__)
 
+# engines whose workers take per-request speculation (adaptspec: `speculation`; vllm + plugin: `vllm_xargs`)
+PER_REQUEST_ENGINES = frozenset({"adaptspec", "vllm"})
+
 
 @dataclass(eq=False)
 class Worker:
@@ -82,7 +85,8 @@ def workers_from_config(pools: Iterable) -> list[Worker]:
             models = getattr(pool, "models", None)
             out.append(Worker(
                 name=getattr(w, "name", None) or f"{pool.name}-{i}", url=str(w.url), pool=pool.name,
-                engine=pool.engine, per_request=bool(pool.per_request), proposers=tuple(pool.proposers or ()),
+                engine=pool.engine, per_request=bool(pool.per_request) and pool.engine in PER_REQUEST_ENGINES,
+                proposers=tuple(pool.proposers or ()),
                 gamma=int(pool.gamma or 0), max_gamma=int(pool.max_gamma), profile=getattr(pool, "profile", None),
                 models=frozenset(models) if models else None,
                 api_key=os.environ.get(key_env) if key_env else None))

@@ -61,7 +61,8 @@ def http_json(method: str, url: str, body: dict | None = None, headers: dict | N
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, dict(r.headers), json.loads(r.read() or b"null")
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), json.loads(exc.read() or b"null")
+        with exc:
+            return exc.code, dict(exc.headers), json.loads(exc.read() or b"null")
 
 
 def stop_process(proc: subprocess.Popen, sig=signal.SIGTERM, grace: float = 10.0) -> None:
@@ -169,6 +170,7 @@ class ProxyProcess:
         self.write_config(config)
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
+        self._clients: list = []
 
     def write_config(self, config: dict | str) -> None:
         text = config if isinstance(config, str) else yaml.safe_dump(config)
@@ -186,6 +188,8 @@ class ProxyProcess:
         return self
 
     def stop(self) -> None:
+        for c in self._clients:
+            c.close()
         if self.proc is not None:
             stop_process(self.proc)
             self._log.close()
@@ -200,7 +204,9 @@ class ProxyProcess:
     def client(self, **kw):
         import openai
 
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
+        c = openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
+        self._clients.append(c)
+        return c
 
 
 @pytest.fixture
@@ -220,3 +226,28 @@ def proxies(tmp_path):
 def pool(name: str, workers: list[Upstream], engine: str = "adaptspec", per_request: bool = True, **extra) -> dict:
     return {"name": name, "engine": engine, "per_request": per_request,
             "workers": [{"name": u.name, "url": u.url} for u in workers], **extra}
+
+
+def metric(text: str, name: str, **labels) -> float | None:
+    """Value of one sample in Prometheus text exposition (sum over samples matching `labels`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total, found = 0.0, False
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+                found = True
+    return total if found else None
+
+
+def eventually(fn, timeout: float = 10.0, interval: float = 0.05):
+    """Poll `fn` until it returns a truthy value; return it (or fail with the last value)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")

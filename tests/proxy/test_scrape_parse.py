@@ -28,19 +28,25 @@ sglang:spec_accept_length{model_name="m"} 2.5
 """
 
 
-def test_vllm_families_sum_and_average():
+def test_vllm_occupancy_sums_and_averages():
     s = parse_metrics(VLLM)
     assert (s.running, s.waiting) == (5.0, 4.0)
     assert s.kv_usage == 0.5  # averaged over engines
-    assert (s.drafts, s.draft_tokens, s.accepted_tokens) == (10.0, 40.0, 30.0)
-    assert s.accepted_per_pos == {0: 9.0, 1: 8.0}
-    assert s.by_class == {("code", "ngram"): [3.0, 12.0, 6.0]}
+
+
+def test_vllm_spec_samples_kept_with_labels():
+    names = [(n, lab.get("position"), lab.get("content_class"), v) for n, lab, v in parse_metrics(VLLM).spec]
+    assert ("vllm:spec_decode_num_draft_tokens_total", None, None, 40.0) in names
+    assert ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "1", None, 8.0) in names
+    assert ("adaptspec:spec_decode_num_accepted_tokens_by_class_total", None, "code", 6.0) in names
+    assert not any(n.endswith("_created") or n.startswith("python_") for n, *_ in names)
+    assert len(names) == 8
 
 
 def test_sglang_families():
     s = parse_metrics(SGLANG)
-    assert (s.running, s.waiting, s.kv_usage, s.accept_length) == (7.0, 1.0, 0.5, 2.5)
-    assert s.draft_tokens is None and s.by_class == {}
+    assert (s.running, s.waiting, s.kv_usage) == (7.0, 1.0, 0.5)
+    assert s.spec == [("sglang:spec_accept_length", {"model_name": "m"}, 2.5)]
 
 
 def test_garbage_lines_are_skipped():
@@ -52,4 +58,5 @@ def test_garbage_lines_are_skipped():
 def test_escaped_label_values():
     s = parse_metrics('adaptspec:spec_decode_num_draft_tokens_by_class_total{content_class="a\\"b",'
                       'proposer="draft"} 2\n')
-    assert s.by_class == {('a"b', "draft"): [0.0, 2.0, 0.0]}
+    assert s.spec == [("adaptspec:spec_decode_num_draft_tokens_by_class_total",
+                       {"content_class": 'a"b', "proposer": "draft"}, 2.0)]

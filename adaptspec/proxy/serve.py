@@ -1,0 +1,69 @@
+"""Run the proxy in the foreground: embedded worker if needed, signals, reload, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+log = logging.getLogger(__name__)
+
+
+def serve(config, *, host: str, port: int, config_path: str | None = None, watch_s: float = 1.0,
+          worker_args: list[str] | None = None) -> int:
+    from adaptspec.errors import AdaptspecError
+    from adaptspec.proxy.embedded import EmbeddedWorker
+
+    embedded = None
+    extra = []
+    if not config.pools:
+        embedded = EmbeddedWorker(worker_args)
+        try:
+            extra = [embedded.start()]
+        except RuntimeError as exc:
+            log.error("%s", exc)
+            return 1
+    try:
+        return _run(_main(config, host, port, config_path, watch_s, extra))
+    except AdaptspecError as exc:  # e.g. the classifier artifact or a profile cannot be loaded
+        log.error("cannot start the proxy: %s", exc)
+        return 1
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _run(coro) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+async def _main(config, host: str, port: int, config_path: str | None, watch_s: float, extra) -> int:
+    from adaptspec.proxy.app import Proxy, create_app, start_site
+    from adaptspec.proxy.configfile import load_config_file
+    from adaptspec.proxy.reload import Reloader
+
+    proxy = Proxy(config, config_path=config_path, extra_workers=extra)
+    app = create_app(proxy)
+    runner = await start_site(app, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    reloader = None
+    if config_path:
+        reloader = Reloader(proxy, config_path, load_config_file, poll_s=watch_s)
+        reloader.start()
+    names = ", ".join(f"{w.name}={w.url}" for w in proxy.pools.workers.values())
+    log.info("adaptspec proxy on http://%s:%d (policy %s, state %s) -> %s", host, port,
+             getattr(proxy.policy, "name", "?"), proxy.state.backend, names)
+    try:
+        await stop.wait()
+    finally:
+        if reloader is not None:
+            await reloader.stop()
+        await runner.cleanup()
+    return 0
