@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -451,3 +451,129 @@ def _with_load(w: WorkerState, running: int, waiting: int) -> WorkerState:
         max_gamma=w.max_gamma, profile=w.profile, running=float(running), waiting=float(waiting),
         kv_usage=w.kv_usage, inflight=running + waiting, healthy=w.healthy,
     )
+
+
+# ---- policy sweeps ------------------------------------------------------------------------------------
+
+# The threshold policy of the shipped policies/threshold.yaml (vLLM DSD / TRT-LLM draft_len_schedule style).
+THRESHOLD_TABLE = ((4, 5), (16, 3), (32, 1))
+
+
+@dataclass
+class PolicySpec:
+    """A named policy for a sweep: its config section and the estimator config it learns with."""
+
+    name: str
+    policy: object  # adaptspec.control.config.PolicyConfig
+    estimator: object | None = None  # adaptspec.control.config.EstimatorConfig
+
+
+def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
+    """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `bandit` (= `explore`)."""
+    from adaptspec.control.config import (
+        BanditPolicy,
+        GoodputPolicy,
+        StaticPolicy,
+        ThresholdPolicy,
+        ThresholdRow,
+    )
+    from adaptspec.errors import ConfigError
+
+    s = spec.strip()
+    if s == "off":
+        return PolicySpec(s, StaticPolicy(kind="static", proposer="none", gamma=0))
+    if s.startswith("static:"):
+        parts = s.split(":")
+        if len(parts) != 3 or parts[1] not in PROPOSERS or not parts[2].isdigit():
+            raise ConfigError("expected static:<proposer>:<gamma>, proposer one of "
+                              f"{', '.join(PROPOSERS)}", key="--policies", value=s)
+        return PolicySpec(s, StaticPolicy(kind="static", proposer=parts[1], gamma=int(parts[2])))
+    if s == "threshold":
+        return PolicySpec(s, ThresholdPolicy(kind="threshold", proposer="draft", proposer_by_class={"summarize": "ngram"},
+                                             table=[ThresholdRow(max_load=m, gamma=g) for m, g in THRESHOLD_TABLE]))
+    if s in ("adaptive", "goodput"):
+        return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile))
+    if s in ("bandit", "explore"):
+        return PolicySpec(s, BanditPolicy(kind="bandit", default_profile=profile, seed=seed))
+    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, bandit "
+                      "(or --policy-file)", key="--policies", value=s)
+
+
+def policy_from_file(path: str) -> PolicySpec:
+    from pathlib import Path
+
+    from adaptspec.control.config import load_config
+
+    cfg = load_config(path)
+    return PolicySpec(Path(path).stem, cfg.policy, cfg.estimator)
+
+
+def sweep(
+    specs: Sequence[PolicySpec],
+    profile: str,
+    workload: Workload,
+    loads: Sequence[tuple[str, float]],
+    *,
+    seed: int = 0,
+    requests: int | None = None,
+    warmup: int | None = None,
+    max_batch: int = 256,
+    max_gamma: int = 8,
+    proposers: Sequence[str] | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Every policy at every load point (same seed: same requests and coins); one row per pair.
+
+    Each point starts from a fresh policy and a fresh AlphaTable (priors only), which the point's own
+    acceptance then teaches, warm-up included.
+    """
+    from tqdm import tqdm
+
+    from adaptspec.control.config import EstimatorConfig
+    from adaptspec.control.estimators import AlphaTable
+    from adaptspec.control.policy import build_policy
+    from adaptspec.control.profiles import load_profile
+
+    cost = ProfileCost(load_profile(profile))
+    worker = cost.worker(max_gamma=max_gamma)
+    if proposers is not None:
+        bad = [p for p in proposers if p not in worker.proposers]
+        if bad:
+            from adaptspec.errors import ConfigError
+
+            raise ConfigError(f"profile {profile!r} offers {list(worker.proposers)}", key="--proposers", value=bad)
+        worker = _with_proposers(worker, tuple(proposers))
+    truth = AlphaModel(aliases=cost.truth_aliases())
+    rows = []
+    with tqdm(total=len(specs) * len(loads), desc="simulate", unit="point", disable=not progress) as bar:
+        for spec in specs:
+            for kind, value in loads:
+                bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
+                cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
+                                rate=value if kind == "rate" else None, requests=requests, warmup=warmup,
+                                max_batch=max_batch, max_gamma=max_gamma, seed=seed)
+                policy = build_policy(spec.policy)
+                clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
+                alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
+                res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
+                               on_step=clock.set)
+                rows.append({"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,
+                             "seed": seed, **res.row()})
+                bar.update(1)
+    return rows
+
+
+def _with_proposers(w: WorkerState, proposers: tuple[str, ...]) -> WorkerState:
+    return WorkerState(name=w.name, engine=w.engine, per_request=w.per_request, proposers=proposers,
+                       gamma=w.gamma, max_gamma=w.max_gamma, profile=w.profile)
+
+
+class _SimClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def set(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t

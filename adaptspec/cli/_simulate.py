@@ -1,0 +1,97 @@
+"""`adaptspec simulate`: what the policies do on a GPU engine, from the step-time profiles, before production.
+
+    adaptspec simulate --profile h200-llama3-70b --workload mixed \\
+        --policies off,static:draft:4,static:ngram:4,threshold,adaptive \\
+        --concurrency 1,2,4,8,16,32,64,128,256 --json sim.json --plot sim.png
+
+Policies: `off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (the goodput policy), `bandit` (the
+exploring one), plus any policy YAML via `--policy-file` (named after the file). Closed-loop clients per
+`--concurrency` point, or open-loop Poisson arrivals per `--rate` point. Deterministic under `--seed`.
+The engine model is documented in adaptspec/bench/simulator.py, the calibration in adaptspec/bench/workloads.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_POLICIES = "off,static:draft:4,static:ngram:4,threshold,adaptive"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("simulate", help="discrete-event simulation of policies on a GPU profile",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="h200-llama3-70b", help="step-time profile (default h200-llama3-70b)")
+    p.add_argument("--workload", default="mixed", help="mixed | rag | agent | a class name (default mixed)")
+    p.add_argument("--mix", help="class weights instead of the workload's, e.g. code=1,summarize=2")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
+    p.add_argument("--policy-file", action="append", default=[], help="policy YAML (repeatable)")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", help="closed-loop clients per point (default 1,2,4,...,256)")
+    load.add_argument("--rate", help="open-loop Poisson arrival rates per point (req/s)")
+    p.add_argument("--requests", type=int, help="measured completions per point (default max(64, 3 x concurrency))")
+    p.add_argument("--warmup", type=int, help="completions discarded first (default max(8, concurrency))")
+    p.add_argument("--max-batch", type=int, default=256, help="running-batch slots (default 256)")
+    p.add_argument("--max-gamma", type=int, default=8)
+    p.add_argument("--proposers", help="proposers the simulated worker offers (default: all of the profile's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tolerance", type=float, default=0.98, help="target: adaptive >= this x best static")
+    p.add_argument("--json", help="write the rows as JSON")
+    p.add_argument("--md", help="write markdown tables")
+    p.add_argument("--plot", help="write a PNG plot")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _loads(args) -> list[tuple[str, float]]:
+    if args.rate:
+        vals = [float(x) for x in args.rate.split(",") if x.strip()]
+        if not vals or any(v <= 0 for v in vals):
+            raise ValueError(f"--rate: values must be > 0, got {args.rate!r}")
+        return [("rate", v) for v in vals]
+    text = args.concurrency or "1,2,4,8,16,32,64,128,256"
+    vals = [int(x) for x in text.split(",") if x.strip()]
+    if not vals or any(v < 1 for v in vals):
+        raise ValueError(f"--concurrency: values must be integers >= 1, got {text!r}")
+    return [("concurrency", v) for v in vals]
+
+
+def run(args) -> int:
+    from adaptspec.bench import report
+    from adaptspec.bench.simulator import parse_policy, policy_from_file, sweep
+    from adaptspec.bench.workloads import get_workload
+    from adaptspec.control.profiles import load_profile
+    from adaptspec.errors import ConfigError
+
+    try:
+        load_profile(args.profile)
+        loads = _loads(args)
+        workload = get_workload(args.workload, args.mix)
+        specs = [parse_policy(s, args.profile, args.seed) for s in args.policies.split(",") if s.strip()]
+        specs += [policy_from_file(f) for f in args.policy_file]
+        if not specs:
+            raise ValueError("no policies given")
+        proposers = [p.strip() for p in args.proposers.split(",")] if args.proposers else None
+        rows = sweep(specs, args.profile, workload, loads, seed=args.seed, requests=args.requests,
+                     warmup=args.warmup, max_batch=args.max_batch, max_gamma=args.max_gamma,
+                     proposers=proposers, progress=not args.no_progress)
+    except (ConfigError, ValueError) as exc:
+        print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
+        return 2
+    title = f"simulated {args.profile}, workload {workload.name}, seed {args.seed}"
+    text = "\n\n".join([f"### {title}: output tokens/s", report.throughput_table(rows),
+                        report.detail_table(rows)])
+    if any(r["policy"] == "adaptive" for r in rows):
+        text += "\n\n" + report.targets_text(report.check_targets(rows, tolerance=args.tolerance))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.md:
+        Path(args.md).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.md).write_text(text + "\n")
+    if args.plot:
+        report.plot_sweep(rows, args.plot, title=title)
+    print(text)
+    return 0
