@@ -174,6 +174,16 @@ class AlphaTable:
         self.clock = clock
         self.max_positions = max_positions
         self._stats: dict[tuple[str, str, str], KeyStats] = {}
+        self._prior_cache: dict[tuple[str, str], float] = {}
+        self._prior_estimates: dict[tuple[str, str], AlphaEstimate] = {}
+        self._est_cache: dict[tuple[str, str, str], tuple[float | None, AlphaEstimate]] = {}
+
+    def _invalidate(self, key: tuple[str, str, str]) -> None:
+        if key[2] == ANY_CLASS:  # the pooled estimate is the prior of every class of (worker, proposer)
+            for k in [k for k in self._est_cache if k[0] == key[0] and k[1] == key[1]]:
+                del self._est_cache[k]
+        else:
+            self._est_cache.pop(key, None)
 
     @classmethod
     def from_config(cls, cfg, clock: Callable[[], float] = time.time) -> AlphaTable:
@@ -211,6 +221,7 @@ class AlphaTable:
             return
         now = self.clock() if now is None else now
         key = (worker, proposer, content_class)
+        self._invalidate(key)
         st = self._stats.get(key)
         if st is None:
             st = self._stats[key] = KeyStats()
@@ -286,9 +297,16 @@ class AlphaTable:
         s, f = (st.s * d, st.f * d) if st is not None else (0.0, 0.0)
         return s + m0 * k, f + (1.0 - m0) * k, s + f
 
+    def _table_prior(self, proposer: str, content_class: str) -> float:
+        key = (proposer, content_class)
+        m0 = self._prior_cache.get(key)
+        if m0 is None:
+            m0 = self._prior_cache[key] = prior_alpha(proposer, content_class, self.prior)
+        return m0
+
     def prior_mean(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> float:
         """Prior mean of a key: the worker's class-less (engine-wide) estimate if any, else the table."""
-        m0 = prior_alpha(proposer, content_class, self.prior)
+        m0 = self._table_prior(proposer, content_class)
         if content_class != ANY_CLASS:
             pooled = self._stats.get((worker, proposer, ANY_CLASS))
             if pooled is not None and pooled.s + pooled.f > 0:
@@ -297,8 +315,31 @@ class AlphaTable:
         return m0
 
     def get(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> AlphaEstimate:
-        m0 = self.prior_mean(worker, proposer, content_class, now)
         st = self._stats.get((worker, proposer, content_class))
+        if st is None and (worker, proposer, ANY_CLASS) not in self._stats:  # fast path: prior only
+            est = self._prior_estimates.get((proposer, content_class))
+            if est is None:
+                m0, k = self._table_prior(proposer, content_class), self.prior_strength
+                est = AlphaEstimate(m0, math.sqrt(m0 * (1.0 - m0) / (k + 1.0)), 0.0)
+                self._prior_estimates[(proposer, content_class)] = est
+            return est
+        key = (worker, proposer, content_class)
+        t = None
+        if self.half_life_s:
+            t = self.clock() if now is None else now
+        hit = self._est_cache.get(key)
+        # a cached estimate stays valid until the key (or its pooled prior) gets data, or ~0.1% decay
+        if hit is not None and (t is None or abs(t - hit[0]) < 1e-3 * self.half_life_s):
+            return hit[1]
+        est = self._estimate(st, worker, proposer, content_class, t)
+        if len(self._est_cache) >= 65_536:
+            self._est_cache.clear()
+        self._est_cache[key] = (t, est)
+        return est
+
+    def _estimate(self, st: KeyStats | None, worker: str, proposer: str, content_class: str,
+                  now: float | None) -> AlphaEstimate:
+        m0 = self.prior_mean(worker, proposer, content_class, now)
         d = self._age_factor(st, now)
         a, b, n = self._posterior(st, m0, d)
         tot = a + b
@@ -325,6 +366,7 @@ class AlphaTable:
     def forget(self, worker: str) -> None:
         for key in [k for k in self._stats if k[0] == worker]:
             del self._stats[key]
+        self._est_cache.clear()
 
     # -- sharing -------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -336,6 +378,7 @@ class AlphaTable:
 
     def load_dict(self, d: Mapping, merge: bool = False) -> None:
         """Replace (or, with merge=True, add to) this table's counts with those of a `to_dict()`."""
+        self._est_cache.clear()
         if not merge:
             self._stats.clear()
         for w, by_p in d.items():

@@ -214,3 +214,15 @@ def test_sufficient_statistics_roundtrip_and_merge():
 def test_bad_stats_raise(d, a):
     with pytest.raises(ValueError):
         est.AlphaTable().observe("w", "draft", "chat", d, a)
+
+
+def test_cached_estimates_follow_new_data():
+    table = est.AlphaTable(half_life_tokens=None)
+    first = table.get("w", "draft", "chat")
+    table.observe("w", "draft", est.ANY_CLASS, 400, 100, steps=100, gamma=4)
+    pooled_prior = table.get("w", "draft", "chat")
+    assert pooled_prior.mean < first.mean - 0.1  # the class prior now comes from the worker-wide data
+    table.observe("w", "draft", "chat", 400, 390, steps=100, gamma=4)
+    assert table.get("w", "draft", "chat").mean > pooled_prior.mean + 0.3
+    table.load_dict({})
+    assert table.get("w", "draft", "chat") == first

@@ -1,0 +1,318 @@
+"""Policies: per request, pick a worker, a proposer and gamma (0 = off), with a one-line reason.
+
+    static     fixed proposer + gamma (or off) on the least-loaded worker that offers it
+    threshold  gamma from a load table, like vLLM's dynamic speculative decoding / TRT-LLM draft_len_schedule
+    goodput    for every healthy worker and every proposer it offers: alpha estimate -> best gamma by the cost
+               model at the worker's live load -> the highest expected goodput (tokens/s of this request);
+               off unless a plan beats off by `margin`; fixed-speculation workers count at their fixed config
+    bandit     goodput with alpha drawn from each key's Beta posterior (Thompson) or its upper bound (UCB),
+               so keys without data get tried (BanditSpec-style exploration)
+
+`build_policy(config.policy)` returns one; `.decide(content_class, workers, alphas) -> Decision`.
+The batch a request joins is `worker.load + 1`. Gamma searches are cached per (profile, proposer,
+batch bucket, alpha bucket), so a decision over a few workers takes tens of microseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+from adaptspec.control import costmodel
+from adaptspec.control.config import BanditPolicy, GoodputPolicy, PolicyConfig, StaticPolicy, ThresholdPolicy
+from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.types import AlphaEstimate, AlphaSource, Decision, WorkerState
+from adaptspec.errors import ConfigError, UpstreamError
+
+log = logging.getLogger(__name__)
+
+
+def _healthy(workers: Sequence[WorkerState]) -> list[WorkerState]:
+    ws = [w for w in workers if w.healthy]
+    if not ws:
+        raise UpstreamError("no healthy upstream worker" if workers else "no upstream worker configured")
+    return ws
+
+
+def _least_loaded(workers: Sequence[WorkerState]) -> WorkerState:
+    return min(workers, key=lambda w: w.load)
+
+
+def fixed_config(w: WorkerState) -> tuple[str, int]:
+    """(proposer, gamma) a fixed-speculation worker runs with; ('none', 0) when speculation is off."""
+    if w.gamma > 0 and w.proposers:
+        return w.proposers[0], w.gamma
+    return "none", 0
+
+
+def _offers(w: WorkerState, proposer: str) -> bool:
+    """Can the worker run this request with `proposer` (per request, or because it is fixed to it)?"""
+    if w.per_request:
+        return proposer == "none" or proposer in w.proposers
+    return fixed_config(w)[0] == proposer
+
+
+def _batch_bucket(b: float) -> float:
+    """Exact integers up to 64, then ~3% steps: plans hardly change within a bucket."""
+    if b <= 64:
+        return float(int(b + 0.5))
+    step = 2.0 ** (math.floor(math.log2(b)) - 5)
+    return round(b / step) * step
+
+
+def _alpha_bucket(alpha: costmodel.AlphaLike) -> costmodel.AlphaLike:
+    """Scalars to 0.001, per-position rates to 0.01."""
+    if isinstance(alpha, float) and 0.0 <= alpha <= 1.0:
+        return int(alpha * 1000.0 + 0.5) / 1000.0
+    if isinstance(alpha, (int, float)):
+        return round(min(max(float(alpha), 0.0), 1.0), 3)
+    return tuple([int(min(max(a, 0.0), 1.0) * 100.0 + 0.5) / 100.0 for a in alpha])
+
+
+class PlanCache:
+    """Memoised gamma search: (profile, proposer, batch bucket, alpha bucket, gamma bound) -> Plan."""
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
+        self._plans: dict[tuple, costmodel.Plan] = {}
+
+    def best(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
+             max_gamma: int) -> costmodel.Plan:
+        """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0)."""
+        a, b = _alpha_bucket(alpha), _batch_bucket(batch)
+        key = (profile.name, proposer, b, a, max_gamma, None)
+        plan = self._plans.get(key)
+        if plan is None:
+            if max_gamma <= 0:
+                plan = costmodel.evaluate(profile, "none", 0.0, 0, b)
+            else:
+                plan = costmodel.best_gamma(profile, proposer, a, b, max_gamma)
+            self._store(key, plan)
+        return plan
+
+    def at(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
+           gamma: int) -> costmodel.Plan:
+        """The plan of a fixed (proposer, gamma)."""
+        a, b = _alpha_bucket(alpha), _batch_bucket(batch)
+        key = (profile.name, proposer, b, a, None, gamma)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = costmodel.evaluate(profile, proposer, a, gamma, b)
+            self._store(key, plan)
+        return plan
+
+    def off(self, profile: Profile, batch: float) -> costmodel.Plan:
+        key = (profile.name, batch)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = costmodel.evaluate(profile, "none", 0.0, 0, _batch_bucket(batch))
+            self._store(key, plan)
+        return plan
+
+    def _store(self, key: tuple, plan: costmodel.Plan) -> None:
+        if len(self._plans) >= self.max_entries:
+            self._plans.clear()
+        self._plans[key] = plan
+
+
+class StaticPolicyImpl:
+    """Always `proposer` with `gamma` (or off), on the least-loaded worker that can run it."""
+
+    def __init__(self, cfg: StaticPolicy) -> None:
+        self.name = "static"
+        self.proposer, self.gamma = cfg.proposer, cfg.gamma
+
+    def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
+        ws = _healthy(workers)
+        want = self.proposer if self.gamma > 0 else "none"
+        exact = [w for w in ws if (w.per_request and _offers(w, want))
+                 or (not w.per_request and fixed_config(w) == (want, self.gamma if want != "none" else 0))]
+        able = exact or [w for w in ws if _offers(w, want)]
+        if able:
+            w = _least_loaded(able)
+            if w.per_request:
+                proposer, gamma = want, min(self.gamma, w.max_gamma) if want != "none" else 0
+            else:
+                proposer, gamma = fixed_config(w)
+            what = f"{proposer} g={gamma}" if gamma else "off"
+            return Decision(w.name, proposer, gamma, content_class, self.name, f"static: {what}")
+        w = _least_loaded(ws)
+        proposer, gamma = ("none", 0) if w.per_request else fixed_config(w)
+        return Decision(w.name, proposer, gamma, content_class, self.name,
+                        f"static: no worker offers {want}; {w.name} runs {proposer} g={gamma}")
+
+
+class ThresholdPolicyImpl:
+    """gamma by the load of the least-loaded worker offering the proposer (per class override)."""
+
+    def __init__(self, cfg: ThresholdPolicy) -> None:
+        self.name = "threshold"
+        self.proposer = cfg.proposer
+        self.by_class = dict(cfg.proposer_by_class)
+        self.table = [(r.max_load, r.gamma) for r in cfg.table]
+
+    def gamma_for(self, batch: float) -> int:
+        for max_load, gamma in self.table:
+            if batch <= max_load:
+                return gamma
+        return 0
+
+    def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
+        ws = _healthy(workers)
+        proposer = self.by_class.get(content_class, self.proposer)
+        per_req = [w for w in ws if w.per_request and _offers(w, proposer)]
+        if per_req:
+            w = _least_loaded(per_req)
+            batch = w.load + 1
+            gamma = min(self.gamma_for(batch), w.max_gamma) if proposer != "none" else 0
+            p = proposer if gamma else "none"
+            what = f"{p} g={gamma}" if gamma else "off"
+            return Decision(w.name, p, gamma, content_class, self.name,
+                            f"threshold: {what} batch={batch:g}")
+        # fixed pools only: the least-loaded one whose fixed gamma is closest to the table's choice
+        w0 = _least_loaded(ws)
+        target = self.gamma_for(w0.load + 1)
+        w = min(ws, key=lambda w: (abs(fixed_config(w)[1] - target)
+                                   + (0 if fixed_config(w)[0] in (proposer, "none") else 100), w.load))
+        p, g = fixed_config(w)
+        return Decision(w.name, p, g, content_class, self.name,
+                        f"threshold: table says g={target} at batch={w0.load + 1:g}; fixed {w.name} {p} g={g}")
+
+
+class _CostModelPolicy:
+    """Shared machinery of goodput and bandit: score every (worker, proposer) option by the cost model."""
+
+    name = "goodput"
+
+    def __init__(self, margin: float, max_gamma: int, default_profile: str, tie_tolerance: float) -> None:
+        self.margin, self.max_gamma, self.tie_tolerance = margin, max_gamma, tie_tolerance
+        self.default_profile = load_profile(default_profile)
+        self.cache = PlanCache()
+        self._profiles: dict[str | None, Profile] = {None: self.default_profile}
+
+    def profile(self, name: str | None) -> Profile:
+        prof = self._profiles.get(name)
+        if prof is None:
+            try:
+                prof = load_profile(name)
+            except ConfigError as exc:
+                log.warning("worker profile %r unusable (%s); using %s", name, exc, self.default_profile.name)
+                prof = self.default_profile
+            self._profiles[name] = prof
+        return prof
+
+    def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
+        """The alpha to plan with, and how to show it."""
+        raise NotImplementedError
+
+    def options(self, w: WorkerState, content_class: str, alphas: AlphaSource
+                ) -> tuple[costmodel.Plan, str, costmodel.Plan | None]:
+        """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, and the
+        best plan that missed the margin (for the reason)."""
+        prof = self.profile(w.profile)
+        batch = w.load + 1.0
+        choice, shown, missed = self.cache.off(prof, batch), "", None
+        if not w.per_request:
+            p, g = fixed_config(w)
+            if g > 0 and prof.offers(p):
+                a, shown = self.alpha(alphas.get(w.name, p, content_class))
+                choice = _named(self.cache.at(prof, p, a, batch, g), p)
+            return choice, shown, None
+        bound = min(w.max_gamma, self.max_gamma)
+        for p in w.proposers:
+            if p == "none" or bound <= 0 or not prof.offers(p):
+                continue
+            a, shown_p = self.alpha(alphas.get(w.name, p, content_class))
+            plan = self.cache.best(prof, p, a, batch, bound)
+            if plan.speedup < self.margin:
+                if missed is None or plan.speedup > missed.speedup:
+                    missed = _named(plan, p)
+            elif plan.goodput > choice.goodput:
+                choice, shown = _named(plan, p), shown_p
+        return choice, shown, missed
+
+    def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
+        best = None
+        for w in _healthy(workers):
+            choice, shown, missed = self.options(w, content_class, alphas)
+            # speculation must beat plain decoding by the margin, across workers too
+            score = choice.goodput / self.margin if choice.gamma else choice.goodput
+            if best is None:
+                best = (score, w, choice, shown, missed)
+                continue
+            s0, load0 = best[0], best[1].load
+            if score > s0 * (1.0 + self.tie_tolerance) or (
+                    score >= s0 * (1.0 - self.tie_tolerance) and w.load < load0):
+                best = (score, w, choice, shown, missed)
+        assert best is not None
+        _, w, plan, shown, missed = best
+        b = f"{w.load + 1:g}"
+        if plan.gamma == 0:
+            note = f" (best {missed.proposer} g={missed.gamma} x{missed.speedup:.2f} < margin {self.margin:g})" \
+                if missed is not None else ""
+            reason = f"{self.name}: off batch={b}{note}"
+        else:
+            reason = f"{self.name}: {plan.proposer} g={plan.gamma} alpha={shown} batch={b} x{plan.speedup:.2f}"
+        return Decision(w.name, plan.proposer, plan.gamma, content_class, self.name, reason, plan.speedup)
+
+
+def _named(plan: costmodel.Plan, proposer: str) -> costmodel.Plan:
+    """Plans carry the worker's proposer name ('draft'), not the profile's option ('draft-8b')."""
+    if plan.proposer == proposer or plan.gamma == 0:
+        return plan
+    return replace(plan, proposer=proposer)
+
+
+def _fmt2(x: float) -> str:
+    return f"{x:.2f}"
+
+
+class GoodputPolicyImpl(_CostModelPolicy):
+    def __init__(self, cfg: GoodputPolicy) -> None:
+        super().__init__(cfg.margin, cfg.max_gamma, cfg.default_profile, cfg.tie_tolerance)
+        self.name = "goodput"
+        self.risk = cfg.risk
+
+    def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
+        if not self.risk:
+            return (est.per_position or est.mean), _fmt2(est.mean)
+        shift = self.risk * est.std
+        if est.per_position:
+            return tuple(max(a - shift, 0.0) for a in est.per_position), f"{max(est.mean - shift, 0.0):.2f}"
+        a = max(est.mean - shift, 0.0)
+        return a, f"{a:.2f}"
+
+
+class BanditPolicyImpl(_CostModelPolicy):
+    def __init__(self, cfg: BanditPolicy) -> None:
+        super().__init__(cfg.margin, cfg.max_gamma, cfg.default_profile, cfg.tie_tolerance)
+        self.name = "bandit"
+        self.algorithm, self.ucb_c = cfg.algorithm, cfg.ucb_c
+        self.rng = random.Random(cfg.seed)
+
+    def alpha(self, est: AlphaEstimate) -> tuple[float, str]:
+        m, sd = min(max(est.mean, 1e-6), 1 - 1e-6), est.std
+        if self.algorithm == "ucb":
+            a = min(m + self.ucb_c * sd, 1.0)
+            return a, f"{a:.2f}(ucb, mean {m:.2f})"
+        if sd <= 0:
+            return m, f"{m:.2f}"
+        nu = m * (1.0 - m) / (sd * sd) - 1.0  # a + b of the Beta with this mean and std
+        a = self.rng.random() if nu <= 0 else self.rng.betavariate(m * nu, (1.0 - m) * nu)
+        return a, f"{a:.2f}~(mean {m:.2f}, n={est.n:.0f})"
+
+
+def build_policy(cfg: PolicyConfig):
+    """The policy object for a `config.policy` section."""
+    if isinstance(cfg, StaticPolicy):
+        return StaticPolicyImpl(cfg)
+    if isinstance(cfg, ThresholdPolicy):
+        return ThresholdPolicyImpl(cfg)
+    if isinstance(cfg, GoodputPolicy):
+        return GoodputPolicyImpl(cfg)
+    if isinstance(cfg, BanditPolicy):
+        return BanditPolicyImpl(cfg)
+    raise ConfigError("unknown policy kind", key="policy.kind", value=getattr(cfg, "kind", cfg))

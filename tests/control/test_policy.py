@@ -1,0 +1,185 @@
+import re
+
+import pytest
+
+from adaptspec.control import costmodel
+from adaptspec.control.config import parse_config
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.policy import build_policy
+from adaptspec.control.profiles import load_profile
+from adaptspec.control.types import AlphaEstimate, WorkerState
+from adaptspec.errors import UpstreamError
+
+
+def policy(**kw):
+    return build_policy(parse_config({"policy": kw}).policy)
+
+
+def per_request(name, load=0.0, proposers=("ngram", "draft"), profile="h200-llama3-70b", **kw):
+    return WorkerState(name, proposers=proposers, running=load, profile=profile, **kw)
+
+
+def fixed(name, proposer, gamma, load=0.0, profile="h100-llama3-8b"):
+    return WorkerState(name, engine="vllm", per_request=False, proposers=(proposer,) if proposer else (),
+                       gamma=gamma, running=load, profile=profile)
+
+
+class Fixed:
+    """An AlphaSource with given estimates (keyed by proposer), the same for every worker and class."""
+
+    def __init__(self, **by_proposer):
+        self.by = by_proposer
+
+    def get(self, worker, proposer, content_class):
+        v = self.by.get(proposer, 0.0)
+        return v if isinstance(v, AlphaEstimate) else AlphaEstimate(v, 0.0, 1e6)
+
+
+def test_every_kind_has_a_name_and_reason():
+    ws = [per_request("a"), per_request("b", load=3)]
+    for kind, extra in [("static", {"proposer": "ngram", "gamma": 3}), ("threshold", {"table": [{"max_load": 8, "gamma": 2}]}),
+                        ("goodput", {}), ("bandit", {})]:
+        p = policy(kind=kind, **extra)
+        d = p.decide("code", ws, AlphaTable())
+        assert p.name == kind == d.policy and d.reason.startswith(kind) and d.content_class == "code"
+        assert d.worker in ("a", "b") and (d.gamma == 0) == (d.proposer == "none")
+
+
+def test_no_healthy_worker_is_a_503():
+    with pytest.raises(UpstreamError) as exc:
+        policy(kind="goodput").decide("chat", [per_request("a", healthy=False)], AlphaTable())
+    assert exc.value.status == 503
+    with pytest.raises(UpstreamError):
+        policy(kind="static").decide("chat", [], AlphaTable())
+
+
+# -- static ------------------------------------------------------------------------------------------
+def test_static_picks_least_loaded_able_worker():
+    p = policy(kind="static", proposer="draft", gamma=6)
+    ws = [per_request("a", load=5), per_request("b", load=1, max_gamma=4), per_request("c", load=0, proposers=("ngram",))]
+    d = p.decide("chat", ws, AlphaTable())
+    assert (d.worker, d.proposer, d.gamma) == ("b", "draft", 4)  # capped at the worker's max_gamma
+    d = policy(kind="static").decide("chat", ws, AlphaTable())
+    assert (d.worker, d.proposer, d.gamma, d.reason) == ("c", "none", 0, "static: off")
+
+
+def test_static_with_fixed_pools():
+    ws = [fixed("n", "ngram", 4, load=0), fixed("o", None, 0, load=2)]
+    assert policy(kind="static").decide("chat", ws, AlphaTable()).worker == "o"
+    d = policy(kind="static", proposer="ngram", gamma=4).decide("chat", ws, AlphaTable())
+    assert (d.worker, d.proposer, d.gamma) == ("n", "ngram", 4)
+    d = policy(kind="static", proposer="eagle", gamma=2).decide("chat", ws, AlphaTable())
+    assert d.worker == "n" and d.proposer == "ngram" and "no worker offers eagle" in d.reason
+
+
+# -- threshold ---------------------------------------------------------------------------------------
+def test_threshold_gamma_by_load_and_class():
+    p = policy(kind="threshold", proposer="draft", proposer_by_class={"summarize": "ngram"},
+               table=[{"max_load": 4, "gamma": 5}, {"max_load": 16, "gamma": 3}, {"max_load": 32, "gamma": 1}])
+    for load, gamma in [(0, 5), (3, 5), (4, 3), (15, 3), (20, 1), (31, 1), (32, 0), (500, 0)]:
+        d = p.decide("chat", [per_request("a", load=load)], AlphaTable())
+        assert d.gamma == gamma and d.proposer == ("draft" if gamma else "none")
+        assert f"batch={load + 1}" in d.reason
+    assert p.decide("summarize", [per_request("a")], AlphaTable()).proposer == "ngram"
+
+
+# -- goodput -----------------------------------------------------------------------------------------
+REASON = re.compile(r"^goodput: (ngram|draft|eagle) g=\d+ alpha=\d\.\d\d batch=\d+ x\d+\.\d\d$")
+
+
+def test_goodput_follows_the_cost_model_and_turns_off_at_high_load():
+    p = policy(kind="goodput", margin=1.05)
+    alphas = Fixed(draft=0.8, ngram=0.3)
+    prof = load_profile("h200-llama3-70b")
+    for load in (0, 15, 63):
+        d = p.decide("code", [per_request("a", load=load)], alphas)
+        want = costmodel.best_plan({"draft": 0.8, "ngram": 0.3}, prof, load + 1, 8, margin=1.05)
+        assert (d.proposer, d.gamma) == (want.proposer, want.gamma) and d.gamma > 0
+        assert d.expected_speedup == pytest.approx(want.speedup, rel=1e-9)
+        assert REASON.match(d.reason), d.reason
+    d = p.decide("code", [per_request("a", load=400)], alphas)
+    assert (d.proposer, d.gamma) == ("none", 0) and d.reason.startswith("goodput: off batch=401")
+    assert "< margin 1.05" in d.reason
+
+
+def test_goodput_uses_per_position_rates():
+    rates = (0.9, 0.5, 0.2, 0.1)
+    alphas = Fixed(draft=AlphaEstimate(0.6, 0.01, 1e4, per_position=rates))
+    d = policy(kind="goodput").decide("chat", [per_request("a", proposers=("draft",))], alphas)
+    want = costmodel.best_gamma(load_profile("h200-llama3-70b"), "draft", rates, 1, 8)
+    assert d.gamma == want.gamma and d.expected_speedup == pytest.approx(want.speedup, rel=1e-9)
+
+
+def test_goodput_routes_copy_heavy_to_ngram_pool_at_low_load_and_off_pool_at_high_load():
+    p = policy(kind="goodput", margin=1.05)
+    alphas = AlphaTable()  # built-in priors: ngram on summarize 0.60
+    low = [fixed("ngram-pool", "ngram", 4, load=1), fixed("off-pool", None, 0, load=1)]
+    d = p.decide("summarize", low, alphas)
+    assert (d.worker, d.proposer, d.gamma) == ("ngram-pool", "ngram", 4) and d.expected_speedup > 1.5
+    high = [fixed("ngram-pool", "ngram", 4, load=250), fixed("off-pool", None, 0, load=250)]
+    for cls in ("summarize", "code", "chat", "translate"):
+        d = p.decide(cls, high, alphas)
+        assert (d.worker, d.proposer, d.gamma) == ("off-pool", "none", 0)
+
+
+def test_goodput_among_equals_takes_the_least_loaded():
+    p = policy(kind="goodput")
+    ws = [fixed("o1", None, 0, load=3), fixed("o2", None, 0, load=2), fixed("o3", None, 0, load=3)]
+    assert p.decide("chat", ws, AlphaTable()).worker == "o2"
+    ws = [per_request("a", load=7), per_request("b", load=2), per_request("c", load=2, healthy=False)]
+    assert p.decide("chat", ws, Fixed(draft=0.8)).worker == "b"
+
+
+def test_goodput_risk_makes_thin_estimates_cautious():
+    est = AlphaEstimate(0.5, 0.2, 5.0)
+    ws = [per_request("a", proposers=("draft",), profile="h100-llama3-70b")]
+    bold = policy(kind="goodput").decide("chat", ws, Fixed(draft=est))
+    careful = policy(kind="goodput", risk=2.0).decide("chat", ws, Fixed(draft=est))
+    assert bold.gamma > 0 and careful.gamma == 0
+
+
+def test_goodput_skips_proposers_the_profile_cannot_cost():
+    ws = [per_request("a", proposers=("eagle", "ngram"), profile="cpu-tiny")]
+    d = policy(kind="goodput", margin=1.0).decide("summarize", ws, Fixed(eagle=0.99, ngram=0.5))
+    assert d.proposer in ("ngram", "none")
+
+
+# -- bandit ------------------------------------------------------------------------------------------
+def test_bandit_is_reproducible_with_a_seed():
+    ws = [per_request("a", proposers=("ngram", "draft"), profile="cpu-tiny")]
+    runs = []
+    for _ in range(2):
+        p = policy(kind="bandit", seed=42, margin=1.2)
+        runs.append([(d.proposer, d.gamma) for d in (p.decide("chat", ws, AlphaTable()) for _ in range(200))])
+    assert runs[0] == runs[1]
+    assert len(set(runs[0])) > 1  # it explores
+
+
+def test_thompson_choice_probability_matches_beta_tail():
+    beta = pytest.importorskip("scipy.stats").beta
+    margin, n = 1.3, 65_536
+    prof = load_profile("cpu-tiny")
+    table = AlphaTable(prior={"ngram": {"chat": 0.15}}, prior_strength=20)  # Beta(3, 17), no data
+    ws = [per_request("a", proposers=("ngram",), profile="cpu-tiny", max_gamma=8)]
+
+    def beats(a):
+        return costmodel.best_gamma(prof, "ngram", round(a, 3), 1, 8).speedup >= margin
+
+    grid = [i / 1000 for i in range(1001)]
+    first = next(i for i, a in enumerate(grid) if beats(a))
+    assert all(beats(a) for a in grid[first:])  # monotone in alpha
+    p_on = 1.0 - beta.cdf(grid[first] - 0.0005, 3, 17)
+    assert 0.05 < p_on < 0.95
+    pol = policy(kind="bandit", seed=1, margin=margin)
+    hits = sum(pol.decide("chat", ws, table).proposer == "ngram" for _ in range(n))
+    sd = (n * p_on * (1 - p_on)) ** 0.5
+    assert abs(hits - n * p_on) <= 6 * sd + 5
+
+
+def test_ucb_tries_the_uncertain_arm():
+    data = AlphaTable(prior_strength=4)
+    for _ in range(200):  # a well-known mediocre draft
+        data.observe("a", "draft", "chat", 40, 16, steps=10, gamma=4)
+    ws = [per_request("a", proposers=("draft", "eagle"), profile="h100-llama3-8b")]
+    d = policy(kind="bandit", algorithm="ucb", ucb_c=2.0).decide("chat", ws, data)
+    assert d.proposer == "eagle" and "ucb" in d.reason
