@@ -45,6 +45,7 @@ same tensors, which is how it is bit-equal to this one).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -252,7 +253,8 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
 
 
 def _triton_available(device: torch.device) -> bool:
-    if device.type != "cuda":
+    # ADAPTSPEC_VERIFY_TRITON=0 turns the automatic choice off (the torch path is the reference).
+    if device.type != "cuda" or os.environ.get("ADAPTSPEC_VERIFY_TRITON", "1") == "0":
         return False
     try:
         from adaptspec.worker import _verify_triton  # noqa: F401
@@ -267,8 +269,8 @@ def verify_drafts(target_probs: torch.Tensor, draft_token_ids: torch.Tensor,
                   uniforms: torch.Tensor | None = None, race_noise: torch.Tensor | None = None) -> torch.Tensor:
     """Verify a ragged batch of drafts; returns int64 ``[B, max_k + 1]`` padded with -1 (see module doc).
 
-    ``use_triton``: None = the Triton kernel on CUDA when triton imports, else torch; True forces it (error
-    if unavailable), False forces torch. ``uniforms`` (float64 ``[sum(k)]``) and ``race_noise`` (Exp(1)
+    ``use_triton``: None = the Triton kernel on CUDA when triton imports (unless the environment sets
+    ``ADAPTSPEC_VERIFY_TRITON=0``), else torch; True forces it (error if unavailable), False forces torch. ``uniforms`` (float64 ``[sum(k)]``) and ``race_noise`` (Exp(1)
     samples, float32 ``[B, V]``) replace the draws from ``generator`` when given.
     """
     inp = prepare_inputs(target_probs, draft_token_ids, num_draft_tokens, draft_probs, greedy)
