@@ -183,3 +183,20 @@ def test_ucb_tries_the_uncertain_arm():
     ws = [per_request("a", proposers=("draft", "eagle"), profile="h100-llama3-8b")]
     d = policy(kind="bandit", algorithm="ucb", ucb_c=2.0).decide("chat", ws, data)
     assert d.proposer == "eagle" and "ucb" in d.reason
+
+
+def test_threshold_with_fixed_pools_only():
+    p = policy(kind="threshold", proposer="ngram", table=[{"max_load": 8, "gamma": 4}])
+    ws = [fixed("n", "ngram", 4, load=2), fixed("o", None, 0, load=2)]
+    assert p.decide("chat", ws, AlphaTable()).worker == "n"
+    ws = [fixed("n", "ngram", 4, load=40), fixed("o", None, 0, load=40)]
+    d = p.decide("chat", ws, AlphaTable())
+    assert (d.worker, d.proposer, d.gamma) == ("o", "none", 0)
+
+
+def test_goodput_default_profile_for_workers_without_one():
+    ws = [WorkerState("a", proposers=("ngram", "draft"), profile=None)]
+    d = policy(kind="goodput", default_profile="h100-llama3-8b").decide("structured", ws, AlphaTable())
+    prof = load_profile("h100-llama3-8b")
+    want = costmodel.best_plan({"ngram": 0.45, "draft": 0.86}, prof, 1, 8, margin=1.05)
+    assert (d.proposer, d.gamma) == (want.proposer, want.gamma)
