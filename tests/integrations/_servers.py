@@ -1,0 +1,58 @@
+"""Start and stop real servers (vLLM, the adaptspec proxy, Prometheus) for the integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_TARGET = ROOT / "adaptspec" / "assets" / "tiny-target"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A subprocess in its own session (vLLM forks an engine-core child), logging to a file."""
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, log: Path, cwd: Path | None = None):
+        self.log = log
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._fh, stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=cwd)
+
+    def wait_http(self, url: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; log tail:\n{self.tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=2.0).status_code == 200:
+                    return
+            time.sleep(1.0)
+        raise TimeoutError(f"{url} not ready after {timeout_s} s; log tail:\n{self.tail()}")
+
+    def tail(self, n: int = 4000) -> str:
+        return self.log.read_bytes()[-n:].decode(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._fh.close()

