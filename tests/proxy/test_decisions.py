@@ -1,0 +1,69 @@
+"""Decisions follow live load, and alpha estimates follow acceptance feedback (default goodput policy)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import eventually, metric, pool
+
+pytestmark = pytest.mark.integration
+
+CODE = [{"role": "user", "content": "def add(a, b):\n    return a + b\n# write a docstring for this"}]
+FAST = {"scrape_interval_s": 0.05}
+
+
+def _ask(client, model="tiny"):
+    raw = client.chat.completions.with_raw_response.create(model=model, messages=CODE, max_tokens=8)
+    raw.parse()
+    return raw.headers
+
+
+def test_saturated_worker_turns_speculation_off_and_back_on(upstreams, proxies):
+    up = upstreams("w0")
+    px = proxies({"pools": [pool("spec", [up], profile="cpu-tiny")], "server": FAST})
+    client = px.client()
+    h = _ask(client)
+    assert h["x-adaptspec-proposer"] != "none" and int(h["x-adaptspec-gamma"]) > 0
+
+    up.set(running_offset=64)  # the worker now reports a 64-request running batch on /metrics
+    eventually(lambda: metric(px.metrics(), "adaptspec_worker_running", worker="w0") == 64)
+    h = _ask(client)
+    assert (h["x-adaptspec-proposer"], h["x-adaptspec-gamma"]) == ("none", "0")
+    assert up.requests()[-1]["body"]["speculation"]["proposer"] == "none"
+
+    up.set(running_offset=0)
+    eventually(lambda: metric(px.metrics(), "adaptspec_worker_running", worker="w0") == 0)
+    assert int(_ask(client)["x-adaptspec-gamma"]) > 0
+    text = px.metrics()
+    assert metric(text, "adaptspec_decisions_total", proposer="none", policy="goodput") >= 1
+    assert metric(text, "adaptspec_requests_total", proposer="none", code="200") >= 1
+
+
+def test_requests_go_to_the_less_loaded_worker(upstreams, proxies):
+    busy, idle = upstreams("busy"), upstreams("idle")
+    px = proxies({"pools": [pool("spec", [busy, idle], profile="cpu-tiny")], "server": FAST})
+    busy.set(running_offset=40)
+    eventually(lambda: metric(px.metrics(), "adaptspec_worker_running", worker="busy") == 40)
+    client = px.client()
+    workers = [_ask(client)["x-adaptspec-worker"] for _ in range(6)]
+    assert workers == ["idle"] * 6
+
+
+@pytest.mark.parametrize(("alpha", "direction"), [(0.95, +1), (0.05, -1)])
+def test_alpha_estimate_moves_with_per_request_feedback(upstreams, proxies, alpha, direction):
+    up = upstreams("w0", alpha=alpha)
+    px = proxies({"pools": [pool("spec", [up], proposers=["ngram"], profile="cpu-tiny")],
+                  "policy": {"kind": "static", "proposer": "ngram", "gamma": 4}})
+    key = {"worker": "w0", "proposer": "ngram", "content_class": "code"}
+    before = metric(px.metrics(), "adaptspec_alpha_estimate", **key)
+    client = px.client()
+    for _ in range(20):
+        assert _ask(client)["x-adaptspec-class"] == "code"
+    text = px.metrics()
+    after = metric(text, "adaptspec_alpha_estimate", **key)
+    assert direction * (after - before) > 0.2, (before, after)
+    # the proxy's token counters are exactly the sum of what the worker reported per request
+    reported = up.state()
+    assert metric(text, "adaptspec_draft_tokens_total", **key) == reported["draft"]
+    assert metric(text, "adaptspec_accepted_tokens_total", **key) == reported["accepted"]
+    assert metric(text, "adaptspec_output_tokens_total", **key) == 20 * 8

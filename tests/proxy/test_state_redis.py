@@ -1,0 +1,81 @@
+"""Two proxy replicas share alpha estimates and in-flight counts through a real redis-server; Redis going
+away leaves the proxy serving from local state, and it resyncs when Redis returns."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from .conftest import eventually, metric, pool
+
+pytestmark = pytest.mark.integration
+
+CODE = [{"role": "user", "content": "def add(a, b):\n    return a + b\n# write a docstring for this"}]
+KEY = {"worker": "w0", "proposer": "ngram", "content_class": "code"}
+
+
+def _cfg(up, redis_url: str) -> dict:
+    return {"pools": [pool("spec", [up], proposers=["ngram"], profile="cpu-tiny")],
+            "policy": {"kind": "static", "proposer": "ngram", "gamma": 4},
+            "state": {"backend": "redis", "url": redis_url, "key_prefix": "t:"},
+            "server": {"scrape_interval_s": 0.05}}
+
+
+def _alpha(px) -> float:
+    return metric(px.metrics(), "adaptspec_alpha_estimate", **KEY)
+
+
+def test_two_replicas_share_alpha_and_inflight(upstreams, proxies, redis_server):
+    up = upstreams("w0", alpha=0.95)
+    a = proxies(_cfg(up, redis_server.url), name="a")
+    b = proxies(_cfg(up, redis_server.url), name="b")
+    eventually(lambda: metric(a.metrics(), "adaptspec_state_backend_up", backend="redis") == 1)
+    prior = _alpha(b)
+    client = a.client()
+    for _ in range(15):
+        client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8)
+    moved = _alpha(a)
+    assert moved - prior > 0.2
+    # replica b never saw a request, yet converges to a's estimate through the shared observation stream
+    eventually(lambda: abs(_alpha(b) - _alpha(a)) < 1e-3, timeout=5)  # (time discounting: not bit-equal)
+
+    # occupancy: slow requests in flight through a show up in b's view of the worker
+    slow = a.client(timeout=30)
+    threads = [threading.Thread(target=lambda: slow.chat.completions.create(
+        model="tiny", messages=CODE, max_tokens=10, extra_body={"delay_ms": 300})) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        eventually(lambda: metric(b.metrics(), "adaptspec_worker_inflight", worker="w0") == 3, timeout=5)
+    finally:
+        for t in threads:
+            t.join()
+    eventually(lambda: metric(b.metrics(), "adaptspec_worker_inflight", worker="w0") == 0, timeout=5)
+
+
+def test_redis_outage_serves_locally_then_resyncs(upstreams, proxies, redis_server):
+    up = upstreams("w0", alpha=0.95)
+    a = proxies(_cfg(up, redis_server.url), name="a")
+    b = proxies(_cfg(up, redis_server.url), name="b")
+    eventually(lambda: metric(b.metrics(), "adaptspec_state_backend_up", backend="redis") == 1)
+    prior = _alpha(b)
+
+    redis_server.stop()
+    eventually(lambda: metric(a.metrics(), "adaptspec_state_backend_up", backend="redis") == 0)
+    client = a.client()
+    for _ in range(15):  # served from local state while Redis is down
+        assert client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8).choices
+    local = _alpha(a)
+    assert local - prior > 0.2
+    assert _alpha(b) == prior  # b cannot know yet
+    text = a.metrics()
+    assert metric(text, "adaptspec_state_backend_errors_total", backend="redis") >= 1
+    log = a.log()
+    assert log.count("unavailable (") == 1  # logged once, not on every retry
+    assert "redis://127.0.0.1" in log
+
+    redis_server.start()  # same port, empty: a pushes what it observed meanwhile
+    eventually(lambda: metric(a.metrics(), "adaptspec_state_backend_up", backend="redis") == 1, timeout=15)
+    eventually(lambda: abs(_alpha(b) - _alpha(a)) < 1e-3, timeout=15)
+    assert "is up; resynced" in a.log()
