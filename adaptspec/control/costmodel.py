@@ -149,6 +149,44 @@ class StepTimeModel:
         )
 
 
+def fit_step_time(points: Sequence[tuple[float, float, float]], iterations: int = 30) -> StepTimeModel:
+    """Fit a roofline StepTimeModel to measured (batched tokens, kv tokens, seconds) points.
+
+    Alternating least squares on the hinge t = o + max(F + k*kv, c*tokens): points go to the branch that
+    predicts the larger time, each branch is refit (compute branch: intercept o and slope c; memory branch:
+    intercept o + F and slope k). Without compute-bound points o and F are not separable: o = the memory
+    intercept, F = 0, c = 0. Produces the four numbers of a direct-form profile (`cpu-tiny`).
+    """
+    import numpy as np
+
+    pts = np.asarray(points, dtype=float)  # [n, 3]
+    if pts.ndim != 2 or pts.shape[1] != 3 or len(pts) < 3:
+        raise ValueError("need at least 3 (tokens, kv_tokens, seconds) points")
+    n, kv, t = pts[:, 0], pts[:, 1], pts[:, 2]
+
+    def line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        if len(x) < 2 or np.ptp(x) == 0:
+            return float(y.mean()) if len(y) else 0.0, 0.0
+        slope, icpt = np.polyfit(x, y, 1)
+        return float(icpt), float(max(slope, 0.0))
+
+    compute = n >= np.quantile(n, 0.7)  # start: the largest batches are compute-bound
+    o = c = mem0 = k = 0.0
+    for _ in range(iterations):
+        mem0, k = line(kv[~compute], t[~compute])
+        if compute.sum() >= 2 and np.ptp(n[compute]) > 0:
+            o, c = line(n[compute], t[compute])
+            o = min(max(o, 0.0), mem0)
+        else:
+            o, c = mem0, 0.0
+        new = (o + c * n) > (mem0 + k * kv)
+        if (new == compute).all():
+            break
+        compute = new
+    return StepTimeModel(overhead_s=o, memory_floor_s=max(mem0 - o, 0.0), kv_s_per_token=k,
+                         compute_s_per_token=c)
+
+
 @dataclass(frozen=True, slots=True)
 class DraftCost:
     """What drafting gamma tokens costs, for one proposer.

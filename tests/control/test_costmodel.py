@@ -131,3 +131,25 @@ def test_plan_to_dict_roundtrip_fields():
     d = plan.to_dict()
     assert set(d) >= {"proposer", "gamma", "speedup", "goodput", "batch"}
     assert d["goodput"] == pytest.approx(d["expected_tokens"] / (d["draft_time_s"] + d["verify_time_s"]))
+
+
+def test_fit_step_time_recovers_a_roofline():
+    import numpy as np
+
+    true = cm.StepTimeModel(overhead_s=0.004, memory_floor_s=0.006, kv_s_per_token=2e-7, compute_s_per_token=3e-4)
+    rng = np.random.default_rng(0)
+    pts = []
+    for tokens in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128):
+        for ctx in (64, 256):
+            kv = tokens * ctx
+            pts.append((tokens, kv, true.time(tokens, kv) * (1 + 0.01 * rng.standard_normal())))
+    fit = cm.fit_step_time(pts)
+    for tokens, kv, _ in pts:
+        assert fit.time(tokens, kv) == pytest.approx(true.time(tokens, kv), rel=0.05)
+    assert fit.compute_s_per_token == pytest.approx(3e-4, rel=0.1)
+    assert fit.overhead_s + fit.memory_floor_s == pytest.approx(0.010, rel=0.1)
+    # all memory-bound: the constant is recovered, the slope is unknown (0)
+    flat = cm.fit_step_time([(b, 0, 0.01) for b in (1, 2, 3, 4)])
+    assert flat.time(1) == pytest.approx(0.01) and flat.compute_s_per_token == 0
+    with pytest.raises(ValueError):
+        cm.fit_step_time([(1, 0, 0.1)])
