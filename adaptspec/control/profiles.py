@@ -7,7 +7,8 @@ to a YAML file of the same shape. A step-time model is given either from first p
     hardware: {bandwidth_tb_s: 4.8, tflops: 989, gpus: 2, mbu: 0.55, mfu: 0.5}
 
 (memory floor = weight bytes / (bandwidth * gpus * mbu), compute slope = 2 * params / (FLOP/s * gpus * mfu)),
-or directly from measurement (what `cpu-tiny` does, so measured numbers drop straight in):
+or directly from measurement (what `cpu-tiny` does; `costmodel.fit_step_time` turns measured
+(batched tokens, kv tokens, seconds) points into these four numbers):
 
     target: {overhead_s: 0.004, memory_floor_s: 0.006, kv_s_per_token: 0.0, compute_s_per_token: 0.0008}
 
