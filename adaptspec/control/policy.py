@@ -118,7 +118,7 @@ class PlanCache:
         self._plans[key] = plan
 
 
-class StaticPolicyImpl:
+class Static:
     """Always `proposer` with `gamma` (or off), on the least-loaded worker that can run it."""
 
     def __init__(self, cfg: StaticPolicy) -> None:
@@ -145,7 +145,7 @@ class StaticPolicyImpl:
                         f"static: no worker offers {want}; {w.name} runs {proposer} g={gamma}")
 
 
-class ThresholdPolicyImpl:
+class Threshold:
     """gamma by the load of the least-loaded worker offering the proposer (per class override)."""
 
     def __init__(self, cfg: ThresholdPolicy) -> None:
@@ -270,7 +270,7 @@ def _fmt2(x: float) -> str:
     return f"{x:.2f}"
 
 
-class GoodputPolicyImpl(_CostModelPolicy):
+class Goodput(_CostModelPolicy):
     def __init__(self, cfg: GoodputPolicy) -> None:
         super().__init__(cfg.margin, cfg.max_gamma, cfg.default_profile, cfg.tie_tolerance)
         self.name = "goodput"
@@ -286,7 +286,7 @@ class GoodputPolicyImpl(_CostModelPolicy):
         return a, f"{a:.2f}"
 
 
-class BanditPolicyImpl(_CostModelPolicy):
+class Bandit(_CostModelPolicy):
     def __init__(self, cfg: BanditPolicy) -> None:
         super().__init__(cfg.margin, cfg.max_gamma, cfg.default_profile, cfg.tie_tolerance)
         self.name = "bandit"
@@ -308,11 +308,11 @@ class BanditPolicyImpl(_CostModelPolicy):
 def build_policy(cfg: PolicyConfig):
     """The policy object for a `config.policy` section."""
     if isinstance(cfg, StaticPolicy):
-        return StaticPolicyImpl(cfg)
+        return Static(cfg)
     if isinstance(cfg, ThresholdPolicy):
-        return ThresholdPolicyImpl(cfg)
+        return Threshold(cfg)
     if isinstance(cfg, GoodputPolicy):
-        return GoodputPolicyImpl(cfg)
+        return Goodput(cfg)
     if isinstance(cfg, BanditPolicy):
-        return BanditPolicyImpl(cfg)
+        return Bandit(cfg)
     raise ConfigError("unknown policy kind", key="policy.kind", value=getattr(cfg, "kind", cfg))
