@@ -1,0 +1,234 @@
+"""Generate the Grafana dashboards in this folder (`python dashboards/generate.py`).
+
+The JSON files are committed; this script is their source so that every panel has the same shape
+(datasource, units, legend) and a reviewer reads the PromQL in one place. Metric names come from
+docs/INTERFACES.md ("Proxy metrics", "Worker") and the engines' own /metrics (SGLang: sglang:*);
+tests/test_dashboards.py checks every expression against them and, with a real Prometheus, evaluates each.
+
+Derived quantities (vLLM's conventions):
+    acceptance rate alpha        = accepted draft tokens / draft tokens
+    mean acceptance length       = 1 + accepted tokens / drafts      (tokens emitted per verify step)
+    speculation on share         = decisions with proposer != "none" / all decisions
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+
+
+def _target(expr: str, legend: str, ref: str) -> dict:
+    return {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref, "range": True}
+
+
+def panel(title: str, targets: list[tuple[str, str]], *, unit: str = "short", kind: str = "timeseries",
+          description: str = "", stack: bool = False, minmax: tuple[float, float] | None = None) -> dict:
+    defaults: dict = {"unit": unit, "custom": {}}
+    if kind == "timeseries":
+        defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 20 if stack else 0,
+                              "showPoints": "never", "stacking": {"mode": "normal" if stack else "none"}}
+    if minmax:
+        defaults["min"], defaults["max"] = minmax
+    return {
+        "type": kind, "title": title, "description": description, "datasource": DS,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                    "tooltip": {"mode": "multi", "sort": "desc"}} if kind == "timeseries" else {},
+        "targets": [_target(e, lg, chr(ord("A") + i)) for i, (e, lg) in enumerate(targets)],
+    }
+
+
+def row(title: str) -> dict:
+    return {"type": "row", "title": title, "collapsed": False, "panels": []}
+
+
+def layout(panels: list[dict]) -> list[dict]:
+    """Two panels per row at half width; a row header spans the width."""
+    out, x, y, pid = [], 0, 0, 1
+    for p in panels:
+        p = dict(p, id=pid)
+        pid += 1
+        if p["type"] == "row":
+            if x:
+                x, y = 0, y + 8
+            p["gridPos"] = {"h": 1, "w": 24, "x": 0, "y": y}
+            y += 1
+        else:
+            p["gridPos"] = {"h": 8, "w": 12, "x": x, "y": y}
+            x += 12
+            if x >= 24:
+                x, y = 0, y + 8
+        out.append(p)
+    return out
+
+
+def dashboard(uid: str, title: str, panels: list[dict], variables: list[dict]) -> dict:
+    ds_var = {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source",
+              "current": {"selected": False, "text": "Prometheus", "value": "prometheus"}, "hide": 0}
+    return {
+        "uid": uid, "title": title, "tags": ["adaptspec"], "timezone": "browser", "editable": True,
+        "schemaVersion": 39, "version": 1, "refresh": "10s", "time": {"from": "now-30m", "to": "now"},
+        "templating": {"list": [ds_var, *variables]}, "annotations": {"list": []},
+        "panels": layout(panels),
+    }
+
+
+def query_var(name: str, query: str, label: str) -> dict:
+    return {"name": name, "label": label, "type": "query", "datasource": DS, "query": query,
+            "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
+            "current": {"selected": True, "text": "All", "value": "$__all"}, "hide": 0, "sort": 1}
+
+
+def q(metric_le: str, p: float, by: str = "") -> str:
+    grouping = f"le{', ' + by if by else ''}"
+    return f"histogram_quantile({p}, sum by ({grouping}) (rate({metric_le}[{RI}])))"
+
+
+def proxy_dashboard() -> dict:
+    w = '{worker=~"$worker"}'
+    panels = [
+        row("Decisions"),
+        panel("Decisions by class / proposer / gamma",
+              [(f"sum by (content_class, proposer, gamma) (rate(adaptspec_decisions_total[{RI}]))",
+                "{{content_class}} {{proposer}} g={{gamma}}")], unit="reqps", stack=True,
+              description="What the policy chose per second, split by content class, proposer and gamma."),
+        panel("Speculation on / off share",
+              [(f'sum(rate(adaptspec_decisions_total{{proposer!="none"}}[{RI}])) '
+                f"/ sum(rate(adaptspec_decisions_total[{RI}]))", "on"),
+               (f'sum(rate(adaptspec_decisions_total{{proposer="none"}}[{RI}])) '
+                f"/ sum(rate(adaptspec_decisions_total[{RI}]))", "off")],
+              unit="percentunit", minmax=(0, 1), stack=True),
+        panel("Decisions by gamma",
+              [(f"sum by (gamma) (rate(adaptspec_decisions_total[{RI}]))", "gamma={{gamma}}")],
+              unit="reqps", stack=True, description="gamma=0 is speculation off."),
+        panel("Decisions by policy",
+              [(f"sum by (policy) (rate(adaptspec_decisions_total[{RI}]))", "{{policy}}")], unit="reqps"),
+        row("Acceptance (alpha)"),
+        panel("alpha estimate vs observed",
+              [(f"adaptspec_alpha_estimate{w}", "est {{worker}} {{proposer}} {{content_class}}"),
+               (f"sum by (worker, proposer, content_class) (rate(adaptspec_accepted_tokens_total{w}[5m])) "
+                f"/ sum by (worker, proposer, content_class) (rate(adaptspec_draft_tokens_total{w}[5m]))",
+                "obs {{worker}} {{proposer}} {{content_class}}")],
+              unit="percentunit", minmax=(0, 1),
+              description="Posterior mean used by the policy against accepted/draft tokens over 5 min."),
+        panel("alpha estimate uncertainty (std)",
+              [(f"adaptspec_alpha_estimate_std{w}", "{{worker}} {{proposer}} {{content_class}}")],
+              unit="percentunit"),
+        panel("Engine-reported acceptance rate (vLLM counters)",
+              [(f"sum by (instance) (rate(vllm:spec_decode_num_accepted_tokens_total[{RI}])) "
+                f"/ sum by (instance) (rate(vllm:spec_decode_num_draft_tokens_total[{RI}]))", "{{instance}}")],
+              unit="percentunit", minmax=(0, 1)),
+        panel("Engine acceptance by content class (adaptspec plugin / worker)",
+              [(f"sum by (content_class, proposer) "
+                f"(rate(adaptspec:spec_decode_num_accepted_tokens_by_class_total[{RI}])) "
+                f"/ sum by (content_class, proposer) "
+                f"(rate(adaptspec:spec_decode_num_draft_tokens_by_class_total[{RI}]))",
+                "{{content_class}} {{proposer}}")], unit="percentunit", minmax=(0, 1)),
+        row("Workers"),
+        panel("Occupancy per worker (running / waiting)",
+              [(f"adaptspec_worker_running{w}", "{{worker}} running"),
+               (f"adaptspec_worker_waiting{w}", "{{worker}} waiting")]),
+        panel("Proxy in-flight per worker",
+              [(f"adaptspec_worker_inflight{w}", "{{worker}}")]),
+        panel("KV cache usage per worker",
+              [(f"adaptspec_worker_kv_usage{w}", "{{worker}}")], unit="percentunit", minmax=(0, 1)),
+        panel("Worker health", [(f"adaptspec_worker_healthy{w}", "{{worker}}")], minmax=(0, 1)),
+        row("Latency"),
+        panel("TTFT percentiles",
+              [(q("adaptspec_ttft_seconds_bucket", 0.5), "p50"),
+               (q("adaptspec_ttft_seconds_bucket", 0.9), "p90"),
+               (q("adaptspec_ttft_seconds_bucket", 0.99), "p99")], unit="s"),
+        panel("TPOT percentiles",
+              [(q("adaptspec_tpot_seconds_bucket", 0.5), "p50"),
+               (q("adaptspec_tpot_seconds_bucket", 0.9), "p90"),
+               (q("adaptspec_tpot_seconds_bucket", 0.99), "p99")], unit="s"),
+        panel("TPOT p50 by proposer",
+              [(q("adaptspec_tpot_seconds_bucket", 0.5, "proposer"), "{{proposer}}")], unit="s"),
+        panel("End-to-end latency percentiles",
+              [(q("adaptspec_e2e_seconds_bucket", 0.5), "p50"),
+               (q("adaptspec_e2e_seconds_bucket", 0.99), "p99")], unit="s"),
+        panel("Proxy overhead and decision time (p50 / p99)",
+              [(q("adaptspec_proxy_overhead_seconds_bucket", 0.5), "overhead p50"),
+               (q("adaptspec_proxy_overhead_seconds_bucket", 0.99), "overhead p99"),
+               (q("adaptspec_decision_seconds_bucket", 0.5), "decision p50"),
+               (q("adaptspec_decision_seconds_bucket", 0.99), "decision p99")], unit="s"),
+        row("Goodput"),
+        panel("Goodput: output tokens/s per worker",
+              [(f"sum by (worker) (rate(adaptspec_output_tokens_total{w}[{RI}]))", "{{worker}}")],
+              unit="short", stack=True),
+        panel("Output tokens/s by proposer",
+              [(f"sum by (proposer) (rate(adaptspec_output_tokens_total[{RI}]))", "{{proposer}}")],
+              unit="short", stack=True),
+        row("Errors and health"),
+        panel("Request rate by status code",
+              [(f"sum by (code) (rate(adaptspec_requests_total[{RI}]))", "{{code}}")], unit="reqps"),
+        panel("Error ratio (non-2xx)",
+              [(f'sum(rate(adaptspec_requests_total{{code!~"2.."}}[{RI}])) '
+                f"/ sum(rate(adaptspec_requests_total[{RI}]))", "errors")], unit="percentunit"),
+        panel("Upstream retries",
+              [(f"sum by (worker) (rate(adaptspec_upstream_retries_total{w}[{RI}]))", "{{worker}}")]),
+        panel("Scrape health",
+              [(f"sum by (worker) (rate(adaptspec_scrape_errors_total{w}[{RI}]))", "errors/s {{worker}}"),
+               ('up{job=~"adaptspec-proxy|vllm-workers|sglang-workers"}', "up {{job}} {{instance}}")]),
+        panel("State backend (Redis)",
+              [("adaptspec_state_backend_up", "up {{backend}} {{instance}}"),
+               (f"sum by (backend) (rate(adaptspec_state_backend_errors_total[{RI}]))", "errors/s {{backend}}")]),
+        panel("Config reloads",
+              [("sum by (result) (increase(adaptspec_config_reloads_total[1h]))", "{{result}}")]),
+    ]
+    return dashboard("adaptspec-proxy", "adaptspec: adaptive speculation", panels,
+                     [query_var("worker", "label_values(adaptspec_worker_healthy, worker)", "Worker")])
+
+
+def engines_dashboard() -> dict:
+    inst = '{instance=~"$instance"}'
+    panels = [
+        row("vLLM workers"),
+        panel("vLLM running / waiting",
+              [(f"vllm:num_requests_running{inst}", "{{instance}} running"),
+               (f"vllm:num_requests_waiting{inst}", "{{instance}} waiting")]),
+        panel("vLLM KV cache usage", [(f"vllm:kv_cache_usage_perc{inst}", "{{instance}}")],
+              unit="percentunit", minmax=(0, 1)),
+        panel("vLLM mean acceptance length (1 + accepted / drafts)",
+              [(f"1 + sum by (instance) (rate(vllm:spec_decode_num_accepted_tokens_total{inst}[{RI}])) "
+                f"/ sum by (instance) (rate(vllm:spec_decode_num_drafts_total{inst}[{RI}]))", "{{instance}}")]),
+        panel("vLLM acceptance per draft position",
+              [(f"sum by (instance, position) "
+                f"(rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{inst}[{RI}])) "
+                f"/ on (instance) group_left sum by (instance) "
+                f"(rate(vllm:spec_decode_num_drafts_total{inst}[{RI}]))", "{{instance}} pos {{position}}")],
+              unit="percentunit", minmax=(0, 1)),
+        panel("Draft tokens/s by content class (plugin)",
+              [(f"sum by (content_class, proposer) "
+                f"(rate(adaptspec:spec_decode_num_draft_tokens_by_class_total{inst}[{RI}]))",
+                "{{content_class}} {{proposer}}")], stack=True),
+        panel("Drafts/s by content class (plugin)",
+              [(f"sum by (content_class, proposer) "
+                f"(rate(adaptspec:spec_decode_num_drafts_by_class_total{inst}[{RI}]))",
+                "{{content_class}} {{proposer}}")], stack=True),
+        row("SGLang workers"),
+        panel("SGLang running / queued",
+              [(f"sglang:num_running_reqs{inst}", "{{instance}} running"),
+               (f"sglang:num_queue_reqs{inst}", "{{instance}} queued")]),
+        panel("SGLang token usage", [(f"sglang:token_usage{inst}", "{{instance}}")],
+              unit="percentunit", minmax=(0, 1)),
+        panel("SGLang mean acceptance length", [(f"sglang:spec_accept_length{inst}", "{{instance}}")]),
+        panel("SGLang generation throughput (tokens/s)",
+              [(f"sglang:gen_throughput{inst}", "{{instance}}")]),
+    ]
+    return dashboard("adaptspec-engines", "adaptspec: engine workers", panels,
+                     [query_var("instance", 'label_values(up{job=~"vllm-workers|sglang-workers"}, instance)',
+                                "Instance")])
+
+
+def main() -> None:
+    for name, dash in (("adaptspec.json", proxy_dashboard()), ("engines.json", engines_dashboard())):
+        (HERE / name).write_text(json.dumps(dash, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
