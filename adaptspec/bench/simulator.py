@@ -93,7 +93,7 @@ class SimConfig:
     concurrency: int | None = 1  # closed-loop clients; None with `rate` for open loop
     rate: float | None = None  # Poisson arrivals per second (open loop)
     requests: int | None = None  # measured completions (default: max(64, 3 * concurrency))
-    warmup: int | None = None  # completions discarded first (default: max(8, concurrency))
+    warmup: int | None = None  # completions discarded first (default: max(32, 2 * concurrency))
     max_batch: int = 256  # running-batch slots (vLLM max_num_seqs)
     max_batched_tokens: int = 8192  # per-step token budget (vLLM max_num_batched_tokens)
     max_gamma: int = 8
@@ -113,7 +113,8 @@ class SimConfig:
 
     @property
     def n_warmup(self) -> int:
-        return self.warmup if self.warmup is not None else max(8, self.concurrency or 16)
+        # long enough for the estimators to learn every class from per-request feedback
+        return self.warmup if self.warmup is not None else max(32, 2 * (self.concurrency or 16))
 
 
 @dataclass
