@@ -200,10 +200,16 @@ def _error(exc: ValidationError, source: str) -> ConfigError:
 
 def _check(cfg: Config, source: str) -> None:
     """Rules that span fields: unique names, fixed-speculation pools, profiles that exist and fit."""
-    from adaptspec.control.profiles import load_profile
+    from adaptspec.control.profiles import list_profiles, load_profile
 
     def fail(msg: str, key: str, value: object) -> ConfigError:
         return ConfigError(msg, file=source, key=key, value=value)
+
+    def profile_error(exc: ConfigError, key: str, name: str) -> ConfigError:
+        if exc.key == "profile":  # unknown name: say which exist, once
+            return fail(f"unknown profile (built-in: {', '.join(list_profiles())}, or a path to a .yaml)",
+                        key, name)
+        return fail(f"bad profile file: {exc}", key, name)
 
     pools, workers = set(), set()
     for i, pool in enumerate(cfg.pools):
@@ -228,7 +234,7 @@ def _check(cfg: Config, source: str) -> None:
             try:
                 prof = load_profile(pool.profile)
             except ConfigError as exc:
-                raise fail(str(exc), f"{at}.profile", pool.profile) from None
+                raise profile_error(exc, f"{at}.profile", pool.profile) from None
             for p in pool.proposers if (pool.per_request or pool.gamma) else ():
                 if not prof.offers(p):
                     raise fail(f"profile {prof.name!r} has no cost for this proposer", f"{at}.proposers", p)
@@ -247,7 +253,7 @@ def _check(cfg: Config, source: str) -> None:
         try:
             load_profile(profile)
         except ConfigError as exc:
-            raise fail(str(exc), "policy.default_profile", profile) from None
+            raise profile_error(exc, "policy.default_profile", profile) from None
 
 
 def parse_config(data: object, source: str = "<config>") -> Config:
