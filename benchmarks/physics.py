@@ -54,13 +54,19 @@ def _jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def summarize_prompts(n: int, max_chars: int) -> list[dict]:
-    """News articles and passages to summarise or answer from (t0_p3: cnn_dailymail, duorc)."""
+def summarize_prompts(n: int, max_chars: int, truncate: bool = False) -> list[dict]:
+    """News articles and passages to summarise or answer from (t0_p3: cnn_dailymail, duorc).
+
+    truncate: cut long articles (the instruction comes first in these templates) instead of skipping them.
+    """
     rows = [r for r in _jsonl(DATA / "t0_p3" / "cnn_dailymail.jsonl") if r["label"] == "summarization"]
-    rows += [r for r in _jsonl(DATA / "t0_p3" / "duorc.jsonl") if r["label"] == "summarization"]
+    if not truncate:
+        rows += [r for r in _jsonl(DATA / "t0_p3" / "duorc.jsonl") if r["label"] == "summarization"]
     out = []
     for r in rows:
         text = r["prompt"]
+        if truncate and r["prompt"].find("\n") < max_chars // 3:
+            text = text[:max_chars]
         if len(text) > max_chars:
             continue
         out.append({"class": "summarize", "id": r["id"], "messages": [{"role": "user", "content": text}]})
@@ -139,28 +145,49 @@ def scrape(url: str) -> dict[str, float]:
 class Outcome:
     text: str
     tokens: int
-    seconds: float
+    seconds: float  # request sent -> last chunk
+    first: float  # absolute time of the first token (perf_counter)
+    last: float  # absolute time of the last token
+    first_tokens: int  # tokens in the first chunk (prefill step)
     draft_tokens: int
     accepted_tokens: int
     steps: int
+    timeline: list[tuple[float, int]]  # (perf_counter, cumulative completion tokens) per chunk
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, prompt: dict, proposer: str, k: int,
-                      max_tokens: int) -> Outcome:
-    body = {"model": None, "messages": prompt["messages"], "max_tokens": max_tokens, "temperature": 0.0,
-            "speculation": {"proposer": proposer, "num_speculative_tokens": k,
-                            "content_class": prompt["class"]}}
-    body.pop("model")
+                      max_tokens: int, ignore_eos: bool = False) -> Outcome:
+    """One streamed chat request at temperature 0; per-chunk token counts from vLLM-style continuous usage."""
+    body = {"messages": prompt["messages"], "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "ignore_eos": ignore_eos,
+            "speculation": {"proposer": proposer, "num_speculative_tokens": k, "content_class": prompt["class"]}}
+    text, timeline, usage = [], [], None
     t0 = time.perf_counter()
     async with session.post(url + "/v1/chat/completions", json=body) as r:
-        data = await r.json()
         if r.status != 200:
-            raise RuntimeError(f"HTTP {r.status}: {data}")
-    dt = time.perf_counter() - t0
-    u = data["usage"]
-    spec = u.get("speculative") or {}
-    return Outcome(data["choices"][0]["message"]["content"], u["completion_tokens"], dt,
-                   spec.get("draft_tokens", 0), spec.get("accepted_tokens", 0), spec.get("steps", 0))
+            raise RuntimeError(f"HTTP {r.status}: {await r.text()}")
+        async for raw in r.content:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"stream error: {chunk['error']}")
+            now = time.perf_counter()
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk["choices"]:
+                content = choice["delta"].get("content")
+                if content:
+                    text.append(content)
+                    timeline.append((now, usage["completion_tokens"] if usage else 0))
+    assert usage is not None, "no usage in the stream"
+    spec = usage.get("speculative") or {}
+    first, last = (timeline[0][0], timeline[-1][0]) if timeline else (time.perf_counter(),) * 2
+    return Outcome("".join(text), usage["completion_tokens"], last - t0, first, last,
+                   timeline[0][1] if timeline else 0, spec.get("draft_tokens", 0), spec.get("accepted_tokens", 0),
+                   spec.get("steps", 0), timeline)
 
 
 def _name(proposer: str, k: int) -> str:
@@ -171,21 +198,24 @@ def _name(proposer: str, k: int) -> str:
 # (a) concurrency 1.
 
 
-async def part_a(url: str, prompts: list[dict], max_tokens: int) -> dict:
+async def part_a(url: str, prompts: list[dict], max_tokens: int, ignore_eos: bool) -> dict:
     configs = CONFIGS_A
     rows: dict[str, dict] = {_name(*c): {"tokens": 0, "seconds": 0.0, "draft": 0, "accepted": 0, "steps": 0,
-                                         "by_class": {}} for c in configs}
+                                         "decode_tokens": 0, "decode_seconds": 0.0, "by_class": {}}
+                             for c in configs}
     mismatches = []
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as s:
         for c in configs:  # warm-up: first-use costs (allocations, lazy init) out of the measurement
-            await one_request(s, url, prompts[0], *c, max_tokens=8)
+            await one_request(s, url, prompts[0], *c, max_tokens=8, ignore_eos=True)
         for i, p in enumerate(prompts):
             order = configs[i % len(configs):] + configs[: i % len(configs)]
             texts = {}
             for proposer, k in order:
-                o = await one_request(s, url, p, proposer, k, max_tokens)
+                o = await one_request(s, url, p, proposer, k, max_tokens, ignore_eos)
                 row = rows[_name(proposer, k)]
+                row["decode_tokens"] += o.tokens - o.first_tokens
+                row["decode_seconds"] += o.last - o.first
                 row["tokens"] += o.tokens
                 row["seconds"] += o.seconds
                 row["draft"] += o.draft_tokens
@@ -204,13 +234,15 @@ async def part_a(url: str, prompts: list[dict], max_tokens: int) -> dict:
     for row in rows.values():
         row["tokens_per_s"] = row["tokens"] / row["seconds"]
         row["ratio_vs_none"] = row["tokens_per_s"] / base
+        row["decode_tokens_per_s"] = row["decode_tokens"] / row["decode_seconds"] if row["decode_seconds"] else 0
         row["alpha"] = row["accepted"] / row["draft"] if row["draft"] else None
         row["tokens_per_step"] = row["tokens"] / row["steps"] if row["steps"] else None
         for cls in row["by_class"].values():
             cls["tokens_per_s"] = cls["tokens"] / cls["seconds"]
     best = max((n for n in rows if n != "none"), key=lambda n: rows[n]["tokens_per_s"])
     return {"rows": rows, "best": best, "best_ratio": rows[best]["ratio_vs_none"],
-            "lossless_mismatches": mismatches, "prompts": len(prompts), "max_tokens": max_tokens}
+            "lossless_mismatches": mismatches, "prompts": len(prompts), "max_tokens": max_tokens,
+            "ignore_eos": ignore_eos}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -218,47 +250,68 @@ async def part_a(url: str, prompts: list[dict], max_tokens: int) -> dict:
 
 
 async def run_load(url: str, prompts: list[dict], proposer: str, k: int, concurrency: int,
-                   per_client: int, max_tokens: int) -> dict:
+                   max_tokens: int) -> dict:
+    """`concurrency` streamed requests at once, all of exactly `max_tokens` (ignore_eos).
+
+    tokens_per_s: all output tokens / makespan (prefill included). steady_tokens_per_s: output tokens
+    produced while every request was decoding (after the last first token, before the first finish),
+    i.e. the decode throughput of a full batch.
+    """
     timeout = aiohttp.ClientTimeout(total=1800)
     conn = aiohttp.TCPConnector(limit=concurrency + 4)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as s:
-        async def client(c: int) -> list[Outcome]:
-            return [await one_request(s, url, prompts[(c * per_client + j) % len(prompts)], proposer, k,
-                                      max_tokens) for j in range(per_client)]
-
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(client(c) for c in range(concurrency)))
+        flat = await asyncio.gather(*(one_request(s, url, prompts[c % len(prompts)], proposer, k, max_tokens,
+                                                  ignore_eos=True) for c in range(concurrency)))
         wall = time.perf_counter() - t0
-    flat = [o for r in results for o in r]
     tokens = sum(o.tokens for o in flat)
     draft, accepted = sum(o.draft_tokens for o in flat), sum(o.accepted_tokens for o in flat)
+    lo, hi = max(o.first for o in flat), min(o.last for o in flat)
+
+    def at(o: Outcome, t: float) -> int:
+        n = 0
+        for when, count in o.timeline:
+            if when > t:
+                break
+            n = count
+        return n
+
+    steady = (sum(at(o, hi) - at(o, lo) for o in flat) / (hi - lo)) if hi > lo else None
     return {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall, "requests": len(flat),
+            "steady_tokens_per_s": steady, "steady_window_s": max(hi - lo, 0.0),
             "alpha": accepted / draft if draft else None, "texts": [o.text for o in flat]}
 
 
-async def part_b(url: str, prompts: list[dict], concurrencies: list[int], per_client: int, max_tokens: int,
-                 rounds: int) -> dict:
+async def part_b(url: str, prompts: list[dict], concurrencies: list[int], max_tokens: int, rounds: int) -> dict:
     out = {}
     for conc in concurrencies:
         acc: dict[str, dict] = {}
         for r in range(rounds):
             order = CONFIGS_B[r % len(CONFIGS_B):] + CONFIGS_B[: r % len(CONFIGS_B)]
             for proposer, k in order:
-                res = await run_load(url, prompts, proposer, k, conc, per_client, max_tokens)
-                row = acc.setdefault(_name(proposer, k), {"tokens": 0, "seconds": 0.0, "alpha": res["alpha"],
-                                                          "texts": res["texts"]})
+                res = await run_load(url, prompts, proposer, k, conc, max_tokens)
+                row = acc.setdefault(_name(proposer, k), {"tokens": 0, "seconds": 0.0, "steady": [],
+                                                          "alpha": res["alpha"], "texts": res["texts"]})
                 row["tokens"] += res["tokens"]
                 row["seconds"] += res["seconds"]
-                print(f"  (b) c={conc} round {r + 1} {_name(proposer, k):10s} {res['tokens_per_s']:.0f} tok/s",
+                if res["steady_tokens_per_s"]:
+                    row["steady"].append(res["steady_tokens_per_s"])
+                print(f"  (b) c={conc} round {r + 1} {_name(proposer, k):10s} {res['tokens_per_s']:.0f} tok/s, "
+                      f"steady {res['steady_tokens_per_s'] or 0:.0f} tok/s over {res['steady_window_s']:.1f} s",
                       file=sys.stderr)
         base = acc["none"]["tokens"] / acc["none"]["seconds"]
         texts_none = acc["none"]["texts"]
         for row in acc.values():
             row["tokens_per_s"] = row["tokens"] / row["seconds"]
             row["ratio_vs_none"] = row["tokens_per_s"] / base
+            row["steady_tokens_per_s"] = sum(row["steady"]) / len(row["steady"]) if row["steady"] else None
             row["lossless"] = row.pop("texts") == texts_none
+        steady_base = acc["none"]["steady_tokens_per_s"]
+        for row in acc.values():
+            row["steady_ratio_vs_none"] = (row["steady_tokens_per_s"] / steady_base
+                                           if row["steady_tokens_per_s"] and steady_base else None)
         out[str(conc)] = acc
-    return {"by_concurrency": out, "per_client": per_client, "max_tokens": max_tokens, "rounds": rounds}
+    return {"by_concurrency": out, "max_tokens": max_tokens, "rounds": rounds}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -272,13 +325,14 @@ def markdown(result: dict) -> str:
     if a:
         lines += [f"## (a) concurrency 1, copy-heavy prompts ({a['prompts']} prompts, max_tokens "
                   f"{a['max_tokens']}, temperature 0)", "",
-                  "| config | output tok/s | × none | α (accepted/draft) | tokens/step | code tok/s | "
-                  "summarize tok/s |", "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| config | output tok/s | × none | decode-only tok/s | α (accepted/draft) | tokens/step | "
+                  "code tok/s | summarize tok/s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for name, row in a["rows"].items():
             bc = row["by_class"]
             alpha = f"{row['alpha']:.2f}" if row["alpha"] is not None else "–"
             tps = f"{row['tokens_per_step']:.2f}" if row["tokens_per_step"] else "–"
-            lines.append(f"| {name} | {row['tokens_per_s']:.1f} | {row['ratio_vs_none']:.2f} | {alpha} | {tps} | "
+            lines.append(f"| {name} | {row['tokens_per_s']:.1f} | {row['ratio_vs_none']:.2f} | "
+                         f"{row['decode_tokens_per_s']:.1f} | {alpha} | {tps} | "
                          f"{bc.get('code', {}).get('tokens_per_s', 0):.1f} | "
                          f"{bc.get('summarize', {}).get('tokens_per_s', 0):.1f} |")
         lines += ["", f"Best speculation: **{a['best']}**, **{a['best_ratio']:.2f}×** the output tokens/s of none "
@@ -286,14 +340,17 @@ def markdown(result: dict) -> str:
                   f"{'yes' if not a['lossless_mismatches'] else 'NO: ' + str(len(a['lossless_mismatches']))}.", ""]
     b = result.get("b")
     if b:
-        lines += [f"## (b) high concurrency, static always-on speculation ({b['per_client']} requests per client, "
-                  f"max_tokens {b['max_tokens']}, {b['rounds']} interleaved rounds)", "",
-                  "| concurrency | config | output tok/s | × none | α | same text as none |",
-                  "|---:|---|---:|---:|---:|---|"]
+        lines += [f"## (b) high concurrency, static always-on speculation (all requests at once, exactly "
+                  f"{b['max_tokens']} output tokens each, {b['rounds']} interleaved rounds)", "",
+                  "| concurrency | config | output tok/s (makespan) | × none | steady decode tok/s | × none | α | "
+                  "same text as none |", "|---:|---|---:|---:|---:|---:|---:|---|"]
         for conc, rows in b["by_concurrency"].items():
             for name, row in rows.items():
                 alpha = f"{row['alpha']:.2f}" if row["alpha"] is not None else "–"
+                st = row["steady_tokens_per_s"]
+                st_r = row["steady_ratio_vs_none"]
                 lines.append(f"| {conc} | {name} | {row['tokens_per_s']:.1f} | {row['ratio_vs_none']:.2f} | "
+                             f"{f'{st:.1f}' if st else '–'} | {f'{st_r:.2f}' if st_r else '–'} | "
                              f"{alpha} | {'yes' if row['lossless'] else 'NO'} |")
         lines.append("")
     return "\n".join(lines)
@@ -337,9 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts-a", type=int, default=8, help="prompts for (a), half code half summarize")
     ap.add_argument("--max-tokens-a", type=int, default=128)
     ap.add_argument("--max-chars", type=int, default=1800, help="skip source prompts longer than this")
+    ap.add_argument("--max-chars-b", type=int, default=900, help="(b): shorter prompts, so decode dominates")
     ap.add_argument("--concurrency", default="32,64")
-    ap.add_argument("--per-client", type=int, default=1, help="(b) requests per client")
-    ap.add_argument("--max-tokens-b", type=int, default=64)
+    ap.add_argument("--ignore-eos-a", action="store_true", help="(a): fixed-length outputs")
+    ap.add_argument("--max-tokens-b", type=int, default=96)
     ap.add_argument("--rounds-b", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="4 prompts, short outputs, 1 round")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "physics"))
@@ -352,8 +410,9 @@ def main(argv: list[str] | None = None) -> int:
                                    summarize_prompts(args.prompts_a - half, args.max_chars), strict=False)
                  for p in pair]
     conc = [int(c) for c in args.concurrency.split(",") if c]
-    prompts_b = code_edit_prompts(max(conc) // 2, args.max_chars) + summarize_prompts(max(conc) // 2,
-                                                                                       args.max_chars)
+    prompts_b = [p for pair in zip(code_edit_prompts(max(conc) // 2, args.max_chars_b),
+                                   summarize_prompts(max(conc) // 2, args.max_chars_b, truncate=True), strict=False)
+                 for p in pair]
     proc = None
     url = args.url
     if url is None:
@@ -365,10 +424,9 @@ def main(argv: list[str] | None = None) -> int:
                         "url": url}
         before = scrape(url)
         if "a" in args.part:
-            result["a"] = asyncio.run(part_a(url, prompts_a, args.max_tokens_a))
+            result["a"] = asyncio.run(part_a(url, prompts_a, args.max_tokens_a, args.ignore_eos_a))
         if "b" in args.part:
-            result["b"] = asyncio.run(part_b(url, prompts_b, conc, args.per_client, args.max_tokens_b,
-                                             args.rounds_b))
+            result["b"] = asyncio.run(part_b(url, prompts_b, conc, args.max_tokens_b, args.rounds_b))
         after = scrape(url)
         result["metrics_delta"] = {k: after[k] - before.get(k, 0.0) for k in after
                                    if "_total" in k and after[k] != before.get(k, 0.0)}

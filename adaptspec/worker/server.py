@@ -4,7 +4,8 @@ Endpoints: POST /v1/completions, POST /v1/chat/completions (stream and not), GET
 /metrics (vLLM names, see `_metrics.py`). Per request, the body field
 `speculation: {"proposer", "num_speculative_tokens", "content_class"}` picks the proposer and k for that
 request only; the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps"}`
-(stream: in the usage chunk, sent when `stream_options.include_usage` is true).
+(stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
+`continuous_usage_stats` too, every chunk carries the running usage).
 
 Stop strings are matched on text: the output ends before the first stop string. A client that goes away
 (stream or not) cancels its generation, which closes the engine's iterator and frees the slot at once.
@@ -487,12 +488,17 @@ async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dic
                   obj: str) -> AsyncIterator[str]:
     chat = obj == "chat.completion.chunk"
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    # vLLM's extension: cumulative usage on every chunk (load generators count tokens per chunk with it)
+    continuous = include_usage and bool(req.stream_options.continuous_usage_stats)
     if chat:
         yield _sse(chunk("", None, first=True))
     gen = worker.generate(job)
     try:
         async for delta in gen:
-            yield _sse(chunk(delta, None))
+            body = chunk(delta, None)
+            if continuous:
+                body["usage"] = worker.usage(job)
+            yield _sse(body)
     except RequestError as exc:  # refused by the engine after the 200 went out: an error event, as vLLM does
         yield _sse(error_body(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param))
         yield "data: [DONE]\n\n"
