@@ -14,6 +14,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_TARGET = ROOT / "adaptspec" / "assets" / "tiny-target"
+TINY_DRAFT = ROOT / "adaptspec" / "assets" / "tiny-draft"
 
 
 def free_port() -> int:

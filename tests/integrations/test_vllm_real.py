@@ -20,81 +20,21 @@ import httpx
 import openai
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from adaptspec.control.config import load_config
 from adaptspec.proxy.feedback import spec_stats
 from adaptspec.proxy.scrape import parse_metrics
 
-from ._servers import ROOT, TINY_TARGET, Server, free_port
+from ._servers import ROOT, Server, free_port
+from ._vllm import MAX_GAMMA, PROMPT, VLLM_PYTHON, complete, counters, delta, start_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.timeout(900)]
-
-VLLM_PYTHON = Path(os.environ.get("ADAPTSPEC_VLLM_PYTHON", "/work/vllm-venv/bin/python"))
-MAX_GAMMA = 4
-# Repetitive text: prompt lookup finds n-gram matches, so the engine drafts on most steps.
-PROMPT = ("def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\n"
-          "def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
-
-
-def _vllm_available() -> bool:
-    return VLLM_PYTHON.is_file() and os.access(VLLM_PYTHON, os.X_OK)
 
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    if not _vllm_available():
-        msg = f"no vLLM environment at {VLLM_PYTHON} (run scripts/ci_vllm.sh or set ADAPTSPEC_VLLM_PYTHON)"
-        if os.environ.get("ADAPTSPEC_REQUIRE_VLLM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    work = tmp_path_factory.mktemp("vllm")
-    port = free_port()
-    config = work / "pools.yaml"
-    config.write_text(yaml.safe_dump({"pools": [{
-        "name": "vllm-adaptive", "engine": "vllm", "per_request": True, "proposers": ["ngram"],
-        "max_gamma": MAX_GAMMA, "models": ["tiny"],
-        "workers": [{"name": "v0", "url": f"http://127.0.0.1:{port}"}],
-        "launch": {"model": str(TINY_TARGET), "python": str(VLLM_PYTHON), "host": "127.0.0.1",
-                   "extra_args": ["--max-model-len", "1024", "--enforce-eager", "--max-num-seqs", "8",
-                                  "--per-request-spec-decode-metrics", "detailed"]},
-    }]}))
-    from adaptspec.cli._launch import commands_for
-
-    [(_, cmd)] = commands_for(load_config(config), "vllm", "vllm-adaptive", str(config))
-    env = {**os.environ, **cmd.env, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-           "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache"), "OMP_NUM_THREADS": "1",
-           "VLLM_LOGGING_LEVEL": "INFO"}
-    server = Server(cmd.argv, env=env, log=work / "vllm.log", cwd=work)
-    try:
-        server.wait_http(f"http://127.0.0.1:{port}/v1/models", timeout_s=420)
-        yield {"url": f"http://127.0.0.1:{port}", "config": config, "server": server, "work": work}
-    finally:
-        server.stop()
-
-
-def complete(url: str, k: int | None, *, content_class: str = "code", max_tokens: int = 40, **extra) -> dict:
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, **extra}
-    if k is not None:
-        body["vllm_xargs"] = {"adaptspec_num_spec_tokens": k, "adaptspec_proposer": "ngram",
-                              "adaptspec_content_class": content_class}
-    r = httpx.post(f"{url}/v1/completions", json=body, timeout=300)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def counters(url: str) -> dict[tuple[str, tuple], float]:
-    out: dict[tuple[str, tuple], float] = {}
-    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
-        for s in fam.samples:
-            if s.name.endswith("_total") and ("spec_decode" in s.name):
-                key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k in ("content_class", "proposer"))))
-                out[key] = out.get(key, 0.0) + s.value
-    return out
-
-
-def delta(after: dict, before: dict, name: str, labels: tuple = ()) -> float:
-    return after.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+    """n-gram speculation: vLLM's synchronous scheduler (Scheduler.update_draft_token_ids seam)."""
+    yield from start_vllm(tmp_path_factory, "ngram", {})
 
 
 def test_per_request_length_and_off_switch(vllm_server):
@@ -117,18 +57,26 @@ def test_per_request_length_and_off_switch(vllm_server):
     assert spec[1]["num_spec_steps"] >= spec[3]["num_spec_steps"]
 
 
-def test_streaming_off_matches_plain(vllm_server):
+def test_streaming_honours_the_limit_and_reports_it(vllm_server):
     url = vllm_server["url"]
     plain = complete(url, None)["choices"][0]["text"]
-    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stream": True,
-            "vllm_xargs": {"adaptspec_num_spec_tokens": 0}}
-    pieces = []
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                pieces.extend(c["text"] for c in json.loads(line[6:])["choices"])
-    assert "".join(pieces) == plain
+    for k in (0, 2):
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}, "vllm_xargs": {"adaptspec_num_spec_tokens": k}}
+        pieces, final = [], None
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunk = json.loads(line[6:])
+                    pieces.extend(c["text"] for c in chunk["choices"])
+                    if chunk.get("usage"):
+                        final = chunk
+        assert "".join(pieces) == plain
+        # the final usage chunk carries the per-request acceptance stats (what the proxy reads)
+        sd = final["metrics"]["speculative_decoding"]
+        assert max(sd.get("per_step_drafted") or [0]) <= k
+        assert (sd["num_draft_tokens"] == 0) == (k == 0)
 
 
 def test_counters_by_class_match_per_request_stats(vllm_server):
@@ -214,3 +162,4 @@ def test_launch_flags_exist_in_installed_vllm(vllm_server):
     flags = {a.split("=")[0] for a in cmd.argv if a.startswith("--")}
     for f in flags:
         assert f in out.stdout, f
+
