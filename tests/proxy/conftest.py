@@ -162,12 +162,17 @@ def redis_server(tmp_path):
 class ProxyProcess:
     """`adaptspec serve --config FILE` as a child process."""
 
-    def __init__(self, config: dict, tmp: Path, name: str = "proxy", env: dict | None = None):
+    def __init__(self, config: dict | None, tmp: Path, name: str = "proxy", env: dict | None = None,
+                 args: list[str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = tmp / f"{name}.yaml"
         self.log_path = tmp / f"{name}.log"
-        self.write_config(config)
+        self.args = list(args or [])
+        if config is not None:
+            self.write_config(config)
+        else:
+            self.config_path = None
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self._clients: list = []
@@ -181,9 +186,9 @@ class ProxyProcess:
     def start(self, timeout: float = 60.0) -> ProxyProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "adaptspec", "serve", "--config", str(self.config_path), "--host", "127.0.0.1",
-             "--port", str(self.port)], stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            env=self.env, cwd=REPO)
+            [sys.executable, "-m", "adaptspec", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             *(["--config", str(self.config_path)] if self.config_path else []), *self.args],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
         wait_http(self.url + "/health", timeout=timeout, proc=self.proc, ok=(200, 503))
         return self
 
@@ -213,10 +218,11 @@ class ProxyProcess:
 def proxies(tmp_path):
     started: list[ProxyProcess] = []
 
-    def make(config: dict, name: str = "proxy", env: dict | None = None, start: bool = True) -> ProxyProcess:
-        p = ProxyProcess(config, tmp_path, name=name, env=env)
+    def make(config: dict | None, name: str = "proxy", env: dict | None = None, args: list[str] | None = None,
+             start: bool = True, timeout: float = 60.0) -> ProxyProcess:
+        p = ProxyProcess(config, tmp_path, name=name, env=env, args=args)
         started.append(p)
-        return p.start() if start else p
+        return p.start(timeout) if start else p
 
     yield make
     for p in started:
