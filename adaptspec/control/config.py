@@ -198,7 +198,7 @@ def _error(exc: ValidationError, source: str) -> ConfigError:
     return ConfigError(msg, file=source, key=key, value=value)
 
 
-def _check(cfg: Config, source: str) -> None:
+def _check(cfg: Config, source: str, base_dir: Path | None = None) -> None:
     """Rules that span fields: unique names, fixed-speculation pools, profiles that exist and fit."""
     from adaptspec.control.profiles import list_profiles, load_profile
 
@@ -231,6 +231,9 @@ def _check(cfg: Config, source: str) -> None:
             raise fail("gamma is the launch gamma of fixed pools; per-request pools take max_gamma",
                        f"{at}.gamma", pool.gamma)
         if pool.profile is not None:
+            if base_dir is not None and pool.profile.endswith((".yaml", ".yml")) \
+                    and not Path(pool.profile).is_absolute() and (base_dir / pool.profile).exists():
+                pool.profile = str(base_dir / pool.profile)  # profile files are relative to the config file
             try:
                 prof = load_profile(pool.profile)
             except ConfigError as exc:
@@ -256,7 +259,7 @@ def _check(cfg: Config, source: str) -> None:
             raise profile_error(exc, "policy.default_profile", profile) from None
 
 
-def parse_config(data: object, source: str = "<config>") -> Config:
+def parse_config(data: object, source: str = "<config>", base_dir: Path | None = None) -> Config:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -265,7 +268,7 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
         raise _error(exc, source) from None
-    _check(cfg, source)
+    _check(cfg, source, base_dir)
     return cfg
 
 
@@ -280,7 +283,7 @@ def load_config(path: str | Path) -> Config:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), path.resolve().parent)
 
 
 __all__ = ["Config", "PolicyConfig", "StaticPolicy", "ThresholdPolicy", "GoodputPolicy", "BanditPolicy",

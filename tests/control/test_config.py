@@ -104,3 +104,13 @@ def test_load_errors(tmp_path):
     lst.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(lst)
+
+
+def test_pool_profile_file_relative_to_the_config(tmp_path):
+    (tmp_path / "gpu.yaml").write_text(
+        "name: gpu\ntarget: {overhead_s: 0.001, memory_floor_s: 0.01, compute_s_per_token: 0.0001}\n"
+        "proposers: {ngram: {kind: ngram}, d: {kind: draft, memory_floor_s: 0.002}}\naliases: {draft: d}\n")
+    f = tmp_path / "cfg.yaml"
+    f.write_text("pools:\n  - {name: a, profile: gpu.yaml, workers: [{name: w, url: 'http://h:1'}]}\n")
+    cfg = load_config(f)
+    assert cfg.pools[0].profile == str(tmp_path / "gpu.yaml")
