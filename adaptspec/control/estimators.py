@@ -15,6 +15,8 @@ alpha: at alpha=0.8, gamma=4 it reads 0.59. We therefore estimate
     method-of-moments alpha solving A/S = alpha(1 - alpha^gamma)/(1 - alpha) (the truncated-geometric mean),
     then failures = S(1 - alpha^gamma) (expected rejecting steps), so s/(s+f) is consistent for alpha;
   * with nothing but D and A: accepted/drafted, documented as biased low.
+Per-position counters are used only when every counted draft had the same length (draft tokens = drafts x
+positions, as in vLLM); when per-request gammas were mixed the step estimator is used with gamma = D/S.
 
 Forgetting. Before new data is added, a key's counts are multiplied by 0.5^(draft_tokens / half_life_tokens)
 and by 0.5^(elapsed / half_life_s): after a step change in acceptance the estimate moves to the new value
@@ -260,6 +262,10 @@ class AlphaTable:
             drafts = draft_tokens / gamma
         if drafts is None and steps:
             drafts = min(float(steps), draft_tokens)
+        if per_position is not None and drafts and abs(draft_tokens - drafts * len(per_position)) > 1e-6 * draft_tokens:
+            # drafts of different lengths were mixed (per-request gamma): position i was not tried by every
+            # draft that reached it, so conditional rates would read low; use the step estimator instead
+            per_position = None
         if per_position is not None and drafts:
             acc = [float(x) for x in per_position]
             trials = [float(drafts)] + acc[:-1]

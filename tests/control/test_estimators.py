@@ -226,3 +226,15 @@ def test_cached_estimates_follow_new_data():
     assert table.get("w", "draft", "chat").mean > pooled_prior.mean + 0.3
     table.load_dict({})
     assert table.get("w", "draft", "chat") == first
+
+
+def test_mixed_gamma_per_position_counters_fall_back_to_the_step_estimator():
+    rng = np.random.default_rng(21)
+    table = est.AlphaTable(half_life_tokens=None)
+    for _ in range(300):  # one scrape interval: half the drafts at gamma 2, half at gamma 6
+        a2, a6 = accepted_per_step(rng, 0.7, 2, 20), accepted_per_step(rng, 0.7, 6, 20)
+        pos = [float((a2 > i).sum() + (a6 > i).sum()) for i in range(6)]
+        table.observe("w", "draft", "chat", 20 * 2 + 20 * 6, float(a2.sum() + a6.sum()), pos, num_drafts=40)
+    e = table.get("w", "draft", "chat")
+    assert e.per_position is None
+    assert e.mean == pytest.approx(0.7, abs=0.05)  # gamma = D/S = 4 stands in for the mix
