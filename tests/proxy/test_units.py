@@ -1,0 +1,122 @@
+"""Fast checks of the proxy's pure parts with real objects (no processes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaptspec.control.config import parse_config
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.errors import ConfigError, RequestError, UpstreamError
+from adaptspec.proxy.configfile import expand_env
+from adaptspec.proxy.feedback import Feedback, spec_stats
+from adaptspec.proxy.handlers import _parse, _take_usage
+from adaptspec.proxy.metrics import ProxyMetrics
+from adaptspec.proxy.scrape import parse_metrics
+from adaptspec.proxy.state import MemoryState, redact_url
+from adaptspec.proxy.upstream import Pools, Worker, workers_from_config
+
+
+def test_expand_env():
+    env = {"A": "x", "EMPTY": ""}
+    assert expand_env("u: ${A}/v1 ${B:-dflt} ${EMPTY:-d2} $$HOME", "f.yaml", env) == "u: x/v1 dflt d2 $HOME"
+    with pytest.raises(ConfigError) as exc:
+        expand_env("a: 1\nurl: ${NOPE}\n", "f.yaml", env)
+    assert "f.yaml" in str(exc.value) and "${NOPE}" in str(exc.value) and "line 2" in str(exc.value)
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    (b"{", 400, None), (b'"s"', 400, None), (b"{}", 400, "model"), (b'{"model": 3}', 400, "model"),
+    (b'{"model": "m"}', 400, "messages"), (b'{"model": "m", "messages": []}', 422, "messages"),
+    (b'{"model": "m", "messages": [{}], "stream": 1}', 422, "stream"),
+    (b'{"model": "m", "messages": [{}], "max_tokens": true}', 422, "max_tokens"),
+])
+def test_parse_rejects(body, status, param):
+    with pytest.raises(RequestError) as exc:
+        _parse(body, "chat")
+    assert (exc.value.status, exc.value.param) == (status, param)
+
+
+def test_parse_accepts():
+    body, model, stream = _parse(b'{"model": "m", "prompt": ["a"], "stream": true}', "completions")
+    assert (model, stream, body["prompt"]) == ("m", True, ["a"])
+
+
+def test_take_usage_strips_only_what_the_proxy_added():
+    usage = {"completion_tokens": 3, "speculative": {"draft_tokens": 8, "accepted_tokens": 6, "steps": 2}}
+    content = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+    only_usage = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
+    sink: list[dict] = []
+    out = _take_usage(content + only_usage + b"data: [DONE]\n\n", sink, strip=True)
+    assert out == content + b"data: [DONE]\n\n"
+    assert spec_stats(sink[0]) == (8.0, 6.0, 2.0)
+    sink.clear()
+    assert _take_usage(only_usage, sink, strip=False) == only_usage and len(sink) == 1
+
+
+def test_spec_stats_reads_both_dialects():
+    assert spec_stats({"usage": {"speculative": {"draft_tokens": 4, "accepted_tokens": 9}}}) == (4.0, 4.0, None)
+    vllm = {"metrics": {"speculative_decoding": {"num_draft_tokens": 10, "num_accepted_tokens": 7,
+                                                 "num_drafts": 3}}}
+    assert spec_stats(vllm) == (10.0, 7.0, 3.0)
+    assert spec_stats({"usage": {"completion_tokens": 3}}) is None
+
+
+class _Proxy:
+    """The attributes Feedback uses, as real objects."""
+
+    def __init__(self):
+        self.metrics = ProxyMetrics()
+        self.state = MemoryState(AlphaTable())
+
+
+COUNTERS = """\
+vllm:spec_decode_num_drafts_total {d}
+vllm:spec_decode_num_draft_tokens_total {t}
+vllm:spec_decode_num_accepted_tokens_total {a}
+"""
+
+
+@pytest.mark.parametrize(("engine", "ingests"), [("vllm", True), ("adaptspec", False)])
+def test_counters_feed_alpha_only_without_per_request_stats(engine, ingests):
+    proxy = _Proxy()
+    fb = Feedback(proxy)
+    w = Worker("n0", "http://h:1", "p", engine=engine, per_request=False, proposers=("ngram",), gamma=4)
+    fb.on_sample(w, parse_metrics(COUNTERS.format(d=10, t=40, a=30)))  # baseline: never a burst
+    assert proxy.state.alphas.keys() == []
+    fb.on_sample(w, parse_metrics(COUNTERS.format(d=110, t=440, a=330)))
+    assert (proxy.state.alphas.keys() == [("n0", "ngram", "*")]) == ingests
+    # once a response carries per-request stats, counters stop counting for this worker
+    fb.on_response(w, "code", "ngram", 4, 8, (8.0, 6.0, 2.0))
+    before = proxy.state.alphas.stats("n0", "ngram", "*")
+    fb.on_sample(w, parse_metrics(COUNTERS.format(d=210, t=840, a=630)))
+    assert proxy.state.alphas.stats("n0", "ngram", "*") == before
+    assert proxy.state.alphas.stats("n0", "ngram", "code") is not None
+
+
+def test_pools_routing_and_live_state_survive_replace():
+    cfg = parse_config({"pools": [
+        {"name": "a", "models": ["m1"], "workers": [{"name": "w0", "url": "http://h:1/v1"}]},
+        {"name": "b", "engine": "openai", "workers": [{"name": "w1", "url": "http://h:2"}]}]})
+    workers = workers_from_config(cfg.pools)
+    assert workers[0].url == "http://h:1" and workers[1].per_request is False
+    pools = Pools(workers)
+    assert [w.name for w in pools.serving("m1")] == ["w0", "w1"]  # w1's models are not known yet
+    assert [w.name for w in pools.serving("other")] == ["w1"]
+    w1 = pools.workers["w1"]
+    w1.models, w1.inflight = frozenset({"m2"}), 3
+    pools.models_changed()
+    with pytest.raises(RequestError) as exc:
+        pools.serving("other")
+    assert exc.value.status == 404
+    pools.replace(workers_from_config(cfg.pools))
+    assert pools.workers["w1"] is w1 and w1.inflight == 3 and w1.models == frozenset({"m2"})
+    w1.healthy = False
+    with pytest.raises(UpstreamError) as exc:
+        Pools.eligible([w1])
+    assert exc.value.status == 503
+
+
+def test_redact_url():
+    assert redact_url("redis://user:secret@host:6379/0") == "redis://host:6379/0"
