@@ -17,7 +17,9 @@ expected number of tokens one request gets per second:
 
     goodput = E / (draft_time(gamma, batch) + verify_time(batch * (gamma + 1) tokens))
 
-and the speedup of a plan is its goodput over the goodput of plain decoding at the same batch.
+and the speedup of a plan is its goodput over the goodput of plain decoding at the same batch. A plan is
+priced as if every request of the batch ran it (the steady state of a policy that decides alike at the same
+load), so the time speculation adds to the co-batched requests' steps is counted, not just this request's.
 In the memory-bound limit (`Profile.memory_bound(c)`) `speedup` equals `leviathan_speedup` exactly.
 """
 
