@@ -63,6 +63,8 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=1, help="compare: reference workers behind the proxy")
     p.add_argument("--worker-args", default="", help="compare: extra `adaptspec worker` arguments")
     p.add_argument("--logs", help="compare: directory for the servers' logs (default: a temp dir)")
+    p.add_argument("--tolerance", type=float, default=0.95,
+                   help="compare: target adaptive >= this x best static (default 0.95)")
     p.set_defaults(func=run)
 
 
@@ -99,8 +101,7 @@ def write_outputs(args, rows: list[dict], title: str) -> None:
     text = "\n\n".join([report.throughput_table(rows), report.detail_table(rows)])
     multi = len({r["policy"] for r in rows}) > 1
     if multi and any(report.is_static(r["policy"]) for r in rows):
-        tol = getattr(args, "tolerance", 0.95)
-        text += "\n\n" + report.targets_text(report.check_targets(rows, tolerance=tol))
+        text += "\n\n" + report.targets_text(report.check_targets(rows, tolerance=args.tolerance))
     if args.md:
         Path(args.md).parent.mkdir(parents=True, exist_ok=True)
         Path(args.md).write_text(f"## {title}\n\n{text}\n")

@@ -1,0 +1,159 @@
+"""The one-command real comparison of policies on this machine (`adaptspec bench compare`).
+
+Starts `--workers` reference workers (`adaptspec worker`, the built-in tiny target/draft pair), then for each
+policy file in turn an adaptspec proxy (`adaptspec serve`) whose only pool is those workers (per-request
+speculation, profile `cpu-tiny`) and whose policy and estimator sections come from the file, and runs the same
+load sweep (same prompts in the same order) through it. Every policy gets a fresh proxy (fresh alpha
+estimates); the workers are shared. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
+`adaptive` (goodput) or `bandit` from the file's policy section.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import yaml
+
+from adaptspec.bench.loadgen import LoadConfig, free_port, run_sweep
+from adaptspec.bench.prompts import PromptItem
+from adaptspec.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLICY_FILES = ("static-off.yaml", "static-ngram.yaml", "static-draft.yaml", "threshold.yaml",
+                        "default.yaml")
+
+
+def policies_dir() -> Path:
+    """./policies when run from a checkout's root, else the checkout the package lives in."""
+    for cand in (Path.cwd() / "policies", Path(__file__).resolve().parents[2] / "policies"):
+        if cand.is_dir():
+            return cand
+    raise ConfigError("no policies/ directory found; pass --policies FILE,FILE,...", key="--policies")
+
+
+def label_for(policy: dict) -> str:
+    kind = policy.get("kind")
+    if kind == "static":
+        g, p = int(policy.get("gamma", 0)), policy.get("proposer", "none")
+        return "off" if g == 0 or p == "none" else f"static:{p}:{g}"
+    return {"goodput": "adaptive"}.get(kind, str(kind))
+
+
+class Server:
+    """A child process serving HTTP on loopback; started and health-checked on enter, stopped on exit."""
+
+    def __init__(self, argv: Sequence[str], port: int, log_path: Path, name: str, start_timeout_s: float = 180.0):
+        self.argv, self.port, self.log_path, self.name = list(argv), port, log_path, name
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in __exit__)
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._stop()
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} while starting:\n{tail}")
+            with contextlib.suppress(urllib.error.URLError, OSError), \
+                    urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return self
+            time.sleep(0.3)
+        self._stop()
+        raise RuntimeError(f"{self.name} did not become healthy within {self.start_timeout_s:.0f}s "
+                           f"(log: {self.log_path})")
+
+    def _stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+
+def _policy_files(spec: str | None) -> list[Path]:
+    if spec:
+        files = [Path(s.strip()) for s in spec.split(",") if s.strip()]
+    else:
+        d = policies_dir()
+        files = [d / f for f in DEFAULT_POLICY_FILES]
+    for f in files:
+        if not f.is_file():
+            raise ConfigError("policy file not found", file=str(f))
+    return files
+
+
+def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int) -> dict:
+    """The proxy config for one run: the file's policy + estimator, our workers as the only pool."""
+    from adaptspec.control.config import load_config
+
+    load_config(policy_file)  # validates; errors name file, key and value
+    raw = yaml.safe_load(policy_file.read_text()) or {}
+    cfg = {k: raw[k] for k in ("policy", "estimator") if k in raw}
+    cfg["pools"] = [{"name": "tiny", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
+                     "max_gamma": 8, "profile": "cpu-tiny",
+                     "workers": [{"name": f"w{i}", "url": u} for i, u in enumerate(worker_urls)]}]
+    cfg["server"] = {"host": "127.0.0.1", "port": port}
+    return cfg
+
+
+def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]]) -> list[dict]:
+    """Run every policy file over the same sweep; returns the combined rows."""
+    files = _policy_files(getattr(args, "policies", None))
+    labels = []
+    for f in files:
+        raw = yaml.safe_load(f.read_text()) or {}
+        label = label_for(raw.get("policy") or {"kind": "goodput"})
+        labels.append(label if label not in labels else f"{label}({f.stem})")
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="adaptspec-compare-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    py = [sys.executable, "-m", "adaptspec"]
+    rows: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        workers = []
+        for i in range(max(1, args.workers)):
+            port = free_port()
+            argv = [*py, "worker", "--port", str(port), *shlex.split(args.worker_args or "")]
+            workers.append(stack.enter_context(Server(argv, port, logs / f"worker{i}.log", f"worker {i}")))
+        log.info("workers up: %s (logs in %s)", ", ".join(w.url for w in workers), logs)
+        for f, label in zip(files, labels, strict=True):
+            port = free_port()
+            cfg_path = logs / f"proxy-{f.stem}.yaml"
+            cfg_path.write_text(yaml.safe_dump(proxy_config(f, [w.url for w in workers], port), sort_keys=False))
+            argv = [*py, "serve", "--config", str(cfg_path), "--port", str(port), "--watch", "0"]
+            with Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})") as proxy:
+                base = LoadConfig(url=proxy.url, model=args.model, concurrency=1, requests=args.requests,
+                                  duration_s=args.duration, warmup_s=args.warmup,
+                                  warmup_requests=args.warmup_requests, max_tokens=args.max_tokens,
+                                  temperature=args.temperature, timeout_s=args.timeout, api_key=args.api_key)
+                part = run_sweep(base, loads, stream(), progress=not args.no_progress, label=label)
+            for r in part:
+                r["policy"], r["policy_file"] = label, str(f)
+            rows += part
+    return rows
