@@ -5,8 +5,9 @@ One program per request. Phase 1 walks the request's drafts in order until the f
 pass over the stop row in blocks of ``BLOCK_V``, tracking three running first-index argmaxes at once: the race
 over the residual ``max(0, p - q)`` (point mass: ``p`` with ``x`` removed), the race over ``p`` (the fallback
 when the residual has no mass), and plain ``argmax(p)`` (greedy). It consumes the very same float64 uniforms
-and inverse race weights as the torch path and evaluates the same float32/float64 expressions, so the two are
-bit-equal; the torch path (``verify._verify_torch``) is the reference.
+and race noise ``log U`` as the torch path and evaluates the same float32/float64 expressions (the race score
+``w / log U`` with the correctly rounded ``tl.div_rn``, as torch divides), so the two are bit-equal; the torch
+path (``verify._verify_torch``) is the reference.
 
 Importing this module raises ImportError when triton is missing; ``verify_drafts`` then uses torch.
 """
@@ -39,7 +40,7 @@ def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_start_ptr, greedy_ptr,
-                   u_ptr, w_ptr, w_stride, out_ptr, o_stride, V,
+                   u_ptr, noise_ptr, noise_stride, out_ptr, o_stride, V,
                    HAS_Q: tl.constexpr, HAS_RACE: tl.constexpr, BLOCK_V: tl.constexpr):
     i = tl.program_id(0).to(tl.int64)
     k = tl.load(k_ptr + i)  # int64
@@ -80,9 +81,9 @@ def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_star
         x_stop = tl.load(ids_ptr + d0 + s, mask=rejected, other=-1)
     q_len = tl.where(rejected, V, 0)  # the draft row only exists (and is read) at a rejection
     offs = tl.arange(0, BLOCK_V)
-    best_r = tl.full((), float("-inf"), tl.float32)
+    best_r = tl.full((), float("inf"), tl.float32)
     idx_r = tl.zeros((), tl.int64)
-    best_p = tl.full((), float("-inf"), tl.float32)
+    best_p = tl.full((), float("inf"), tl.float32)
     idx_p = tl.zeros((), tl.int64)
     best_g = tl.full((), float("-inf"), tl.float32)
     idx_g = tl.zeros((), tl.int64)
@@ -104,18 +105,19 @@ def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_star
                 res = tl.maximum(p - q, 0.0)
             else:
                 res = tl.where(cols == x_stop, 0.0, p)
-            w = tl.load(w_ptr + i * w_stride + cols, mask=in_v, other=0.0)
+            noise = tl.load(noise_ptr + i * noise_stride + cols, mask=in_v, other=-1.0)  # log U = -E
             has_mass = has_mass | (tl.max(res, axis=0) > 0)
-            sr = tl.where(res > 0, res * w, -1.0)
-            m = tl.max(sr, axis=0)
-            idx = tl.argmax(sr, axis=0, tie_break_left=True).to(tl.int64) + v0
-            better = m > best_r
+            # argmax w / E == argmin w / (-E); zero weights score +1 and never win.
+            sr = tl.where(res > 0, tl.div_rn(res, noise), 1.0)
+            m = tl.min(sr, axis=0)
+            idx = tl.argmin(sr, axis=0, tie_break_left=True).to(tl.int64) + v0
+            better = m < best_r
             best_r = tl.where(better, m, best_r)
             idx_r = tl.where(better, idx, idx_r)
-            sp = tl.where(p > 0, p * w, -1.0)
-            m = tl.max(sp, axis=0)
-            idx = tl.argmax(sp, axis=0, tie_break_left=True).to(tl.int64) + v0
-            better = m > best_p
+            sp = tl.where(p > 0, tl.div_rn(p, noise), 1.0)
+            m = tl.min(sp, axis=0)
+            idx = tl.argmin(sp, axis=0, tie_break_left=True).to(tl.int64) + v0
+            better = m < best_p
             best_p = tl.where(better, m, best_p)
             idx_p = tl.where(better, idx, idx_p)
     if HAS_RACE:  # noqa: SIM108 (constexpr branch)
@@ -126,6 +128,7 @@ def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_star
 
 
 def verify_triton(inp, uniforms: torch.Tensor, race: torch.Tensor | None) -> torch.Tensor:
+    # race: float32 [B, V] race noise log U = -E (sampling.draw_race_noise), or None when all greedy.
     """Run the kernel on prepared inputs (``verify.VerifyInputs``); same output as ``verify._verify_torch``."""
     batch, vocab, device = inp.batch, inp.vocab, inp.device
     out = torch.full((batch, inp.max_k + 1), -1, dtype=torch.int64, device=device)
@@ -136,11 +139,11 @@ def verify_triton(inp, uniforms: torch.Tensor, race: torch.Tensor | None) -> tor
     ids = inp.draft_token_ids if inp.num_drafts else dummy
     u = uniforms.contiguous() if inp.num_drafts else torch.zeros(1, dtype=torch.float64, device=device)
     has_race = race is not None
-    w = race.contiguous() if has_race else torch.zeros(1, dtype=torch.float32, device=device)
+    noise = race.contiguous() if has_race else torch.zeros(1, dtype=torch.float32, device=device)
     greedy = inp.greedy.to(torch.int32)
     block_v = min(triton.next_power_of_2(vocab), 2048)
     _verify_kernel[(batch,)](
         target, target.stride(0), q, q.stride(0), ids, inp.k, inp.draft_start, greedy,
-        u, w, vocab if has_race else 0, out, out.stride(0), vocab,
+        u, noise, vocab if has_race else 0, out, out.stride(0), vocab,
         HAS_Q=has_q, HAS_RACE=has_race, BLOCK_V=block_v, num_warps=8 if block_v >= 2048 else 4)
     return out

@@ -33,7 +33,7 @@ Rules, all vectorised over requests and positions (no Python loop on the hot pat
 
 Randomness (conventions shared with :mod:`adaptspec.worker.sampling`): one float64 uniform per draft token
 (none for requests with ``k_i = 0``), then one float32 uniform row of length V per sampled request for
-the race (``E = -log(U) ~ Exp(1)``). With a single generator (or None) both are drawn in one call each for the whole batch. With a dict
+the race (kept as ``log U = -E``, ``E ~ Exp(1)``). With a single generator (or None) both are drawn in one call each for the whole batch. With a dict
 ``{request_index: generator}`` each listed request draws ``torch.rand(k_i, float64)`` (if ``k_i > 0``) and then,
 unless greedy, one race row ``torch.rand(V, float32)`` from its own generator, so a seeded request emits the same
 tokens whatever else is in the batch; the loop runs over the dict entries only. A request with ``k_i = 0``
@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from adaptspec.worker.sampling import Generators, draw_race_weights, race_argmax, race_weights_from_noise
+from adaptspec.worker.sampling import Generators, draw_race_noise, race_noise_from_exponentials, race_sample
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "VerifyInputs", "prepare_inputs", "verify_drafts"]
 
@@ -152,7 +152,7 @@ class VerifyInputs:
         self.any_greedy = self.greedy_host is None or any(self.greedy_host)
 
     def draw(self, generator: Generators) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Float64 uniforms ``[sum(k)]`` and inverse race noise ``[B, V]`` (None when every request is greedy)."""
+        """Float64 uniforms ``[sum(k)]`` and race noise ``log U`` ``[B, V]`` (None when every request is greedy)."""
         n, device = self.num_drafts, self.device
         per_req: Mapping[int, torch.Generator] = generator if isinstance(generator, Mapping) else {}
         shared = None if per_req else generator
@@ -178,7 +178,7 @@ class VerifyInputs:
                 u[start:start + k] = torch.rand(k, dtype=torch.float64, device=device, generator=gen)
         race = None
         if not self.all_greedy:
-            race = draw_race_weights(self.batch, self.vocab, device, generator, skip_rows=greedy_host)
+            race = draw_race_noise(self.batch, self.vocab, device, generator, skip_rows=greedy_host)
         return u, race
 
 
@@ -220,25 +220,26 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
     rejected = num_accepted < inp.k  # [B] False: all accepted, stop at the bonus row
 
     # --- one race per request, on its stop row only ---------------------------------------------------
-    p_stop = p_all[inp.target_start + num_accepted].to(torch.float32)  # [B, V]
-    stop_draft = (inp.draft_start + num_accepted).clamp(max=max(n - 1, 0))  # [B]
+    p_stop = p_all.index_select(0, inp.target_start + num_accepted).to(torch.float32)  # [B, V] (a copy)
+    stop_draft = (inp.draft_start + num_accepted).clamp(max=max(n - 1, 0))  # [B] (garbage when not rejected)
     if inp.draft_probs is not None and n:
-        q_stop = inp.draft_probs[stop_draft].to(torch.float32)
-        q_stop = torch.where(rejected.unsqueeze(1), q_stop, torch.zeros((), dtype=torch.float32, device=device))
-        residual = (p_stop - q_stop).clamp_min(0.0)
+        residual = inp.draft_probs.index_select(0, stop_draft).to(torch.float32)  # q, a fresh copy
+        torch.sub(p_stop, residual, out=residual).clamp_min_(0.0)  # max(0, p - q), in place
+        use_residual = rejected & (residual.amax(dim=-1) > 0)  # else p: bonus row, or p == q
+        dist = torch.where(use_residual.unsqueeze(1), residual, p_stop)
     elif n:
-        # Point mass at x: p with x removed. Out-of-range x had nothing to remove.
-        x_stop = x_c[stop_draft]
-        drop = rejected & x_ok[stop_draft]
-        kept = torch.where(drop, torch.zeros((), dtype=torch.float32, device=device),
-                           p_stop.gather(1, x_stop.unsqueeze(1)).squeeze(1))
-        residual = p_stop.scatter(1, x_stop.unsqueeze(1), kept.unsqueeze(1))
+        # Point mass at x: p with x removed (out-of-range x has nothing to remove). If that leaves no
+        # mass (p is all on x), the value at x goes back, which is exactly the fall-back to p.
+        x_stop = x_c[stop_draft].unsqueeze(1)
+        p_x = p_stop.gather(1, x_stop)
+        dist = p_stop.scatter(1, x_stop, torch.zeros_like(p_x))
+        no_mass = dist.amax(dim=-1, keepdim=True) <= 0
+        keep = ~(rejected & x_ok[stop_draft]).unsqueeze(1) | no_mass
+        dist.scatter_(1, x_stop, torch.where(keep, p_x, torch.zeros_like(p_x)))
     else:
-        residual = p_stop
-    has_mass = residual.amax(dim=-1, keepdim=True) > 0
-    dist = torch.where(has_mass, residual, p_stop)
+        dist = p_stop
     if race is not None:
-        token = race_argmax(dist, race)
+        token = race_sample(dist, race)
         if inp.any_greedy:
             token = torch.where(inp.greedy, p_stop.argmax(dim=-1), token)
     else:
@@ -287,7 +288,7 @@ def verify_drafts(target_probs: torch.Tensor, draft_token_ids: torch.Tensor,
     if race_noise is not None:
         if race_noise.shape != (inp.batch, inp.vocab):
             raise ValueError(f"race_noise must be [B = {inp.batch}, V = {inp.vocab}], got {tuple(race_noise.shape)}")
-        race = race_weights_from_noise(race_noise.to(device=inp.device))
+        race = race_noise_from_exponentials(race_noise.to(device=inp.device))
     else:
         race = drawn_race
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptspec.worker.sampling import logits_to_probs, race_argmax, sample_from_probs
+from adaptspec.worker.sampling import (
+    logits_to_probs,
+    race_noise_from_exponentials,
+    race_sample,
+    sample_from_probs,
+)
 
 N_ROWS = 65_536
 
@@ -39,8 +44,8 @@ def test_race_samples_follow_the_distribution_rows_independently():
 
 def test_unnormalised_weights_are_fine_for_the_race():
     w = torch.tensor([0.0, 2.0, 6.0, 0.0, 0.5])
-    race = -torch.rand(N_ROWS, 5, generator=torch.Generator().manual_seed(3)).log()
-    tokens = race_argmax(w.expand(N_ROWS, 5), 1.0 / race)
+    exponentials = torch.empty(N_ROWS, 5).exponential_(generator=torch.Generator().manual_seed(3))
+    tokens = race_sample(w.expand(N_ROWS, 5), race_noise_from_exponentials(exponentials))
     assert_histogram(tokens, w / w.sum(), "unnormalised race")
 
 

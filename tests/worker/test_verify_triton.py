@@ -18,7 +18,7 @@ from adaptspec.worker.verify import verify_drafts
 
 CASES_SCRIPT = textwrap.dedent("""
     import torch
-    from adaptspec.worker.sampling import race_weights_from_noise
+    from adaptspec.worker.sampling import race_noise_from_exponentials
     from adaptspec.worker.verify import _verify_torch, prepare_inputs
     from adaptspec.worker._verify_triton import verify_triton
 
@@ -44,6 +44,8 @@ CASES_SCRIPT = textwrap.dedent("""
             if case % 7 == 0:
                 u.fill_(0.9999999)
             noise = -torch.rand(batch, vocab, generator=g).log()
+            if case % 8 == 1:
+                noise[:, ::5] = 0.0  # E = 0: an instant winner (score -inf), and 0 / -0 = NaN masked out
             if case % 6 == 5:
                 target = target.to(torch.bfloat16)
             move = (lambda t: None if t is None else t.to(device))
@@ -53,7 +55,7 @@ CASES_SCRIPT = textwrap.dedent("""
         bad = 0
         for target, x, ks, q, greedy, u, noise in cases(device, count, vocabs):
             inp = prepare_inputs(target, x, ks, q, greedy)
-            race = None if all(greedy) else race_weights_from_noise(noise)
+            race = None if all(greedy) else race_noise_from_exponentials(noise)
             a, b = _verify_torch(inp, u, race), verify_triton(inp, u, race)
             bad += int(not torch.equal(a, b))
         return bad
