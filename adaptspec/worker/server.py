@@ -66,8 +66,9 @@ class WorkerSettings:
 class _TextTracker:
     """Turns the growing token list into text deltas; ends the text before the first stop string."""
 
-    def __init__(self, decode: Callable[[list[int]], str], stops: list[str] | None) -> None:
+    def __init__(self, decode: Callable[[list[int]], str], stops: list[str] | None, lazy: bool = False) -> None:
         self._decode = decode
+        self.lazy = lazy and not stops  # nobody reads deltas: decode once, in flush()
         self.stops = stops or []
         self._max_stop = max((len(s) for s in self.stops), default=0)
         self.ids: list[int] = []
@@ -77,6 +78,8 @@ class _TextTracker:
 
     def add(self, new_ids: list[int]) -> str:
         self.ids.extend(new_ids)
+        if self.lazy:
+            return ""
         full = self._decode(self.ids)
         if self.stops:
             start = max(0, self.sent - self._max_stop)
@@ -94,6 +97,8 @@ class _TextTracker:
         return self._take(max(safe, self.sent))
 
     def flush(self) -> str:
+        if self.lazy:
+            self.text = self._decode(self.ids)
         return self._take(len(self.text))
 
     def _take(self, end: int) -> str:
@@ -127,6 +132,7 @@ class _Job:
     stops: list[str] | None
     spec: SpecChoice
     ignore_eos: bool
+    stream: bool
     result: _Result = field(default_factory=_Result)
 
 
@@ -327,12 +333,12 @@ class _Worker:
             request_id=f"{prefix}-{uuid.uuid4().hex}", prompt_ids=prompt_ids, max_tokens=max_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stops=req.stop, spec=spec,
-            ignore_eos=req.ignore_eos)
+            ignore_eos=req.ignore_eos, stream=req.stream)
 
     # -- generation
     async def generate(self, job: _Job) -> AsyncIterator[str]:
         """Text deltas of one job; fills job.result. Closing it early aborts the engine request."""
-        res, tracker = job.result, _TextTracker(self.decode, job.stops)
+        res, tracker = job.result, _TextTracker(self.decode, job.stops, lazy=not job.stream)
         gen = self.engine.generate(self._gen_request(job))
         try:
             async for out in gen:

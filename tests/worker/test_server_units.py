@@ -69,6 +69,20 @@ def test_no_stops_streams_everything_and_flush_is_idempotent():
     assert t.flush() == "" and t.text == "hello world"
 
 
+def test_lazy_tracker_decodes_once_at_the_end():
+    calls = []
+
+    def decode(ids):
+        calls.append(len(ids))
+        return _bytes_decode(ids)
+
+    t = _TextTracker(decode, None, lazy=True)
+    assert _feed(t, b"hello world", 3) == ["", "", "", ""]
+    assert t.flush() == "hello world" and t.text == "hello world" and calls == [11]
+    with_stops = _TextTracker(decode, ["wor"], lazy=True)  # stop strings need the text every step
+    assert "".join(_feed(with_stops, b"hello world", 3)) == "hello " and with_stops.stopped
+
+
 def test_parse_body_errors_are_400_with_the_field():
     with pytest.raises(RequestError) as e:
         parse_body(b"{not json", CompletionRequest)
