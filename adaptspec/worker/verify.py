@@ -105,6 +105,8 @@ class VerifyInputs:
         if not isinstance(draft_token_ids, torch.Tensor):
             raise TypeError(f"draft_token_ids must be a tensor, got {type(draft_token_ids)!r}")
         ids = draft_token_ids.to(device=device)
+        if ids.numel() == 0:
+            ids = ids.to(torch.int64)  # an empty list of drafts (torch.tensor([]) is float32) is fine
         if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
             raise TypeError(f"draft_token_ids must be an integer tensor, got {ids.dtype}")
         if ids.dim() == 2:

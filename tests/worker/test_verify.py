@@ -354,6 +354,12 @@ def test_requests_without_drafts_draw_no_uniforms():
     assert torch.equal(g3.get_state(), torch.Generator().manual_seed(1).get_state())  # greedy: no draws
 
 
+def test_bonus_only_batch_accepts_an_empty_float_draft_tensor():
+    row = torch.softmax(torch.randn(2, 9, generator=torch.Generator().manual_seed(0)), -1)
+    out = verify_drafts(row, torch.tensor([]), [0, 0], greedy=True)
+    assert out.tolist() == [[int(row[0].argmax())], [int(row[1].argmax())]]
+
+
 def test_padded_draft_ids_match_flat():
     vocab, ks = 20, [2, 0, 3]
     g = torch.Generator().manual_seed(2)
