@@ -315,12 +315,63 @@ async def part_b(url: str, prompts: list[dict], concurrencies: list[int], max_to
 
 
 # ---------------------------------------------------------------------------------------------------------
+# (s) the step-time grid behind (a) and (b): one ragged forward of the target (and the draft) for B requests
+# feeding T tokens each at a context of C, in this process (no HTTP, no engine loop).
+
+
+def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7), context: int = 300,
+           min_seconds: float = 0.4) -> dict:
+    import torch
+
+    from adaptspec.worker.model import TinyLlama
+
+    torch.set_num_threads(args.threads)
+    assets = ROOT / "adaptspec" / "assets"
+    out: dict = {"context": context, "threads": args.threads, "models": {}}
+    for role, path in (("target", args.model or assets / "tiny-target"), ("draft", args.draft or assets / "tiny-draft")):
+        model = TinyLlama.from_pretrained(path).eval()
+        cache = model.new_cache(max(batches), context + max(tokens) + 1)
+        grid = {}
+        with torch.inference_mode():
+            for B in batches:
+                for T in tokens:
+                    feed = [[7] * T for _ in range(B)]
+                    slots, starts = list(range(B)), [context] * B
+
+                    model.forward(feed, slots, starts, cache)
+                    n, t0 = 0, time.perf_counter()
+                    while n < 3 or time.perf_counter() - t0 < min_seconds:
+                        model.forward(feed, slots, starts, cache)
+                        n += 1
+                    grid[f"{B}x{T}"] = (time.perf_counter() - t0) / n * 1e3
+                print(f"  (s) {role} B={B:3d} " + " ".join(f"T={T}:{grid[f'{B}x{T}']:.1f}ms" for T in tokens),
+                      file=sys.stderr)
+        out["models"][role] = {"params": sum(p.numel() for p in model.parameters()), "ms": grid}
+    out["batches"], out["tokens"] = list(batches), list(tokens)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Report.
 
 
 def markdown(result: dict) -> str:
     lines = [f"# Physics benchmark ({result['when']}, {result['machine']})", "",
              f"Command: `{result['command']}`", ""]
+    st = result.get("s")
+    if st:
+        toks = st["tokens"]
+        lines += [f"## (s) forward time per step, ms (B requests × T tokens each, context {st['context']}, "
+                  f"{st['threads']} torch thread(s))", "",
+                  "| model | B | " + " | ".join(f"T={t}" for t in toks) + " | T=5 ÷ T=1 |",
+                  "|---|---:|" + "---:|" * (len(toks) + 1)]
+        for role, m in st["models"].items():
+            for B in st["batches"]:
+                ms = [m["ms"][f"{B}x{t}"] for t in toks]
+                ratio = m["ms"][f"{B}x5"] / m["ms"][f"{B}x1"] if 5 in toks else float("nan")
+                lines.append(f"| {role} ({m['params'] / 1e6:.1f}M) | {B} | " + " | ".join(f"{v:.1f}" for v in ms)
+                             + f" | {ratio:.2f} |")
+        lines.append("")
     a = result.get("a")
     if a:
         lines += [f"## (a) concurrency 1, copy-heavy prompts ({a['prompts']} prompts, max_tokens "
@@ -388,9 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="use a running worker instead of starting one")
     ap.add_argument("--model"), ap.add_argument("--draft")
-    ap.add_argument("--threads", type=int, default=2, help="worker torch threads (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="worker torch threads (default 1)")
     ap.add_argument("--max-batch", type=int, default=64)
-    ap.add_argument("--part", choices=["a", "b", "ab"], default="ab")
+    ap.add_argument("--part", default="sab", help="any of s (forward grid), a, b (default: sab)")
     ap.add_argument("--prompts-a", type=int, default=8, help="prompts for (a), half code half summarize")
     ap.add_argument("--max-tokens-a", type=int, default=128)
     ap.add_argument("--max-chars", type=int, default=1800, help="skip source prompts longer than this")
@@ -413,21 +464,24 @@ def main(argv: list[str] | None = None) -> int:
     prompts_b = [p for pair in zip(code_edit_prompts(max(conc) // 2, args.max_chars_b),
                                    summarize_prompts(max(conc) // 2, args.max_chars_b, truncate=True), strict=False)
                  for p in pair]
+    result: dict = {}
+    if "s" in args.part:
+        result["s"] = part_s(args)
     proc = None
     url = args.url
-    if url is None:
+    if url is None and ("a" in args.part or "b" in args.part):
         proc, url = start_worker(args)
     try:
-        result: dict = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        result |= {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, worker threads {args.threads}",
                         "command": " ".join(["benchmarks/physics.py", *(argv if argv is not None else sys.argv[1:])]),
                         "url": url}
-        before = scrape(url)
+        before = scrape(url) if url else {}
         if "a" in args.part:
             result["a"] = asyncio.run(part_a(url, prompts_a, args.max_tokens_a, args.ignore_eos_a))
         if "b" in args.part:
             result["b"] = asyncio.run(part_b(url, prompts_b, conc, args.max_tokens_b, args.rounds_b))
-        after = scrape(url)
+        after = scrape(url) if url else {}
         result["metrics_delta"] = {k: after[k] - before.get(k, 0.0) for k in after
                                    if "_total" in k and after[k] != before.get(k, 0.0)}
     finally:

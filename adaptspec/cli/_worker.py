@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None, metavar="NAME",
                    help="model id in /v1/models and responses (default: 'tiny' for the built-in pair, "
                         "else the model dir's name)")
-    p.add_argument("--threads", type=int, default=None, metavar="T",
-                   help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=1, metavar="T",
+                   help="torch intra-op threads (default: 1; more only on idle cores: spinning OpenMP threads "
+                        "on a shared, oversubscribed CPU make every step many times slower)")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, metavar="B",
                    help="refuse request bodies larger than this with 413 (default: 8 MiB)")
     p.set_defaults(func=run)
