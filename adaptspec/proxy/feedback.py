@@ -71,7 +71,7 @@ class Feedback:
                     stats: tuple[float, float, float | None] | None) -> None:
         m = self.proxy.metrics
         if output_tokens > 0:
-            m.output_tokens.labels(worker.name, proposer, content_class).inc(output_tokens)
+            m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
         if stats is None:
             return
         if not worker.request_feedback:
@@ -82,8 +82,8 @@ class Feedback:
         draft, accepted, steps = stats
         if draft <= 0 or proposer == "none":
             return
-        m.draft_tokens.labels(worker.name, proposer, content_class).inc(draft)
-        m.accepted_tokens.labels(worker.name, proposer, content_class).inc(accepted)
+        m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
+        m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
         kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
         if steps:
             kwargs["steps"] = steps

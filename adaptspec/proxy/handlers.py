@@ -163,7 +163,7 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         decision, worker = proxy.decide(cls, candidates)
         proxy.metrics.decision_time.observe(time.perf_counter() - t1)
         plan = _Plan(proxy, body, raw, stream, decision, worker, cls)
-        resp, status = await _dispatch(request, proxy, plan, body, raw, stream, candidates, cls, path, t0)
+        resp, status, plan = await _dispatch(request, proxy, plan, body, raw, stream, candidates, cls, path, t0)
         return resp
     except RequestError as exc:
         status = exc.status
@@ -172,16 +172,20 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         status = 499  # client went away (nginx's convention)
         raise
     finally:
-        proxy.metrics.requests.labels(cls, plan.proposer if plan else "none", str(plan.gamma) if plan else "0",
-                                      plan.worker.name if plan else "none", str(status)).inc()
+        m = proxy.metrics
+        if plan is None:
+            m.child(m.requests, cls, "none", "0", "none", str(status)).inc()
+        else:
+            m.child(m.requests, cls, plan.proposer, str(plan.gamma), plan.worker.name, str(status)).inc()
 
 
 async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, cls, path, t0):
+    """Send, moving to another worker on failures before the first byte -> (response, status, final plan)."""
     failed: dict[str, int] = {}
     session: aiohttp.ClientSession = proxy.session
     while True:
         worker = plan.worker
-        proxy.metrics.decisions.labels(cls, plan.proposer, str(plan.gamma), plan.decision.policy).inc()
+        proxy.metrics.child(proxy.metrics.decisions, cls, plan.proposer, str(plan.gamma), plan.decision.policy).inc()
         worker.inflight += 1
         up = None
         try:
@@ -199,8 +203,9 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
                 plan = _retry_plan(proxy, plan, failed, exc, body, raw, stream, candidates, cls)
                 continue
             if is_sse:
-                return await _relay_stream(request, proxy, plan, up, cls, t0)
-            return _finish_plain(proxy, plan, up, data, cls, t0), up.status
+                resp, status = await _relay_stream(request, proxy, plan, up, cls, t0)
+                return resp, status, plan
+            return _finish_plain(proxy, plan, up, data, cls, t0), up.status, plan
         except BaseException:
             if up is not None:
                 up.close()  # unfinished (client gone, error): drop the connection, which aborts upstream work
@@ -215,7 +220,7 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
 def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, body, raw, stream, candidates, cls):
     worker = plan.worker
     failed[worker.name] = failed.get(worker.name, 0) + 1
-    proxy.metrics.retries.labels(worker.name).inc()
+    proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
     # A refused/timed-out connect means the worker is down; a dropped pooled connection gets one more try.
     if isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError)) or failed[worker.name] >= 2:
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
@@ -250,8 +255,8 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
             tokens = float(m.group(1)) if m else 0.0
         proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats)
         e2e = now - t0
-        proxy.metrics.e2e.labels(cls, plan.proposer).observe(e2e)
-        proxy.metrics.ttft.labels(cls, plan.proposer).observe(e2e)
+        proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
+        proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
     headers = plan.headers(cls)
     return web.Response(status=up.status, body=data, headers=headers,
                         content_type=up.content_type or "application/json")
@@ -348,11 +353,11 @@ def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | No
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
     proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats)
     m = proxy.metrics
-    m.e2e.labels(cls, plan.proposer).observe(now - t0)
+    m.child(m.e2e, cls, plan.proposer).observe(now - t0)
     if t_first is not None:
-        m.ttft.labels(cls, plan.proposer).observe(t_first - t0)
+        m.child(m.ttft, cls, plan.proposer).observe(t_first - t0)
         if tokens > 1:
-            m.tpot.labels(cls, plan.proposer).observe((now - t_first) / (tokens - 1))
+            m.child(m.tpot, cls, plan.proposer).observe((now - t_first) / (tokens - 1))
 
 
 async def models(request: web.Request) -> web.Response:

@@ -92,6 +92,16 @@ class ProxyMetrics:
                                     ["backend"], registry=r)
         self.config_reloads = Counter("adaptspec_config_reloads", "Config reload attempts", ["result"], registry=r)
 
+        self._children: dict[tuple, object] = {}
+
+    def child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, memoised: the request path pays a dict lookup, not label validation."""
+        key = (id(metric), *labels)
+        ch = self._children.get(key)
+        if ch is None:
+            ch = self._children[key] = metric.labels(*labels)
+        return ch
+
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
 
