@@ -4,6 +4,10 @@ Each wraps one vLLM method and calls the original first, so vLLM's own bookkeepi
 
   Scheduler.update_draft_token_ids     sync scheduling (n-gram, and any run with --no-async-scheduling):
                                        drafts for the next step arrive here -> keep the first k.
+  Scheduler._update_after_schedule     a request that joins the batch with its prompt all but one token
+                                       in the prefix cache is padded to 1 + num_speculative_tokens rows of
+                                       placeholder drafts (for CUDA-graph shapes); cut those to k as well,
+                                       exactly as vLLM itself does when the padding does not fit.
   AsyncScheduler._update_after_schedule async scheduling (draft model, EAGLE): the next step's draft slots
                                        are placeholders set here -> keep k of them; vLLM then trims the
                                        real drafts to the scheduled count in update_draft_token_ids_in_output.
@@ -92,6 +96,7 @@ def _patch_scheduler() -> None:
     from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
     update_draft = _seam(Scheduler, "update_draft_token_ids")
+    base_after_schedule = _seam(Scheduler, "_update_after_schedule")
     after_schedule = _seam(AsyncScheduler, "_update_after_schedule")
     add_request = _seam(Scheduler, "add_request")
 
@@ -105,6 +110,22 @@ def _patch_scheduler() -> None:
             limit = _limit_of(request)
             if limit is not None and len(request.spec_token_ids) > limit:
                 request.spec_token_ids = request.spec_token_ids[:limit]
+
+    @functools.wraps(base_after_schedule)
+    def _base_update_after_schedule(self, scheduler_output) -> None:
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        for req_id, tokens in list(spec.items()):
+            request = self.requests.get(req_id)
+            limit = None if request is None else _limit_of(request)
+            if limit is not None and len(tokens) > limit:
+                cut = len(tokens) - limit
+                scheduler_output.num_scheduled_tokens[req_id] -= cut
+                scheduler_output.total_num_scheduled_tokens -= cut
+                if limit:
+                    spec[req_id] = tokens[:limit]
+                else:
+                    del spec[req_id]
+        base_after_schedule(self, scheduler_output)
 
     @functools.wraps(after_schedule)
     def _update_after_schedule(self, scheduler_output) -> None:
@@ -124,6 +145,7 @@ def _patch_scheduler() -> None:
             request.spec_decode_metrics = RequestSpecDecodeMetrics.new(self.num_spec_tokens)
 
     Scheduler.update_draft_token_ids = update_draft_token_ids
+    Scheduler._update_after_schedule = _base_update_after_schedule
     AsyncScheduler._update_after_schedule = _update_after_schedule
     Scheduler.add_request = add_request_with_metrics
 

@@ -57,6 +57,24 @@ def test_per_request_length_and_off_switch(vllm_server):
     assert spec[1]["num_spec_steps"] >= spec[3]["num_spec_steps"]
 
 
+def test_off_holds_for_a_prompt_served_from_the_prefix_cache(vllm_server):
+    """A prompt whose all-but-last token is cached joins the batch padded with placeholder drafts (vLLM pads
+    such requests to 1 + num_speculative_tokens rows); the plugin cuts those to the request's k as well.
+    129 tokens: 128 cached for any block size up to 128."""
+    url = vllm_server["url"]
+    prompt = ([11, 12, 13, 14, 15, 16, 17, 18] * 17)[:129]
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    warm = httpx.post(f"{url}/v1/completions", json=body, timeout=300).json()
+    outs = {}
+    for k in (0, 1):
+        r = httpx.post(f"{url}/v1/completions", json={**body, "vllm_xargs": {"adaptspec_num_spec_tokens": k}},
+                       timeout=300).json()
+        outs[k] = r
+    assert {r["choices"][0]["text"] for r in (warm, *outs.values())} == {warm["choices"][0]["text"]}
+    assert outs[0]["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
+    assert max(outs[1]["metrics"]["speculative_decoding"]["per_step_drafted"] or [0]) <= 1
+
+
 def test_streaming_honours_the_limit_and_reports_it(vllm_server):
     url = vllm_server["url"]
     plain = complete(url, None)["choices"][0]["text"]
