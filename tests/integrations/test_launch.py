@@ -2,6 +2,7 @@
 
 import json
 import shlex
+import sys
 import textwrap
 
 import pytest
@@ -145,3 +146,37 @@ def test_bad_pools_name_the_key(tmp_path, capsys, pool_yaml, key):
     assert main(["launch", engine, "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"key '{key}'" in err and str(path) in err
+
+
+def test_run_starts_each_engine_with_its_env_and_waits(tmp_path):
+    # a stand-in `sglang.launch_server` module that records how it was started
+    pkg = tmp_path / "fake" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(
+        "import json, os, sys\n"
+        "port = sys.argv[sys.argv.index('--port') + 1]\n"
+        "with open(os.path.join(os.environ['OUT_DIR'], port + '.json'), 'w') as f:\n"
+        "    json.dump({'argv': sys.argv[1:], 'marker': os.environ.get('MARKER')}, f)\n")
+
+
+    config = tmp_path / "pools.yaml"
+    config.write_text(textwrap.dedent(f"""
+        pools:
+          - name: sg
+            engine: sglang
+            per_request: false
+            proposers: [ngram]
+            gamma: 2
+            workers: [{{name: a, url: "http://127.0.0.1:31001"}}, {{name: b, url: "http://127.0.0.1:31002"}}]
+            launch:
+              model: /models/m
+              python: {sys.executable}
+              env: {{PYTHONPATH: "{tmp_path / 'fake'}", OUT_DIR: "{tmp_path}", MARKER: "x1"}}
+    """))
+    assert main(["launch", "sglang", "--config", str(config), "--run"]) == 0
+    for port in ("31001", "31002"):
+        seen = json.loads((tmp_path / f"{port}.json").read_text())
+        assert seen["marker"] == "x1"
+        assert seen["argv"][:2] == ["--model-path", "/models/m"]
+        assert flag(seen["argv"], "--speculative-algorithm") == "NGRAM"
