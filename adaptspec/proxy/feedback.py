@@ -5,8 +5,8 @@ Which source wins, per worker:
 1. per-request stats in the response (exact, attributed to this request's proposer, gamma and class,
    and naturally split between proxy replicas, since each sees only its own responses):
    `usage.speculative {draft_tokens, accepted_tokens, steps}` (adaptspec worker) or
-   `metrics.speculative_decoding {num_draft_tokens, num_accepted_tokens, num_drafts}` (vLLM with
-   per-request spec-decode metrics). Workers of engine `adaptspec` always use these; any other worker
+   `metrics.speculative_decoding {num_draft_tokens, num_accepted_draft_tokens, num_spec_steps}` (vLLM
+   0.32 with per-request spec-decode metrics, as `adaptspec launch vllm` sets). Workers of engine `adaptspec` always use these; any other worker
    switches to them for good once one of its responses carries them.
 2. otherwise, scraped counters via `adaptspec.control.estimators.ingest_vllm` (per-class
    `adaptspec:*_by_class_total` to their class; engine-wide `vllm:spec_decode_*` to class "*", which
@@ -56,10 +56,10 @@ def spec_stats(payload: dict) -> tuple[float, float, float | None] | None:
     if not isinstance(spec, dict):
         return None
     draft = _num(spec, "draft_tokens", "num_draft_tokens")
-    accepted = _num(spec, "accepted_tokens", "num_accepted_tokens")
+    accepted = _num(spec, "accepted_tokens", "num_accepted_draft_tokens", "num_accepted_tokens")
     if draft is None or accepted is None or draft < 0 or accepted < 0:
         return None
-    return draft, min(accepted, draft), _num(spec, "steps", "num_drafts")
+    return draft, min(accepted, draft), _num(spec, "steps", "num_spec_steps", "num_drafts")
 
 
 class Feedback:

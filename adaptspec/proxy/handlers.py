@@ -301,7 +301,7 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
                     continue
             else:
                 complete, tail = buf[:cut + 2], buf[cut + 2:]
-                if b'"usage"' in complete:
+                if b'"usage"' in complete or b'"speculative_decoding"' in complete:
                     complete = _take_usage(complete, usage_payloads, strip)
                 if strip:
                     out = complete
@@ -324,12 +324,12 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
     for event in complete.split(b"\n\n"):
         if not event:
             continue
-        if b'"usage"' in event and event.startswith(b"data:"):
+        if (b'"usage"' in event or b'"speculative_decoding"' in event) and event.startswith(b"data:"):
             try:
                 payload = json.loads(event[5:])
             except (UnicodeDecodeError, json.JSONDecodeError):
                 payload = None
-            if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+            if isinstance(payload, dict) and (isinstance(payload.get("usage"), dict) or "metrics" in payload):
                 sink.append(payload)
                 if strip and not payload.get("choices"):
                     continue  # the usage-only chunk we asked for; the client did not

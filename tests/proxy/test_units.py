@@ -57,8 +57,8 @@ def test_take_usage_strips_only_what_the_proxy_added():
 
 def test_spec_stats_reads_both_dialects():
     assert spec_stats({"usage": {"speculative": {"draft_tokens": 4, "accepted_tokens": 9}}}) == (4.0, 4.0, None)
-    vllm = {"metrics": {"speculative_decoding": {"num_draft_tokens": 10, "num_accepted_tokens": 7,
-                                                 "num_drafts": 3}}}
+    vllm = {"metrics": {"speculative_decoding": {"num_draft_tokens": 10, "num_accepted_draft_tokens": 7,
+                                                 "num_spec_steps": 3, "mean_acceptance_length": 3.3}}}
     assert spec_stats(vllm) == (10.0, 7.0, 3.0)
     assert spec_stats({"usage": {"completion_tokens": 3}}) is None
 
@@ -120,3 +120,9 @@ def test_pools_routing_and_live_state_survive_replace():
 
 def test_redact_url():
     assert redact_url("redis://user:secret@host:6379/0") == "redis://host:6379/0"
+
+
+def test_public_api():
+    import adaptspec.proxy
+
+    assert adaptspec.proxy.__all__ == ["Proxy", "create_app", "load_config_file"]
