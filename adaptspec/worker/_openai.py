@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
@@ -33,7 +33,7 @@ class Speculation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     proposer: str | None = None
-    num_speculative_tokens: int | None = None
+    num_speculative_tokens: StrictInt | None = None
     content_class: str | None = None
 
 
@@ -43,7 +43,7 @@ class _SamplingRequest(_Lenient):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # what torch.Generator.manual_seed takes
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None

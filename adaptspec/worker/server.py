@@ -257,6 +257,11 @@ class _Worker:
 
     # -- tokenizer glue
     def encode(self, text: str) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # e.g. a lone surrogate escaped in the JSON ("\ud800")
+            raise RequestError(f"The text is not valid Unicode: {exc.reason} at position {exc.start}.",
+                               code="invalid_value") from None
         enc = getattr(self.engine, "encode", None)
         if enc is not None:
             return list(enc(text))
@@ -332,7 +337,8 @@ class _Worker:
         return _Job(
             request_id=f"{prefix}-{uuid.uuid4().hex}", prompt_ids=prompt_ids, max_tokens=max_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stops=req.stop, spec=spec,
+            # a top_p below float32's resolution would round to 0 in the sampler; 1e-6 keeps the same top-1 nucleus
+            top_p=1.0 if req.top_p is None else max(req.top_p, 1e-6), seed=req.seed, stops=req.stop, spec=spec,
             ignore_eos=req.ignore_eos, stream=req.stream)
 
     # -- generation

@@ -191,6 +191,10 @@ def test_max_tokens_gives_length(url):
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, 400,
      "logprobs"),
+    ("/v1/completions", {"prompt": "x", "seed": 10**30}, 400, "seed"),
+    ("/v1/completions", b'{"prompt": "\\ud800 lone surrogate"}', 400, "not valid Unicode"),
+    ("/v1/completions", {"prompt": "x", "speculation": {"num_speculative_tokens": 2.5}}, 400,
+     "num_speculative_tokens"),
     ("/v1/embeddings", {"input": "x"}, 404, "Not found"),
 ])
 def test_bad_requests_get_openai_errors(url, path, body, status, needle):
@@ -198,6 +202,13 @@ def test_bad_requests_get_openai_errors(url, path, body, status, needle):
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert needle in err["message"] and err["type"] and "code" in err and "param" in err
+
+
+def test_extreme_but_valid_sampling_values_do_not_break_the_batch(url):
+    r = _post(url, "/v1/completions", {"prompt": "x", "max_tokens": 3, "top_p": 1e-300, "seed": -5,
+                                       "temperature": 2.0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 1
 
 
 def test_prompt_over_the_context_length_is_refused_clearly(url):
