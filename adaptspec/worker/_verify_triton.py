@@ -128,8 +128,10 @@ def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_star
 
 
 def verify_triton(inp, uniforms: torch.Tensor, race: torch.Tensor | None) -> torch.Tensor:
-    # race: float32 [B, V] race noise log U = -E (sampling.draw_race_noise), or None when all greedy.
-    """Run the kernel on prepared inputs (``verify.VerifyInputs``); same output as ``verify._verify_torch``."""
+    """Run the kernel on prepared inputs (``verify.VerifyInputs``); same output as ``verify._verify_torch``.
+
+    ``race``: float32 ``[B, V]`` race noise ``log U = -E`` (``sampling.draw_race_noise``), None when all greedy.
+    """
     batch, vocab, device = inp.batch, inp.vocab, inp.device
     out = torch.full((batch, inp.max_k + 1), -1, dtype=torch.int64, device=device)
     target = inp.target_probs if inp.target_probs.stride(1) == 1 else inp.target_probs.contiguous()
@@ -141,7 +143,7 @@ def verify_triton(inp, uniforms: torch.Tensor, race: torch.Tensor | None) -> tor
     has_race = race is not None
     noise = race.contiguous() if has_race else torch.zeros(1, dtype=torch.float32, device=device)
     greedy = inp.greedy.to(torch.int32)
-    block_v = min(triton.next_power_of_2(vocab), 2048)
+    block_v = max(16, min(triton.next_power_of_2(vocab), 2048))
     _verify_kernel[(batch,)](
         target, target.stride(0), q, q.stride(0), ids, inp.k, inp.draft_start, greedy,
         u, noise, vocab if has_race else 0, out, out.stride(0), vocab,

@@ -64,7 +64,7 @@ CASES_SCRIPT = textwrap.dedent("""
 
 def test_triton_interpreter_matches_torch_reference():
     pytest.importorskip("triton")
-    code = CASES_SCRIPT + "\nprint(compare('cpu', 24, [7, 100, 1000, 2050]))\n"
+    code = CASES_SCRIPT + "\nprint(compare('cpu', 24, [1, 7, 100, 1000, 2050]))\n"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
