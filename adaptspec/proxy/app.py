@@ -26,7 +26,7 @@ from adaptspec.proxy.feedback import Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
-from adaptspec.proxy.upstream import Pools, Worker, make_session, workers_from_config
+from adaptspec.proxy.upstream import Pools, Worker, make_session, upstream_timeout, workers_from_config
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Proxy:
         self.api_keys = frozenset(keys)
         self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         self.request_timeout_s = getattr(server, "request_timeout_s", None)
+        self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s

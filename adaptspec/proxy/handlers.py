@@ -191,7 +191,7 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
         try:
             proxy.metrics.overhead.observe(time.perf_counter() - t0)
             try:
-                up = await session.post(worker.url + path, data=plan.payload,
+                up = await session.post(worker.url + path, data=plan.payload, timeout=proxy.upstream_timeout,
                                         headers=_upstream_headers(proxy, request, worker))
                 is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
                 if not is_sse:

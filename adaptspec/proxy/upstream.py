@@ -163,9 +163,14 @@ class Pools:
         worker.healthy = True
 
 
+def upstream_timeout(request_timeout_s: float | None) -> aiohttp.ClientTimeout:
+    """No cap on a whole (long, streamed) generation; a worker silent for request_timeout_s is given up."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=request_timeout_s)
+
+
 def make_session(request_timeout_s: float | None) -> aiohttp.ClientSession:
     """One pooled client per app; keep-alive connections, no per-request setup."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=75, ttl_dns_cache=300),
-        timeout=aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=5),
+        timeout=upstream_timeout(request_timeout_s),
         auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import openai
 import pytest
@@ -65,6 +66,17 @@ def test_headers_match_what_the_worker_was_told(one):
     assert raw.headers["x-adaptspec-proposer"] == spec["proposer"]
     assert int(raw.headers["x-adaptspec-gamma"]) == spec["num_speculative_tokens"]
     assert raw.headers["x-adaptspec-class"] == spec["content_class"]
+
+
+def test_streams_are_relayed_as_they_arrive(upstreams, proxies):
+    up = upstreams("w0", delay_ms=250)
+    px = proxies({"pools": [pool("spec", [up])]})
+    stream = px.client().chat.completions.create(model="tiny", messages=CHAT, max_tokens=6, stream=True)
+    t0 = time.monotonic()
+    arrivals = [time.monotonic() - t0 for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(arrivals) == 6
+    # chunk i leaves the worker at ~0.25 * (i + 1) s; buffering would deliver them all at the end
+    assert arrivals[0] < 0.9 and arrivals[-1] - arrivals[0] > 0.8, arrivals
 
 
 def test_models_is_the_union_and_unknown_model_is_404(upstreams, proxies):
