@@ -300,3 +300,25 @@ def test_raw_socket_hangup_does_not_break_the_server(url):
         s.recv(64)
     assert _wait_running_zero(url) == 0
     assert _completion(url, "none", 0, max_tokens=4)["usage"]["completion_tokens"] >= 1
+
+
+def test_overload_shows_in_running_and_waiting(url):
+    """More requests than KV slots (16): the rest queue, and /metrics says so while it happens."""
+    labels = (("engine", "0"), ("model_name", "tiny"))
+
+    async def run() -> tuple[list[int], float, float]:
+        async with httpx.AsyncClient(timeout=120) as c:
+            body = {"prompt": "Once upon a time", "max_tokens": 60, "ignore_eos": True, "temperature": 0}
+            tasks = [asyncio.ensure_future(c.post(url + "/v1/completions", json=body)) for _ in range(24)]
+            peak_running = peak_waiting = 0.0
+            while not all(t.done() for t in tasks):
+                m = _metrics(url)
+                peak_running = max(peak_running, m[("vllm:num_requests_running", labels)])
+                peak_waiting = max(peak_waiting, m[("vllm:num_requests_waiting", labels)])
+                await asyncio.sleep(0.05)
+            return [t.result().status_code for t in tasks], peak_running, peak_waiting
+
+    statuses, peak_running, peak_waiting = asyncio.run(run())
+    assert statuses == [200] * 24
+    assert peak_running == 16 and peak_waiting >= 1
+    assert _wait_running_zero(url) == 0
