@@ -19,6 +19,7 @@ from aiohttp import web
 from adaptspec.control.classify import classify_request
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy
+from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
 from adaptspec.proxy import handlers
 from adaptspec.proxy.errors import error_middleware
@@ -122,7 +123,7 @@ class Proxy:
         for w in workers:
             proposers = [p for p in w.proposers if p != "none"]
             for p in proposers:
-                for cls in _classes():
+                for cls in CONTENT_CLASSES:
                     est = self.state.alphas.get(w.name, p, cls)
                     means.append(((w.name, p, cls), est.mean))
                     stds.append(((w.name, p, cls), est.std))
@@ -142,12 +143,6 @@ class Proxy:
         await self.state.close()
         if self.session is not None:
             await self.session.close()
-
-
-def _classes() -> tuple[str, ...]:
-    from adaptspec.control.types import CONTENT_CLASSES
-
-    return CONTENT_CLASSES
 
 
 _GAUGE_DOCS = {
