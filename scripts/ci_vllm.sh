@@ -8,7 +8,7 @@
 # and start `python -m vllm.entrypoints.openai.api_server` from the vLLM venv. ADAPTSPEC_REQUIRE_VLLM=1
 # makes a missing vLLM a test failure, never a skip.
 #
-#   bash scripts/ci_vllm.sh              # idempotent; rebuilds the venv only if vllm 0.32.0 is missing
+#   bash scripts/ci_vllm.sh [PYTEST_ARGS]   # idempotent; rebuilds the venv only if vllm 0.32.0 is missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +47,4 @@ print("adaptspec vLLM plugin: registered and installed")
 EOF
 
 export ADAPTSPEC_VLLM_PYTHON="$VLLM_VENV/bin/python" ADAPTSPEC_REQUIRE_VLLM=1
-exec "$TEST_PYTHON" -m pytest -m vllm -q -p no:cacheprovider tests/integrations
+exec "$TEST_PYTHON" -m pytest -m vllm -q -p no:cacheprovider tests/integrations "$@"
