@@ -20,7 +20,7 @@ from adaptspec.control.classify import classify_request
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
-from adaptspec.errors import RequestError
+from adaptspec.errors import ModelLoadError, RequestError
 from adaptspec.proxy import handlers
 from adaptspec.proxy.errors import error_middleware
 from adaptspec.proxy.feedback import Feedback
@@ -32,6 +32,11 @@ from adaptspec.proxy.upstream import Pools, Worker, make_session, upstream_timeo
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+FALLBACK_CLASS = "chat"
+
+
+def _fallback_class(body: dict) -> str:
+    return FALLBACK_CLASS
 
 
 class Proxy:
@@ -44,7 +49,12 @@ class Proxy:
         self.metrics = ProxyMetrics()
         self.pools = Pools()
         self.classify = classify
-        classify({"model": "", "messages": [{"role": "user", "content": "hello"}]})  # load the model now
+        try:  # load the classifier now, not on the first request
+            classify({"model": "", "messages": [{"role": "user", "content": "hello"}]})
+        except ModelLoadError as exc:
+            log.error("content classifier unavailable (%s); every request is classed %r until it is installed",
+                      exc, FALLBACK_CLASS)
+            self.classify = _fallback_class
         self.started = int(time.time())
         self.session = None
         self.scraper = None
