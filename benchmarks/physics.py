@@ -76,22 +76,24 @@ def summarize_prompts(n: int, max_chars: int, truncate: bool = False) -> list[di
 
 
 def code_edit_prompts(n: int, max_chars: int) -> list[dict]:
-    """Rewrite-this-function requests over MBPP and HumanEval solutions (the answer copies most of the code)."""
-    sources = [(f"mbpp-{r['task_id']}", r["code"].replace("\r\n", "\n"))
-               for r in _jsonl(DATA / "mbpp" / "mbpp.jsonl")]
-    sources += [(r["task_id"], r["prompt"] + r["canonical_solution"])
+    """Code requests whose answer restates most of the prompt's code.
+
+    Alternates "complete this function" over HumanEval stubs (the answer repeats the stub, then the body)
+    with "rewrite this function ..." over MBPP solutions (the answer is the same code, lightly edited).
+    """
+    complete = [(r["task_id"], "Complete this Python function.\n\n" + r["prompt"])
                 for r in _jsonl(DATA / "humaneval" / "HumanEval.jsonl.gz")]
     asks = ["Rewrite this function with clearer variable names, keeping its behaviour:",
             "Add type hints to this function and return the full code:",
             "Rewrite this function with a docstring, changing nothing else:"]
+    rewrite = [(f"mbpp-{r['task_id']}",
+                f"{asks[i % len(asks)]}\n\n```python\n{r['code'].replace(chr(13), '').strip()}\n```")
+               for i, r in enumerate(_jsonl(DATA / "mbpp" / "mbpp.jsonl"))]
     out = []
-    for i, (ident, code) in enumerate(sources[::2]):
-        body = f"{asks[i % len(asks)]}\n\n```python\n{code.strip()}\n```"
-        if len(body) > max_chars:
-            continue
-        out.append({"class": "code", "id": ident, "messages": [{"role": "user", "content": body}]})
-        if len(out) >= n:
-            break
+    for pair in zip(complete[1::3], rewrite[1::3], strict=False):
+        for ident, body in pair:
+            if len(body) <= max_chars and len(out) < n:
+                out.append({"class": "code", "id": ident, "messages": [{"role": "user", "content": body}]})
     return out
 
 
