@@ -40,6 +40,7 @@ API (docs/INTERFACES.md, "Worker"):
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import threading
 import time
@@ -154,7 +155,7 @@ class Engine:
         self._waiting: deque[_Seq] = deque()
         self._aborts: set[str] = set()
         self._running: list[_Seq] = []
-        self._free_slots = list(range(max_batch - 1, -1, -1))
+        self._free_slots = list(range(max_batch))  # a min-heap: lowest slots first keeps them compact
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._m = EngineMetrics(spec_accepted_per_pos=[0] * max_speculative_tokens)
@@ -365,7 +366,7 @@ class Engine:
             if admitted and n > budget:
                 break
             s = self._waiting.popleft()
-            s.slot = self._free_slots.pop()
+            s.slot = heapq.heappop(self._free_slots)
             s.kv_len = 0
             self._running.append(s)
             if s.proposer != "none":
@@ -376,7 +377,7 @@ class Engine:
     def _finish_locked(self, s: _Seq) -> None:
         if s in self._running:
             self._running.remove(s)
-            self._free_slots.append(s.slot)
+            heapq.heappush(self._free_slots, s.slot)
             if s.proposer != "none":
                 self._proposers[s.proposer].remove(s.req.request_id)
 

@@ -293,11 +293,20 @@ class TinyLlama(nn.Module):
         offs = torch.arange(flat.numel()) - torch.repeat_interleave(torch.cumsum(lens_t, 0) - lens_t, lens_t)
         pos = starts_t[req_of_tok] + offs  # [N] absolute position of each token
         slot_tok = slots_t[req_of_tok]
-        # padded-query layout: token n sits at [req_of_tok[n], offs[n]]
-        pad_index = req_of_tok * Lq + offs
-        qpos = starts_t[:, None] + torch.arange(Lq)[None, :]  # [B, Lq]
-        mask = torch.arange(Lk)[None, None, :] <= qpos[:, :, None]  # [B, Lq, Lk]; key 0 always visible
-        mask = mask[:, None]  # [B, 1, Lq, Lk]
+        # Attention batch: when the slots are compact, attend over the cache slice [lo, hi) in place (a view,
+        # no copy; rows of slots not in this forward get dummy queries); else gather the slots' K/V.
+        lo, hi = min(slots), max(slots) + 1
+        in_place = hi - lo <= 2 * B
+        if in_place:
+            rows_b = hi - lo
+            row_of_req = slots_t - lo
+            row_start = torch.zeros(rows_b, dtype=torch.long).index_put_((row_of_req,), starts_t)
+        else:
+            rows_b, row_of_req, row_start = B, torch.arange(B), starts_t
+        # padded-query layout: token n sits at [row_of_req[req_of_tok[n]], offs[n]]
+        pad_index = row_of_req[req_of_tok] * Lq + offs
+        qpos = row_start[:, None] + torch.arange(Lq)[None, :]  # [rows, Lq]
+        mask = (torch.arange(Lk)[None, None, :] <= qpos[:, :, None])[:, None]  # [rows, 1, Lq, Lk]; key 0 visible
         cos, sin = self.rope_cos[pos][:, None, :], self.rope_sin[pos][:, None, :]
 
         x = self.embed(flat)  # [N, h]
@@ -306,13 +315,16 @@ class TinyLlama(nn.Module):
             ck, cv = cache.k[li], cache.v[li]
             ck[slot_tok, :, pos] = k
             cv[slot_tok, :, pos] = v
-            keys = ck[:, :, :Lk].index_select(0, slots_t)  # [B, nkv, Lk, hd]
-            vals = cv[:, :, :Lk].index_select(0, slots_t)
-            qp = q.new_zeros(B * Lq, b.nh, b.hd)
+            if in_place:
+                keys, vals = ck[lo:hi, :, :Lk], cv[lo:hi, :, :Lk]  # [rows, nkv, Lk, hd] views
+            else:
+                keys = ck[:, :, :Lk].index_select(0, slots_t)
+                vals = cv[:, :, :Lk].index_select(0, slots_t)
+            qp = q.new_zeros(rows_b * Lq, b.nh, b.hd)
             qp[pad_index] = q
-            qp = qp.view(B, Lq, b.nh, b.hd).transpose(1, 2)  # [B, nh, Lq, hd]
+            qp = qp.view(rows_b, Lq, b.nh, b.hd).transpose(1, 2)  # [rows, nh, Lq, hd]
             o = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=mask, enable_gqa=b.nkv != b.nh)
-            o = o.transpose(1, 2).reshape(B * Lq, b.nh * b.hd)[pad_index]  # [N, nh*hd]
+            o = o.transpose(1, 2).reshape(rows_b * Lq, b.nh * b.hd)[pad_index]  # [N, nh*hd]
             x = x + b.wo(o)
             x = b.mlp(x)
         if logit_rows is not None:

@@ -44,14 +44,14 @@ def test_logits_match_transformers(name, random_dir):
     torch.testing.assert_close(ragged[45:], expected[1, :30], atol=1e-4, rtol=1e-4)
 
 
-def test_ragged_cached_forward_equals_dense_and_rolls_back():
+@pytest.mark.parametrize("slots", [[4, 0, 2], [11, 0, 5]], ids=["compact-slots", "scattered-slots"])
+def test_ragged_cached_forward_equals_dense_and_rolls_back(slots):
     m = TinyLlama.from_pretrained(ASSETS / "tiny-target")
     g = torch.Generator().manual_seed(1)
     seqs = [torch.randint(0, m.cfg.vocab_size, (n,), generator=g).tolist() for n in (20, 7, 33)]
     with torch.inference_mode():
         full = [m.forward_dense(torch.tensor([s]))[0] for s in seqs]
-        cache = m.new_cache(5, 64)
-        slots = [4, 0, 2]
+        cache = m.new_cache(12, 64)
         # prefill different prefixes in one batch
         cut = [12, 1, 30]
         m.forward([s[:c] for s, c in zip(seqs, cut, strict=True)], slots, [0, 0, 0], cache)

@@ -14,6 +14,7 @@ drafts are already in the cache, so catching up costs only the tokens that diffe
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 
 import torch
@@ -33,7 +34,7 @@ class DraftModelProposer:
         self.model = model
         self.max_len = max_len
         self.cache = model.new_cache(max_slots, max_len)
-        self._free = list(range(max_slots - 1, -1, -1))
+        self._free = list(range(max_slots))  # min-heap: compact slots let attention skip a gather
         self._slot: dict[str, int] = {}
         # the request's draft slot holds K/V of seq[:base] + tail (tail: drafts fed last step)
         self._cached: dict[str, tuple[int, list[int]]] = {}
@@ -51,13 +52,13 @@ class DraftModelProposer:
             return
         if not self._free:
             raise RuntimeError("draft proposer has no free KV slot")
-        self._slot[request_id] = self._free.pop()
+        self._slot[request_id] = heapq.heappop(self._free)
         self._cached[request_id] = (0, [])
 
     def remove(self, request_id: str) -> None:
         slot = self._slot.pop(request_id, None)
         if slot is not None:
-            self._free.append(slot)
+            heapq.heappush(self._free, slot)
         self._cached.pop(request_id, None)
 
     @torch.inference_mode()
