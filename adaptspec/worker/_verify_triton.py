@@ -5,9 +5,9 @@ One program per request. Phase 1 walks the request's drafts in order until the f
 pass over the stop row in blocks of ``BLOCK_V``, tracking three running first-index argmaxes at once: the race
 over the residual ``max(0, p - q)`` (point mass: ``p`` with ``x`` removed), the race over ``p`` (the fallback
 when the residual has no mass), and plain ``argmax(p)`` (greedy). It consumes the very same float64 uniforms
-and race noise ``log U`` as the torch path and evaluates the same float32/float64 expressions (the race score
-``w / log U`` with the correctly rounded ``tl.div_rn``, as torch divides), so the two are bit-equal; the torch
-path (``verify._verify_torch``) is the reference.
+and race noise ``log U`` as the torch path and evaluates the same float32/float64 expressions (the race
+score ``w / log U`` with the correctly rounded ``tl.div_rn``, as torch divides; no mask), so the two are
+bit-equal; the torch path (``verify._verify_torch``) is the reference.
 
 Importing this module raises ImportError when triton is missing; ``verify_drafts`` then uses torch.
 """
@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from adaptspec.worker.sampling import MIN_RACE_WEIGHT
 
 __all__ = ["verify_triton"]
 
@@ -41,7 +43,8 @@ def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
 @triton.jit
 def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_start_ptr, greedy_ptr,
                    u_ptr, noise_ptr, noise_stride, out_ptr, o_stride, V,
-                   HAS_Q: tl.constexpr, HAS_RACE: tl.constexpr, BLOCK_V: tl.constexpr):
+                   MIN_WEIGHT: tl.constexpr, HAS_Q: tl.constexpr, HAS_RACE: tl.constexpr,
+                   BLOCK_V: tl.constexpr):
     i = tl.program_id(0).to(tl.int64)
     k = tl.load(k_ptr + i)  # int64
     d0 = tl.load(d_start_ptr + i)  # first flat draft index
@@ -106,15 +109,16 @@ def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_star
             else:
                 res = tl.where(cols == x_stop, 0.0, p)
             noise = tl.load(noise_ptr + i * noise_stride + cols, mask=in_v, other=-1.0)  # log U = -E
-            has_mass = has_mass | (tl.max(res, axis=0) > 0)
-            # argmax w / E == argmin w / (-E); zero weights score +1 and never win.
-            sr = tl.where(res > 0, tl.div_rn(res, noise), 1.0)
+            has_mass = has_mass | (tl.max(res, axis=0) > MIN_WEIGHT)
+            # argmax w / E == argmin w / (-E). L is finite and < 0, so zero weights score -0.0 and weights
+            # above MIN_WEIGHT strictly less: no mask (the torch path, sampling.race_sample, does the same).
+            sr = tl.div_rn(res, noise)
             m = tl.min(sr, axis=0)
             idx = tl.argmin(sr, axis=0, tie_break_left=True).to(tl.int64) + v0
             better = m < best_r
             best_r = tl.where(better, m, best_r)
             idx_r = tl.where(better, idx, idx_r)
-            sp = tl.where(p > 0, tl.div_rn(p, noise), 1.0)
+            sp = tl.div_rn(p, noise)
             m = tl.min(sp, axis=0)
             idx = tl.argmin(sp, axis=0, tie_break_left=True).to(tl.int64) + v0
             better = m < best_p
@@ -147,5 +151,6 @@ def verify_triton(inp, uniforms: torch.Tensor, race: torch.Tensor | None) -> tor
     _verify_kernel[(batch,)](
         target, target.stride(0), q, q.stride(0), ids, inp.k, inp.draft_start, greedy,
         u, noise, vocab if has_race else 0, out, out.stride(0), vocab,
-        HAS_Q=has_q, HAS_RACE=has_race, BLOCK_V=block_v, num_warps=8 if block_v >= 2048 else 4)
+        MIN_WEIGHT=MIN_RACE_WEIGHT, HAS_Q=has_q, HAS_RACE=has_race, BLOCK_V=block_v,
+        num_warps=8 if block_v >= 2048 else 4)
     return out

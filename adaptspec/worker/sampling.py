@@ -15,13 +15,14 @@ Randomness conventions (``verify.py`` follows the same ones, so a request's stre
 * One sampled row consumes exactly one ``torch.rand(V, dtype=float32, generator=g)`` draw ``U`` from its own
   generator; greedy rows (temperature 0) consume nothing from a per-row generator. With one shared
   generator the whole ``[rows, V]`` block is one ``torch.rand`` call.
-* The race is kept in the form ``L = log(U) = -E`` (float32, <= 0; no extra passes on CPU) and scored as
-  ``argmin where(w > 0, w / L, +1)``, one correctly rounded division per entry; the Triton verifier
-  evaluates the same expression (``tl.div_rn``), which is what makes it bit-equal to the torch path.
+* The race is kept in the form ``L = log(U) = -E`` (float32, finite, < 0) and scored as ``argmin w / L``,
+  one correctly rounded division per entry and no mask (see ``race_sample``); the Triton verifier evaluates
+  the same expression (``tl.div_rn``), which is what makes it bit-equal to the torch path.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -29,6 +30,9 @@ import torch
 
 __all__ = [
     "Generators",
+    "LOG_U_MAX",
+    "LOG_U_MIN",
+    "MIN_RACE_WEIGHT",
     "SamplingProbs",
     "draw_race_noise",
     "logits_to_probs",
@@ -39,14 +43,25 @@ __all__ = [
 
 Generators = torch.Generator | Mapping[int, torch.Generator] | None
 
+# The race noise L = log(U) lives in [LOG_U_MIN, LOG_U_MAX]: float32 torch.rand gives U = k * 2**-24,
+# k < 2**24, so log U <= log(1 - 2**-24) < 0; U = 0 (k = 0, probability 2**-24) is read as the middle of
+# its bucket, 2**-25, instead of E = inf. Finite, strictly negative L is what lets the race skip masking.
+LOG_U_MIN = math.log(2.0**-25)  # rounded to float32 by clamp
+LOG_U_MAX = float(torch.tensor(1.0 - 2.0**-24, dtype=torch.float32).log())
+# Weights at or below this count as no mass (the verifier's residual fall-back to p): any weight above it
+# divided by |L| <= 17.4 is still a positive float32, so the race winner is a positive-weight index.
+MIN_RACE_WEIGHT = 2.0**-123  # ~9.4e-38, exact in float32 (the same threshold on every backend)
+
+
 def _race_row(length: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
     """One row of race noise ``log(U)`` for one generator, drawn into a fresh tensor (never an indexed copy)."""
-    return torch.rand(length, dtype=torch.float32, device=device, generator=generator).log_()
+    return torch.rand(length, dtype=torch.float32, device=device, generator=generator).log_().clamp_min_(LOG_U_MIN)
 
 
 def race_noise_from_exponentials(exponentials: torch.Tensor) -> torch.Tensor:
-    """Race noise ``-E`` from injected ``Exp(1)`` samples ``E`` (float32); ``-(-log U)`` is ``log U`` exactly."""
-    return exponentials.to(torch.float32).neg()
+    """Race noise ``-E`` from injected ``Exp(1)`` samples ``E`` (float32), clamped to the range the sampler
+    itself produces; for ``E = -log U`` drawn as above the result is ``log U`` bit for bit."""
+    return exponentials.to(torch.float32).neg().clamp_(LOG_U_MIN, LOG_U_MAX)
 
 
 def draw_race_noise(rows: int, vocab: int, device: torch.device | str, generators: Generators = None,
@@ -73,6 +88,7 @@ def draw_race_noise(rows: int, vocab: int, device: torch.device | str, generator
         noise = torch.full((rows, vocab), -1.0, dtype=torch.float32, device=device)
     else:
         noise = torch.rand(rows, vocab, dtype=torch.float32, device=device, generator=shared).log_()
+        noise.clamp_min_(LOG_U_MIN)
     for i, gen in per_row.items():
         if skip_rows is not None and skip_rows[int(i)]:
             continue
@@ -81,16 +97,14 @@ def draw_race_noise(rows: int, vocab: int, device: torch.device | str, generator
 
 
 def race_sample(weights: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Winner of the exponential race per row: ``argmin where(w > 0, w / noise, +1)`` (= ``argmax w / E``).
+    """Winner of the exponential race per row: ``argmin w / L`` with ``L = -E`` (= ``argmax w / E``).
 
     ``weights`` ``[rows, V]`` (any float dtype; used in float32), ``noise`` ``[rows, V]`` float32 from
-    :func:`draw_race_noise`. Positive weights score <= 0 and zero weights +1, so a zero-weight index never
-    wins; a row with no positive weight at all (invalid) returns 0.
+    :func:`draw_race_noise`. No mask is needed: ``L`` is finite and strictly negative, so zero weights score
+    ``-0.0`` and every weight above ``MIN_RACE_WEIGHT`` scores strictly below it; a valid row (its largest
+    weight above that) therefore never yields a zero-weight index. First index on ties, like torch.argmin.
     """
-    w = weights.to(torch.float32)
-    score = w / noise
-    score.masked_fill_(w <= 0, 1.0)
-    return score.argmin(dim=-1)
+    return (weights.to(torch.float32) / noise).min(dim=-1).indices
 
 
 def _as_row_tensor(value, rows: int, name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -174,8 +188,8 @@ def sample_from_probs(probs: torch.Tensor, generators: Generators = None, greedy
     """One token per row of ``probs`` ``[rows, V]`` by exponential race: LongTensor ``[rows]``.
 
     ``greedy`` (None, a bool, or one bool per row) rows take ``argmax(probs)`` and use no randomness.
-    ``generators`` as in the module docstring. Never returns an index with zero probability (unless a row
-    has no positive entry at all, which is invalid input and yields index 0).
+    ``generators`` as in the module docstring. Never returns an index with zero probability for a valid row
+    (one whose largest entry exceeds ``MIN_RACE_WEIGHT``; an all-zero row yields index 0).
     """
     if probs.dim() != 2:
         raise ValueError(f"probs must be [rows, V], got shape {tuple(probs.shape)}")

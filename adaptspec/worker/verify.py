@@ -27,7 +27,9 @@ Rules, all vectorised over requests and positions (no Python loop on the hot pat
 * only the stop position is resampled: request i stops at ``s_i`` = its first rejection (or ``k_i``), and one
   exponential race over that single row picks the emitted token: from ``max(0, p - q)`` when rejected
   (point mass: ``p`` with ``x`` removed), from ``p`` at the bonus position, and from ``p`` when the residual
-  is all zero (``p == q`` up to rounding). Zero-probability tokens can never win; ids are always ``< V``.
+  has no mass (``p == q``; "no mass" = every entry <= ``MIN_RACE_WEIGHT`` = 2**-123, which also keeps the race
+  exact in float32 and can only happen when the rejection itself had probability below ~V * 1e-37).
+  Zero-probability tokens can never win; ids are always ``< V``.
 * greedy requests: ``x`` accepted iff ``x == argmax(p)``; the emitted token is ``argmax(p)`` at the stop
   position (first index on ties, as ``torch.argmax``), i.e. exactly greedy decoding; no randomness used.
 
@@ -50,7 +52,13 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from adaptspec.worker.sampling import Generators, draw_race_noise, race_noise_from_exponentials, race_sample
+from adaptspec.worker.sampling import (
+    MIN_RACE_WEIGHT,
+    Generators,
+    draw_race_noise,
+    race_noise_from_exponentials,
+    race_sample,
+)
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "VerifyInputs", "prepare_inputs", "verify_drafts"]
 
@@ -227,7 +235,7 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
     if inp.draft_probs is not None and n:
         residual = inp.draft_probs.index_select(0, stop_draft).to(torch.float32)  # q, a fresh copy
         torch.sub(p_stop, residual, out=residual).clamp_min_(0.0)  # max(0, p - q), in place
-        use_residual = rejected & (residual.amax(dim=-1) > 0)  # else p: bonus row, or p == q
+        use_residual = rejected & (residual.amax(dim=-1) > MIN_RACE_WEIGHT)  # else p: bonus row, or p == q
         dist = torch.where(use_residual.unsqueeze(1), residual, p_stop)
     elif n:
         # Point mass at x: p with x removed (out-of-range x has nothing to remove). If that leaves no
@@ -235,7 +243,7 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
         x_stop = x_c[stop_draft].unsqueeze(1)
         p_x = p_stop.gather(1, x_stop)
         dist = p_stop.scatter(1, x_stop, torch.zeros_like(p_x))
-        no_mass = dist.amax(dim=-1, keepdim=True) <= 0
+        no_mass = dist.amax(dim=-1, keepdim=True) <= MIN_RACE_WEIGHT
         keep = ~(rejected & x_ok[stop_draft]).unsqueeze(1) | no_mass
         dist.scatter_(1, x_stop, torch.where(keep, p_x, torch.zeros_like(p_x)))
     else:

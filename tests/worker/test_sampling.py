@@ -146,3 +146,17 @@ def test_bad_generator_arguments_raise():
         sample_from_probs(torch.ones(2, 3) / 3, {2: torch.Generator()})
     with pytest.raises(TypeError, match="torch.Generator"):
         sample_from_probs(torch.ones(2, 3) / 3, "seed")
+
+
+def test_race_never_picks_zero_weight_even_with_extreme_noise():
+    """E = 0 (instant), E = inf (never) and tiny weights: the clamped, finite noise keeps every positive
+    weight strictly ahead of every zero weight, without any mask."""
+    w = torch.tensor([[0.0, 0.0, 1e-30, 0.0, 0.0],
+                      [0.0, 2.0**-120, 0.0, 0.0, 0.0],
+                      [0.5, 0.0, 0.5, 0.0, 0.0]])
+    e = torch.tensor([[0.0, 0.0, float("inf"), 0.0, 0.0],
+                      [0.0, float("inf"), 0.0, 0.0, 0.0],
+                      [float("inf"), 0.0, 0.0, 0.0, 0.0]])
+    assert race_sample(w, race_noise_from_exponentials(e)).tolist() == [2, 1, 2]
+    drawn = -torch.rand(1000, 7, generator=torch.Generator().manual_seed(0)).log()
+    assert torch.equal(race_noise_from_exponentials(drawn), -drawn)  # in range: a no-op
