@@ -1,0 +1,228 @@
+"""Content classifier: which of CONTENT_CLASSES a prompt belongs to, in tens of microseconds.
+
+A multinomial logistic regression trained with scikit-learn by scripts/train_classifier.py on
+../shared/data, shipped as plain data (adaptspec/control/_classifier/: weights.npz, vocabulary.json.gz,
+meta.json; no pickle) and evaluated here with numpy alone: features (adaptspec/control/_features.py) -> a
+sparse dot product with the weight matrix -> softmax. scikit-learn is needed only to train.
+
+    >>> from adaptspec.control.classify import Classifier, classify_request
+    >>> Classifier.default().predict("Translate to French: good morning")[0]
+    'translate'
+    >>> classify_request({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})
+    'structured'
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from adaptspec.control import _features
+from adaptspec.errors import ModelLoadError, RequestError
+
+ARTIFACT_DIR = Path(__file__).resolve().parent / "_classifier"
+WEIGHTS_FILE = "weights.npz"
+META_FILE = "meta.json"
+VOCABULARY_FILE = "vocabulary.json.gz"
+
+# Chat bodies are scored as w * (last user turn) + (1 - w) * (system + earlier user turns + last user turn):
+# the last turn counts twice, but a RAG context in the system prompt can still outweigh a short question.
+LAST_TURN_WEIGHT = 0.2
+_JSON_FORMATS = ("json_object", "json_schema")
+
+
+class Classifier:
+    """A linear model over hashed n-gram + structural features. Immutable after construction."""
+
+    def __init__(
+        self,
+        vocabulary: list[list[str]],
+        coef: np.ndarray,
+        intercept: np.ndarray,
+        classes: tuple[str, ...],
+        meta: dict | None = None,
+    ):
+        self.featurizer = _features.Featurizer(vocabulary)
+        n = self.featurizer.n_features
+        if coef.shape != (n, len(classes)) or intercept.shape != (len(classes),):
+            raise ModelLoadError(
+                f"classifier weights have shape {coef.shape} / {intercept.shape}, expected "
+                f"({n}, {len(classes)}) / ({len(classes)},)"
+            )
+        self.classes = tuple(classes)
+        self.meta = dict(meta or {})
+        # float64 so that the sums match scikit-learn's decision_function to the last bit that matters.
+        self._w = np.ascontiguousarray(coef, dtype=np.float64)  # [n_features, n_classes]
+        self._b = np.asarray(intercept, dtype=np.float64)  # [n_classes]
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Classifier:
+        directory = Path(directory)
+        try:
+            meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+            with gzip.open(directory / VOCABULARY_FILE, "rt", encoding="utf-8") as f:
+                vocabulary = json.load(f)
+            with np.load(directory / WEIGHTS_FILE, allow_pickle=False) as arrays:
+                coef, intercept = arrays["coef"], arrays["intercept"]
+        except (OSError, KeyError, ValueError) as exc:
+            raise ModelLoadError(f"cannot load the classifier artifact from {directory}: {exc}") from exc
+        if meta.get("groups") != list(_features.GROUPS) or meta.get("structural_features") != list(
+            _features.STRUCT_NAMES
+        ):
+            raise ModelLoadError(
+                f"classifier artifact in {directory} was built for other features than "
+                "adaptspec/control/_features.py computes; retrain with scripts/train_classifier.py"
+            )
+        return cls(vocabulary, coef, intercept, tuple(meta["classes"]), meta)
+
+    @staticmethod
+    @functools.cache
+    def default() -> Classifier:
+        """The shipped model (loaded on first use, then cached)."""
+        return Classifier.load(ARTIFACT_DIR)
+
+    def _evidence(self, text: str) -> np.ndarray:
+        idx, val = self.featurizer.transform(text)
+        return np.array(val) @ self._w[idx]  # [n_classes], without the intercept
+
+    def _result(self, logits: np.ndarray) -> tuple[str, dict[str, float]]:
+        z = np.exp(logits - logits.max())
+        p = (z / z.sum()).tolist()
+        best = max(range(len(p)), key=p.__getitem__)
+        return self.classes[best], dict(zip(self.classes, p, strict=False))
+
+    def decision_function(self, text: str) -> np.ndarray:
+        """Raw class scores (logits), as scikit-learn's `decision_function` on the same features."""
+        return self._evidence(text) + self._b
+
+    def predict(self, text: str) -> tuple[str, dict[str, float]]:
+        """(class, {class: probability}) for one prompt; probabilities over all classes sum to 1."""
+        if not isinstance(text, str):
+            raise TypeError(f"predict() takes a str, not {type(text).__name__}")
+        return self._result(self._evidence(text) + self._b)
+
+    def predict_request(self, body: Mapping) -> tuple[str, dict[str, float], str | None]:
+        """(class, scores, forced_by) for an OpenAI chat/completions body.
+
+        `forced_by` names the request field that made the request `structured` regardless of its text
+        (tools, functions, response_format, guided_json), else None; `scores` are always the text model's.
+        """
+        last, context = request_text(body)
+        forced = _structured_field(body)
+        if context:
+            logits = (
+                LAST_TURN_WEIGHT * self._evidence(last)
+                + (1.0 - LAST_TURN_WEIGHT) * self._evidence(context + "\n\n" + last)
+                + self._b
+            )
+        else:
+            logits = self._evidence(last) + self._b
+        cls, scores = self._result(logits)
+        return ("structured" if forced else cls), scores, forced
+
+    def classify_request(self, body: Mapping) -> str:
+        return self.predict_request(body)[0]
+
+
+def classify_request(body: Mapping) -> str:
+    """Content class of an OpenAI chat/completions request body, with the shipped model."""
+    return Classifier.default().classify_request(body)
+
+
+def _structured_field(body: Mapping) -> str | None:
+    if body.get("tools"):
+        return "tools"
+    if body.get("functions"):
+        return "functions"
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping) and fmt.get("type") in _JSON_FORMATS:
+        return "response_format"
+    if body.get("guided_json") is not None:  # vLLM's structured-output extension
+        return "guided_json"
+    return None
+
+
+def _content_text(content: object, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep the text ones, skip images / audio
+        texts = []
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping):
+                if part.get("type") == "text":
+                    text = part.get("text")
+                    if not isinstance(text, str):
+                        raise RequestError(f"{where}[{j}].text must be a string", param=f"{where}[{j}].text")
+                    texts.append(text)
+            else:
+                raise RequestError(f"{where}[{j}] must be an object", param=f"{where}[{j}]")
+        return "\n".join(texts)
+    raise RequestError(f"{where} must be a string or a list of content parts", param=where)
+
+
+def request_text(body: Mapping) -> tuple[str, str]:
+    """(last user turn, context) of a chat body, or (prompt, "") of a completions body.
+
+    The context is the system / developer messages and the earlier user turns, in order; assistant and
+    tool turns are left out (they are model output, not the user's request).
+    """
+    if not isinstance(body, Mapping):
+        raise RequestError(f"request body must be a JSON object, not {type(body).__name__}")
+    messages = body.get("messages")
+    if messages is not None:
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list", param="messages")
+        user: list[str] = []
+        context: list[str] = []
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, Mapping):
+                raise RequestError(f"messages[{i}] must be an object", param=f"messages[{i}]")
+            role = msg.get("role")
+            if role in ("system", "developer"):
+                context.append(_content_text(msg.get("content"), f"messages[{i}].content"))
+            elif role == "user":
+                if user:
+                    context.append(user[-1])
+                user.append(_content_text(msg.get("content"), f"messages[{i}].content"))
+            elif not isinstance(role, str):
+                raise RequestError(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
+        last = user[-1] if user else (context.pop() if context else "")
+        return last, "\n\n".join(t for t in context if t)
+    if "prompt" in body:
+        prompt = body["prompt"]
+        if isinstance(prompt, str):
+            return prompt, ""
+        if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            return "\n".join(prompt), ""
+        if isinstance(prompt, list) and all(isinstance(p, int) for p in prompt):
+            return "", ""  # token ids: nothing to read
+        raise RequestError("'prompt' must be a string, a list of strings or a list of token ids", param="prompt")
+    raise RequestError("request body has neither 'messages' nor 'prompt'")
+
+
+def save_artifact(
+    directory: str | Path, vocabulary: list[list[str]], coef: np.ndarray, intercept: np.ndarray, meta: dict
+) -> None:
+    """Write weights.npz (coef [n_features, n_classes] float16, intercept float32), vocabulary and meta."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # mtime=0 and sorted keys: the same training run gives byte-identical files.
+    with gzip.GzipFile(directory / VOCABULARY_FILE, "wb", mtime=0) as f:
+        f.write(json.dumps(vocabulary, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    np.savez_compressed(
+        directory / WEIGHTS_FILE, coef=np.asarray(coef, np.float16), intercept=np.asarray(intercept, np.float32)
+    )
+    text = json.dumps(meta, indent=1, sort_keys=True, allow_nan=False)
+    (directory / META_FILE).write_text(text + "\n", encoding="utf-8")
+
+
+__all__ = ["Classifier", "classify_request", "request_text", "save_artifact"]

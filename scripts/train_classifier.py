@@ -1,0 +1,361 @@
+"""Train the prompt content classifier and write the shipped artifact.
+
+    .venv/bin/python scripts/train_classifier.py [--data ../shared/data] [--out adaptspec/control/_classifier]
+
+Data: ../shared/data/combined/classifier_prompts.jsonl.gz (see ../shared/data/README.md). Rows from the
+non-commercial / unlicensed sources (code_alpaca_2k, alpaca_eval, t0_p3 samsum / sciq / xsum) are never
+trained on; they are scored as an out-of-distribution evaluation only. GSM8K *test* is scored as well.
+
+Split: deterministic by a hash of a strict group key (HumanEval-X task n and HumanEval task n share a group;
+t0 context-QA rows that share a passage share a group): 70% train, 10% validation (picks C), 20% test.
+The shipped model is fitted on train + validation, so the test figures describe the shipped artifact.
+
+Model: multinomial logistic regression (scikit-learn, lbfgs, class_weight="balanced") over the features of
+adaptspec/control/_features.py; its weights are rounded to float16, written as .npz + JSON (no pickle), and
+loaded back into the estimator so that scikit-learn and the numpy inference path use identical weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+import sys
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import confusion_matrix, f1_score
+
+from adaptspec.control import _features
+from adaptspec.control.classify import Classifier, save_artifact
+from adaptspec.control.types import CONTENT_CLASSES
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data"
+DEFAULT_OUT = REPO / "adaptspec" / "control" / "_classifier"
+
+LABEL_MAP = {"summarization": "summarize", "translation": "translate"}
+# Licence rule of shared/data/README.md: never train the shipped artifact on these.
+EXCLUDED_PREFIXES = ("code_alpaca_2k", "alpaca_eval", "t0/samsum/", "t0/sciq/", "t0/xsum/")
+CLASS_INDEX = {c: i for i, c in enumerate(CONTENT_CLASSES)}
+
+
+def is_excluded(source: str) -> bool:
+    return source.startswith(EXCLUDED_PREFIXES)
+
+
+def strict_group(row: dict) -> str:
+    """Group key for splitting: stricter than the file's `group` (shared passages, mirrored tasks)."""
+    group, source = row["group"], row["source"]
+    if source.startswith(("humaneval", "humaneval_x")):
+        return "humaneval-task-" + group.rsplit("/", 1)[-1]
+    if source.startswith("t0/"):
+        longest = max(row["text"].split("\n"), key=len)
+        if len(longest) >= 200:  # a passage: group every question asked about it
+            return "passage-" + longest[:300]
+    return group
+
+
+def split_of(group: str) -> str:
+    u = zlib.crc32(group.encode("utf-8")) % 100
+    return "train" if u < 70 else ("val" if u < 80 else "test")
+
+
+def load_rows(data: Path) -> list[dict]:
+    path = data / "combined" / "classifier_prompts.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    for r in rows:
+        r["label"] = LABEL_MAP.get(r["label"], r["label"])
+        if r["label"] not in CLASS_INDEX:
+            raise ValueError(f"{path}: unknown label {r['label']!r}")
+        r["split"] = "ood" if is_excluded(r["source"]) else split_of(strict_group(r))
+    return rows
+
+
+# ---- augmentation: new phrasings of the permissive rows (never of excluded ones), written by hand below.
+_CODE_LEADS = (
+    "Write a Python function", "Write a JavaScript function", "Write a Java method", "Write a C++ function",
+    "Write a Go function", "Write a Rust function", "Write a TypeScript function", "Implement a function",
+    "Create a function", "Write a program", "Write a C# method", "Write code", "Write a script",
+    "Create a program", "Build a small program", "Write a Bash script", "Write a method", "Write a class",
+    "Generate code", "Write an SQL query", "Write a snippet",
+)
+_CHAT = (
+    "Write a short poem about {a} and {b}.", "Tell me a story about a {a} and a {b}.", "Write a haiku about {a}.",
+    "What are some fun facts about {a}?", "Give me five ideas for a weekend involving {a}.",
+    "How do I get started with {a}?", "Can you recommend a good book about {a}?", "Write a funny tweet about {a}.",
+    "Why do people like {a} so much?", "Write the opening paragraph of a blog post about {a} and {b}.",
+    "Explain to a child what a {a} is.", "What's your opinion on {a}?",
+    "Brainstorm names for a shop that sells {a}.", "I'm bored. Suggest something to do with a {a}.",
+    "Write a limerick about a {a} who loves {b}.", "Pretend you are a {a}. Describe your day.",
+)
+_CHAT_LEADS = ("Quick question: ", "Hey! ", "I was wondering, ", "Can you tell me: ", "")
+_SUMMARY_AFTER = (
+    "TL;DR:", "Summarize the text above.", "Write a one-sentence summary of the above.",
+    "What are the key points of this text?", "In a few words, what is this about?",
+    "Give a short abstract of the article above.", "Summarize this in three bullet points.",
+    "Can you give me the gist of that?",
+)
+_SUMMARY_BEFORE = (
+    "Summarize the following text:", "Please summarise this article.", "Write a short summary of this:",
+    "Give me the main points of the passage below.", "Condense this into two sentences:",
+    "Read the text and summarize it for a busy reader.",
+)
+_DIALOGUE_BEFORE = (
+    "Summarize this conversation:", "Sum up the chat below.", "Write a brief summary of the following dialogue.",
+    "What did they talk about? Summarize the conversation.",
+)
+_DIALOGUE_AFTER = (
+    "Summarize the conversation above.", "Briefly, what was decided in this chat?",
+    "Write a summary of this dialogue.", "Give a one-line recap of the discussion.",
+)
+_RAG = (
+    "Answer the question using only the context below.\n\nContext: {p}\n\nQuestion: {q}",
+    "{p}\n\nBased on the passage above, {q}",
+    "Use the following documents to answer.\n\n[1] {p}\n\nQ: {q}\nA:",
+    "Context:\n\"\"\"\n{p}\n\"\"\"\nQuestion: {q}\nAnswer from the context only.",
+)
+_EXTRACT = (
+    "Extract every person, place and date mentioned in the text below and return them as JSON.\n\n{p}",
+    "Return a JSON object with the keys \"name\", \"birth_date\" and \"occupation\" for this bio:\n\n{p}",
+    "From the following text, list the entities as a JSON array of {{\"type\", \"text\"}} objects.\n\n{p}",
+    "{p}\n\nFill in this schema from the text above: {{\"title\": string, \"people\": [string], \"year\": int}}",
+)
+_NAMES = ("Anna", "Ben", "Carla", "Dev", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jon", "Kemi", "Liam")
+
+
+def _passage(text: str) -> str:
+    """The longest line of a t0 prompt, without a leading "Article:"-style label."""
+    return re.sub(r"^[^\n]{0,60}?:\s+", "", max(text.split("\n"), key=len), count=1)
+
+
+def _docstring(prompt: str) -> tuple[str, str] | None:
+    m = re.search(r"def (\w+)\(.*?\"\"\"(.*?)(?:>>>|\"\"\")", prompt, re.S)
+    if not m:
+        return None
+    doc = " ".join(m.group(2).split())
+    return (m.group(1), doc) if len(doc) > 20 else None
+
+
+def augment(rows: list[dict], data: Path, rng: random.Random) -> list[dict]:
+    """Extra training rows: each takes the split of the row it is made from; rows of the test split and of
+    the excluded sources are never used, so the held-out test keeps the original distribution."""
+    src = [r for r in rows if r["split"] in ("train", "val")]
+    out: list[dict] = []
+
+    def add(text: str, label: str, source: str, split: str) -> None:
+        out.append({"text": text, "label": label, "source": "augment/" + source, "split": split})
+
+    questions = [r["text"].strip() for r in src if r["source"] in ("truthfulqa",)]
+    for r in src:
+        text, source, split = r["text"], r["source"], r["split"]
+        if source == "mbpp":
+            task = text.split("\nYour code should pass these tests:")[0].strip()
+            add(task, "code", "mbpp-plain", split)
+            lead = re.match(r"Write a (?:python )?function", task)
+            if lead:
+                variant = rng.choice(_CODE_LEADS) + task[lead.end() :]
+                call = re.search(r"assert \w+\((.*?)\)\s*==", text)
+                if call and rng.random() < 0.5:
+                    variant += "\n\nInput: " + call.group(1)
+                add(variant, "code", "mbpp-lead", split)
+        elif source == "humaneval" and (doc := _docstring(text)):
+            name, body = doc
+            add(rng.choice((f"Write a Python function `{name}`: {body}", f"Implement {name}(). {body}",
+                            f"Can you help me code this? {body}")), "code", "humaneval-doc", split)
+        if source.startswith(("humaneval", "mbpp")) and rng.random() < 0.5:
+            lang = source.split("/")[-1] if "/" in source else "python"
+            fence = f"```{lang}\n{text.strip()}\n```"
+            add(rng.choice((f"Complete this code:\n\n{fence}", f"{fence}\n\nWhat does this do? Fix any bugs.",
+                            f"Finish the implementation below.\n{fence}")), "code", "fenced", split)
+        if source.startswith("t0/") and r["label"] == "summarize":
+            p = _passage(text)
+            if len(p) < 300:
+                continue
+            k = rng.random()
+            if k < 0.3:
+                add(p + "\n\n" + rng.choice(_SUMMARY_AFTER), "summarize", "summary-after", split)
+            elif k < 0.5:
+                add(rng.choice(_SUMMARY_BEFORE) + "\n\n" + p, "summarize", "summary-before", split)
+            elif k < 0.75 and questions:
+                q = rng.choice(questions)
+                add(rng.choice(_RAG).format(p=p, q=q), "summarize", "rag", split)
+            else:
+                add(rng.choice(_EXTRACT).format(p=p), "structured", "extract", split)
+        if source == "truthfulqa":
+            add(rng.choice(_CHAT_LEADS) + text.strip(), "chat", "question-lead", split)
+        if source.startswith("t0/common_gen") and (words := re.search(r"(\w+), (\w+), (\w+)", text)):
+            for _ in range(3):
+                a, b = rng.sample(words.groups(), 2)
+                add(rng.choice(_CHAT).format(a=a, b=b), "chat", "open-request", split)
+        if source.startswith("t0/wiki_bio") and "Bio:" in text:
+            bio = text.split("Bio:", 1)[1].strip()
+            add(rng.choice(_EXTRACT).format(p=bio), "structured", "extract-bio", split)
+
+    # Dialogues built from Tatoeba's English sentences (CC BY 2.0 FR), for "summarize this chat" prompts.
+    with open(data / "tatoeba" / "tatoeba_laser_v1_14langs.jsonl", encoding="utf-8") as f:
+        english = [json.loads(line)["eng"] for line in f]
+    for k in range(400):
+        split = split_of(f"dialogue-{k}")
+        if split == "test":
+            continue
+        a, b = rng.sample(_NAMES, 2)
+        turns = "\n".join(f"{(a, b)[i % 2]}: {rng.choice(english)}" for i in range(rng.randint(4, 12)))
+        if rng.random() < 0.5:
+            add(rng.choice(_DIALOGUE_BEFORE) + "\n" + turns, "summarize", "dialogue", split)
+        else:
+            add(turns + "\n\n" + rng.choice(_DIALOGUE_AFTER), "summarize", "dialogue", split)
+    return out
+
+
+def load_gsm8k_test(data: Path) -> list[dict]:
+    with open(data / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
+        return [{"text": json.loads(line)["question"], "label": "math", "source": "gsm8k/test"} for line in f]
+
+
+def build_vocabulary(texts: list[str], min_df: int) -> list[list[str]]:
+    """Per group, the n-grams found in at least `min_df` of `texts`, most frequent first."""
+    df = [Counter() for _ in _features.GROUPS]
+    for t in texts:
+        for counter, feats in zip(df, _features.extract(t)[0], strict=False):
+            counter.update(set(feats))
+    return [[f for f, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_df] for c in df]
+
+
+def matrix(featurizer: _features.Featurizer, texts: list[str]) -> sp.csr_matrix:
+    indptr, indices, values = [0], [], []
+    for t in texts:
+        idx, val = featurizer.transform(t)
+        indices += idx
+        values += val
+        indptr.append(len(indices))
+    x = sp.csr_matrix(
+        (np.array(values), np.array(indices), np.array(indptr)), shape=(len(texts), featurizer.n_features)
+    )
+    x.sum_duplicates()
+    # The "unknown n-gram" slots carry no weight: how many n-grams a prompt shares with the training set
+    # depends on the vocabulary's own sample (passages reused by augmentation), not on the class.
+    x.data[x.indices < len(_features.GROUPS)] = 0.0
+    x.eliminate_zeros()
+    return x
+
+
+def labels(rows: list[dict]) -> np.ndarray:
+    return np.array([CLASS_INDEX[r["label"]] for r in rows])
+
+
+def fit(x: sp.csr_matrix, y: np.ndarray, c: float) -> LogisticRegression:
+    clf = LogisticRegression(C=c, class_weight="balanced", max_iter=2000, tol=1e-5)
+    clf.fit(x, y)
+    return clf
+
+
+def quantize(clf: LogisticRegression) -> tuple[np.ndarray, np.ndarray]:
+    """Round the weights to what ships (float16 coef, float32 intercept) and load them back into clf."""
+    coef = clf.coef_.T.astype(np.float16)  # [n_features, n_classes]
+    coef[: len(_features.GROUPS)] = 0  # unknown n-gram slots (never set in the training matrix)
+    intercept = clf.intercept_.astype(np.float32)
+    clf.coef_ = coef.T.astype(np.float64)
+    clf.intercept_ = intercept.astype(np.float64)
+    return coef, intercept
+
+
+def report(name: str, y: np.ndarray, pred: np.ndarray) -> dict:
+    present = sorted(set(y.tolist()) | set(pred.tolist()))
+    f1 = f1_score(y, pred, labels=sorted(set(y.tolist())), average="macro")
+    per = f1_score(y, pred, labels=list(range(len(CONTENT_CLASSES))), average=None, zero_division=0)
+    cm = confusion_matrix(y, pred, labels=list(range(len(CONTENT_CLASSES))))
+    print(f"\n== {name}: n={len(y)} macro-F1={f1:.4f} accuracy={(y == pred).mean():.4f}")
+    print("rows = true, cols = predicted:", " ".join(f"{c[:9]:>9}" for c in CONTENT_CLASSES))
+    for i, c in enumerate(CONTENT_CLASSES):
+        if cm[i].sum() or i in present:
+            print(f"{c:>11} F1={per[i]:.3f}  " + " ".join(f"{v:9d}" for v in cm[i]))
+    return {
+        "n": int(len(y)),
+        "macro_f1": round(float(f1), 4),
+        "accuracy": round(float((y == pred).mean()), 4),
+        "per_class_f1": {c: round(float(per[i]), 4) for i, c in enumerate(CONTENT_CLASSES)},
+        "confusion": cm.tolist(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--c", type=float, nargs="+", default=[1.0, 4.0, 16.0], help="C values to try")
+    ap.add_argument("--no-augment", action="store_true", help="train on the data rows only")
+    ap.add_argument("--min-df", type=int, default=2, help="keep n-grams seen in at least this many prompts")
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    rows = load_rows(args.data)
+    if not args.no_augment:
+        rows += augment(rows, args.data, random.Random(0))
+    by_split = {s: [r for r in rows if r["split"] == s] for s in ("train", "val", "test", "ood")}
+    for s, rs in by_split.items():
+        print(f"{s}: {len(rs)} rows", dict(sorted(Counter(r["label"] for r in rs).items())))
+    vocabulary = build_vocabulary([r["text"] for r in by_split["train"] + by_split["val"]], args.min_df)
+    featurizer = _features.Featurizer(vocabulary)
+    print("vocabulary:", dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)))
+    xs = {s: matrix(featurizer, [r["text"] for r in rs]) for s, rs in by_split.items()}
+    ys = {s: labels(rs) for s, rs in by_split.items()}
+    print(f"features built in {time.perf_counter() - t0:.1f}s")
+
+    best_c, best_f1 = None, -1.0
+    for c in args.c:
+        clf = fit(xs["train"], ys["train"], c)
+        f1 = f1_score(ys["val"], clf.predict(xs["val"]), average="macro")
+        print(f"C={c:g}: validation macro-F1 {f1:.4f} ({clf.n_iter_[0]} iterations)")
+        if f1 > best_f1:
+            best_c, best_f1 = c, f1
+
+    x_fit = sp.vstack([xs["train"], xs["val"]]).tocsr()
+    y_fit = np.concatenate([ys["train"], ys["val"]])
+    clf = fit(x_fit, y_fit, best_c)
+    coef, intercept = quantize(clf)
+    train_s = time.perf_counter() - t0
+
+    metrics = {"C": best_c, "validation_macro_f1": round(best_f1, 4)}
+    metrics["test"] = report("held-out test (group split)", ys["test"], clf.predict(xs["test"]))
+    metrics["ood_noncommercial"] = report(
+        "out-of-distribution: excluded NC sources (never trained on)", ys["ood"], clf.predict(xs["ood"])
+    )
+    gsm = load_gsm8k_test(args.data)
+    metrics["gsm8k_test_accuracy"] = report("gsm8k test (math)", labels(gsm), clf.predict(matrix(featurizer, [r["text"] for r in gsm])))[
+        "accuracy"
+    ]
+    meta = {
+        "classes": list(CONTENT_CLASSES),
+        "groups": list(_features.GROUPS),
+        "structural_features": list(_features.STRUCT_NAMES),
+        "vocabulary_sizes": dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)),
+        "min_df": args.min_df,
+        "trained_on": "shared/data combined/classifier_prompts.jsonl.gz minus " + ", ".join(EXCLUDED_PREFIXES),
+        "n_train": int(len(y_fit)),
+        "train_seconds": round(train_s, 1),
+        "sklearn": __import__("sklearn").__version__,
+        "metrics": metrics,
+    }
+    save_artifact(args.out, vocabulary, coef, intercept, meta)
+
+    # The numpy inference path must agree with scikit-learn on every held-out row.
+    model = Classifier.load(args.out)
+    test_rows = by_split["test"]
+    ours = np.array([CLASS_INDEX[model.predict(r["text"])[0]] for r in test_rows])
+    agree = int((ours == clf.predict(xs["test"])).sum())
+    print(f"\nnumpy inference agrees with sklearn on {agree}/{len(test_rows)} held-out rows")
+    print(f"wrote {args.out} in {train_s:.1f}s (C={best_c:g})")
+    return 0 if agree == len(test_rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
