@@ -60,6 +60,9 @@ def make_inputs(batch: int, k: int, vocab: int, ngram: bool, draft_noise: float,
     draft_logits = logits[draft_rows] + torch.randn(batch * k, vocab, generator=g) * draft_noise
     draft_probs = torch.softmax(draft_logits, -1)
     drafts = torch.multinomial(draft_probs, 1, generator=g).squeeze(1)
+    if ngram:  # prompt lookup mostly proposes plausible continuations: the target's top token 60% of the time
+        top = target[draft_rows].argmax(dim=-1)
+        drafts = torch.where(torch.rand(batch * k, generator=g) < 0.6, top, drafts)
     return target, drafts, ks, (None if ngram else draft_probs)
 
 
