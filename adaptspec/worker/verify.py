@@ -47,6 +47,7 @@ same tensors, which is how it is bit-equal to this one).
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 
@@ -90,8 +91,7 @@ class VerifyInputs:
             raise ValueError(f"target_probs must be [sum(k) + batch, V], got shape {tuple(target_probs.shape)}")
         ks = _num_tokens_on_host(num_draft_tokens)
         self.ks = ks
-        self.draft_start_host = [sum(ks[:i]) for i in range(len(ks))] if len(ks) < 64 else \
-            torch.tensor(ks).cumsum(0).sub(torch.tensor(ks)).tolist()
+        self.draft_start_host = [0, *itertools.accumulate(ks)][:-1]
         self.batch = batch = len(ks)
         self.num_drafts = n = sum(ks)
         self.max_k = max(ks)
@@ -181,10 +181,11 @@ class VerifyInputs:
             u = torch.rand(n, dtype=torch.float64, device=device, generator=shared)
         else:
             u = torch.empty(0, dtype=torch.float64, device=device)
-        # Uniforms first, then the race row, per request: the order a seeded request always consumes.
+        # Per seeded request (one generator each): its k_i uniforms, then its race row; greedy requests and
+        # requests without drafts draw no uniforms, greedy ones no race row either.
         for i, gen in per_req.items():
             k, start = self.ks[int(i)], self.draft_start_host[int(i)]
-            if k:
+            if k and not greedy_host[int(i)]:
                 u[start:start + k] = torch.rand(k, dtype=torch.float64, device=device, generator=gen)
         race = None
         if not self.all_greedy:

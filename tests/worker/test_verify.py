@@ -349,9 +349,12 @@ def test_requests_without_drafts_draw_no_uniforms():
     verify_drafts(row, torch.empty(0, dtype=torch.long), [0], generator={0: g1})
     torch.rand(vocab, generator=g2)  # the race row
     assert torch.equal(g1.get_state(), g2.get_state())
-    g3 = torch.Generator().manual_seed(1)
-    verify_drafts(row, torch.empty(0, dtype=torch.long), [0], greedy=True, generator={0: g3})
+    rows = torch.softmax(torch.randn(3, vocab), -1)
+    g3, g4 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    verify_drafts(rows, torch.tensor([4, 5]), [2], greedy=True, generator={0: g3})
     assert torch.equal(g3.get_state(), torch.Generator().manual_seed(1).get_state())  # greedy: no draws
+    verify_drafts(rows, torch.tensor([4, 5]), [2], generator={0: g4})
+    assert not torch.equal(g4.get_state(), torch.Generator().manual_seed(2).get_state())
 
 
 def test_bonus_only_batch_accepts_an_empty_float_draft_tensor():
