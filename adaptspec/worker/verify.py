@@ -241,12 +241,12 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
     elif n:
         # Point mass at x: p with x removed (out-of-range x has nothing to remove). If that leaves no
         # mass (p is all on x), the value at x goes back, which is exactly the fall-back to p.
-        x_stop = x_c[stop_draft].unsqueeze(1)
-        p_x = p_stop.gather(1, x_stop)
-        dist = p_stop.scatter(1, x_stop, torch.zeros_like(p_x))
+        x_stop = x_c[stop_draft].unsqueeze(1)  # [B, 1]
+        p_at_x = p_stop.gather(1, x_stop)
+        dist = p_stop.scatter(1, x_stop, torch.zeros_like(p_at_x))
         no_mass = dist.amax(dim=-1, keepdim=True) <= MIN_RACE_WEIGHT
         keep = ~(rejected & x_ok[stop_draft]).unsqueeze(1) | no_mass
-        dist.scatter_(1, x_stop, torch.where(keep, p_x, torch.zeros_like(p_x)))
+        dist.scatter_(1, x_stop, torch.where(keep, p_at_x, torch.zeros_like(p_at_x)))
     else:
         dist = p_stop
     if race is not None:
@@ -282,8 +282,9 @@ def verify_drafts(target_probs: torch.Tensor, draft_token_ids: torch.Tensor,
     """Verify a ragged batch of drafts; returns int64 ``[B, max_k + 1]`` padded with -1 (see module doc).
 
     ``use_triton``: None = the Triton kernel on CUDA when triton imports (unless the environment sets
-    ``ADAPTSPEC_VERIFY_TRITON=0``), else torch; True forces it (error if unavailable), False forces torch. ``uniforms`` (float64 ``[sum(k)]``) and ``race_noise`` (Exp(1)
-    samples, float32 ``[B, V]``) replace the draws from ``generator`` when given.
+    ``ADAPTSPEC_VERIFY_TRITON=0``), else torch; True forces it (error if unavailable), False forces torch.
+    ``uniforms`` (float64 ``[sum(k)]``) and ``race_noise`` (``Exp(1)`` samples ``E``, float32 ``[B, V]``)
+    replace the draws from ``generator`` when given.
     """
     inp = prepare_inputs(target_probs, draft_token_ids, num_draft_tokens, draft_probs, greedy)
     if uniforms is None or (race_noise is None and not inp.all_greedy):

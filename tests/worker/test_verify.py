@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from adaptspec.worker.sampling import sample_from_probs
-from adaptspec.worker.verify import PLACEHOLDER_TOKEN_ID, verify_drafts
+from adaptspec.worker.verify import PLACEHOLDER_TOKEN_ID, _verify_torch, prepare_inputs, verify_drafts
 
 N_ROWS = 65_536
 
@@ -422,6 +422,23 @@ def test_bad_input_raises_clear_error(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         verify_drafts(**args)
+
+
+@pytest.mark.parametrize("with_draft_probs", [True, False])
+def test_out_of_range_draft_ids_are_rejected_on_the_device_path(with_draft_probs):
+    """On CPU bad ids raise; the device path (no host check) must reject them and never emit an id >= V."""
+    vocab, ks = 6, [2, 1]
+    target = torch.full((5, vocab), 1.0 / vocab)
+    q = torch.full((3, vocab), 1.0 / vocab) if with_draft_probs else None
+    inp = prepare_inputs(target, torch.tensor([1, 2, 3]), ks, q)
+    inp.draft_token_ids = torch.tensor([1, vocab + 3, -2])  # as if a GPU caller passed garbage
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        u = torch.rand(3, dtype=torch.float64, generator=g)
+        out = _verify_torch(inp, u, torch.rand(2, vocab, generator=g).log())
+        assert int(out.max()) < vocab
+        assert int(out[0, 1]) != vocab + 3 and int(out[1, 0]) != -2
+        assert (out[:, 2] == -1).all() and int(out[1, 1]) == -1
 
 
 def test_closed_form_helper_sums_to_one():
