@@ -168,13 +168,14 @@ def test_mixed_k_including_zero_with_vocab_1000():
     gen_drafts = torch.Generator().manual_seed(7)
     gen_verify = torch.Generator().manual_seed(8)
 
+    ks = pattern * (per_chunk // len(pattern))
+    target_rows = torch.cat([torch.arange(k + 1) if k else torch.tensor([4]) for k in pattern])
+    draft_rows = torch.cat([torch.arange(k) for k in pattern])
+    reps = per_chunk // len(pattern)
+    target = p[target_rows].repeat(reps, 1)  # the same for every chunk; only the drafts are redrawn
+    draft_probs = q[draft_rows].repeat(reps, 1)
+
     def build(_c):
-        ks = pattern * (per_chunk // len(pattern))
-        target_rows = torch.cat([torch.arange(k + 1) if k else torch.tensor([4]) for k in pattern])
-        draft_rows = torch.cat([torch.arange(k) for k in pattern])
-        reps = per_chunk // len(pattern)
-        target = p[target_rows].repeat(reps, 1)
-        draft_probs = q[draft_rows].repeat(reps, 1)
         drafts = torch.empty(draft_probs.shape[0], dtype=torch.int64)
         which = draft_rows.repeat(reps)
         for j in range(4):  # one multinomial per distinct draft distribution (fast), scattered into place
