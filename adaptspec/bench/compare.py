@@ -2,14 +2,16 @@
 
 Starts `--workers` reference workers (`adaptspec worker`, the built-in tiny target/draft pair), then for each
 policy file in turn an adaptspec proxy (`adaptspec serve`) whose only pool is those workers (per-request
-speculation, profile `cpu-tiny`) and whose policy and estimator sections come from the file, and runs the same
-load sweep (same prompts in the same order) through it. Every policy gets a fresh proxy (fresh alpha
-estimates); the workers are shared. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
+speculation, step-time profile `--profile`, default `cpu-tiny`) and whose policy and estimator sections come from the file, and runs the same
+load sweep (same prompts in the same order) through it. Every policy has its own proxy (its own alpha
+estimates); the workers are shared. All proxies run at once and each load point is split into `--rounds`
+rounds that visit every policy in a rotated order, so slow drifts of a shared machine hit all alike. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
 `adaptive` (goodput) or `bandit` from the file's policy section.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from adaptspec.bench.loadgen import LoadConfig, free_port, run_sweep
+from adaptspec.bench.loadgen import LoadConfig, free_port, run_point, summarize
 from adaptspec.bench.prompts import PromptItem
 from adaptspec.errors import ConfigError
 
@@ -109,7 +111,7 @@ def _policy_files(spec: str | None) -> list[Path]:
     return files
 
 
-def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int) -> dict:
+def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int, profile: str = "cpu-tiny") -> dict:
     """The proxy config for one run: the file's policy + estimator, our workers as the only pool."""
     from adaptspec.control.config import load_config
 
@@ -117,7 +119,7 @@ def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int) -> di
     raw = yaml.safe_load(policy_file.read_text()) or {}
     cfg = {k: raw[k] for k in ("policy", "estimator") if k in raw}
     cfg["pools"] = [{"name": "tiny", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
-                     "max_gamma": 8, "profile": "cpu-tiny",
+                     "max_gamma": 8, "profile": profile,
                      "workers": [{"name": f"w{i}", "url": u} for i, u in enumerate(worker_urls)]}]
     cfg["server"] = {"host": "127.0.0.1", "port": port}
     return cfg
@@ -142,18 +144,56 @@ def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Itera
             argv = [*py, "worker", "--port", str(port), *shlex.split(args.worker_args or "")]
             workers.append(stack.enter_context(Server(argv, port, logs / f"worker{i}.log", f"worker {i}")))
         log.info("workers up: %s (logs in %s)", ", ".join(w.url for w in workers), logs)
-        for f, label in zip(files, labels, strict=True):
+        proxies = []
+        for f in files:
             port = free_port()
             cfg_path = logs / f"proxy-{f.stem}.yaml"
-            cfg_path.write_text(yaml.safe_dump(proxy_config(f, [w.url for w in workers], port), sort_keys=False))
+            cfg = proxy_config(f, [w.url for w in workers], port, getattr(args, "profile", None) or "cpu-tiny")
+            cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             argv = [*py, "serve", "--config", str(cfg_path), "--port", str(port), "--watch", "0"]
-            with Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})") as proxy:
-                base = LoadConfig(url=proxy.url, model=args.model, concurrency=1, requests=args.requests,
-                                  duration_s=args.duration, warmup_s=args.warmup,
-                                  warmup_requests=args.warmup_requests, max_tokens=args.max_tokens,
-                                  temperature=args.temperature, timeout_s=args.timeout, api_key=args.api_key)
-                part = run_sweep(base, loads, stream(), progress=not args.no_progress, label=label)
-            for r in part:
-                r["policy"], r["policy_file"] = label, str(f)
-            rows += part
+            proxies.append(stack.enter_context(Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})")))
+        rows = interleaved(args, loads, stream, list(zip(labels, proxies, files, strict=True)))
+    return rows
+
+
+def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]],
+                targets: Sequence[tuple[str, Server, Path]]) -> list[dict]:
+    """Each load point in `rounds` rounds; each round runs every policy once, in a rotated order.
+
+    On a shared machine the speed drifts over minutes; interleaving puts every policy under the same
+    drift, so their ratios at a point are fair. A policy's row merges its rounds (tokens over the summed
+    measured windows). Warm-up requests run in the first round of each point only.
+    """
+    from tqdm import tqdm
+
+    rounds = max(1, int(getattr(args, "rounds", 1) or 1))
+    streams = {label: stream() for label, _, _ in targets}  # same prompt order for every policy
+    per_round = None if args.requests is None else max(1, -(-args.requests // rounds))
+    per_round_s = None if args.duration is None else args.duration / rounds
+    rows = []
+    with tqdm(total=len(loads) * rounds * len(targets), desc="compare", unit="run",
+              disable=args.no_progress) as bar:
+        for kind, value in loads:
+            records: dict[str, list] = {label: [] for label, _, _ in targets}
+            windows = dict.fromkeys(records, 0.0)
+            for r in range(rounds):
+                order = list(targets[r % len(targets):]) + list(targets[:r % len(targets)])
+                for label, proxy, _ in order:
+                    bar.set_postfix_str(f"{kind}={value:g} round {r + 1} {label}")
+                    cfg = LoadConfig(url=proxy.url, model=args.model, requests=per_round, duration_s=per_round_s,
+                                     warmup_s=args.warmup if r == 0 else 0.0,
+                                     warmup_requests=args.warmup_requests if r == 0 else 0,
+                                     max_tokens=args.max_tokens, temperature=args.temperature,
+                                     timeout_s=args.timeout, api_key=args.api_key, **{kind: value})
+                    recs, window = asyncio.run(run_point(cfg, streams[label]))
+                    records[label] += recs
+                    windows[label] += window
+                    bar.update(1)
+            for label, _, f in targets:
+                row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
+                       "policy_file": str(f), "rounds": rounds}
+                if row["errors"]:
+                    log.warning("%s %s=%g: %d of %d requests failed (%s)", label, kind, value, row["errors"],
+                                row["requests"], row["error_kinds"])
+                rows.append(row)
     return rows

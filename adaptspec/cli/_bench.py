@@ -63,6 +63,10 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=1, help="compare: reference workers behind the proxy")
     p.add_argument("--worker-args", default="", help="compare: extra `adaptspec worker` arguments")
     p.add_argument("--logs", help="compare: directory for the servers' logs (default: a temp dir)")
+    p.add_argument("--profile", default="cpu-tiny",
+                   help="compare: step-time profile (name or YAML path) of the workers' pool (default cpu-tiny)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="compare: split each point into this many rounds over all policies (default 4)")
     p.add_argument("--tolerance", type=float, default=0.95,
                    help="compare: target adaptive >= this x best static (default 0.95)")
     p.set_defaults(func=run)

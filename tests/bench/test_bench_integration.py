@@ -42,13 +42,14 @@ def test_bench_against_the_reference_worker(worker, tmp_path):
 def test_compare_runs_each_policy_through_the_proxy(tmp_path):
     files = ",".join(str(POLICIES / f) for f in ("static-off.yaml", "static-ngram.yaml", "default.yaml"))
     out = tmp_path / "c.json"
-    rc = main(["bench", "compare", "--policies", files, "--concurrency", "1,2", "--requests", "4",
+    rc = main(["bench", "compare", "--policies", files, "--concurrency", "1,2", "--requests", "4", "--rounds", "2",
                "--max-tokens", "16", "--worker-args", "--threads 1", "--no-progress", "--logs", str(tmp_path),
                "--json", str(out), "--plot", str(tmp_path / "c.png")])
     assert rc == 0
     rows = json.loads(out.read_text())
     assert [(r["policy"], r["concurrency"]) for r in rows] == [
-        (p, c) for p in ("off", "static:ngram:4", "adaptive") for c in (1, 2)]
+        (p, c) for c in (1, 2) for p in ("off", "static:ngram:4", "adaptive")]
+    assert all(r["requests"] == 4 and r["rounds"] == 2 for r in rows)  # 2 rounds of 2 requests each
     by = {(r["policy"], r["concurrency"]): r for r in rows}
     for r in rows:
         assert r["errors"] == 0 and r["output_tokens"] > 0
