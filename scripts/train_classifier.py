@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     meta = {
         "classes": list(CONTENT_CLASSES),
+        "feature_version": _features.VERSION,
         "groups": list(_features.GROUPS),
         "structural_features": list(_features.STRUCT_NAMES),
         "vocabulary_sizes": dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)),

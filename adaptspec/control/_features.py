@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Sequence
 from itertools import repeat
 
-HEAD_CHARS = 1500
-TAIL_CHARS = 500
-CHAR_SPAN = 200
+HEAD_CHARS = 1000
+TAIL_CHARS = 400
+CHAR_SPAN = 128
 CHAR_N = 4
 
 GROUPS: tuple[str, ...] = ("word1", "word2", "char4")
+# Bump when extract() changes: an artifact trained on other features then refuses to load.
+VERSION = 2
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]+")
 _SPEAKER_RE = re.compile(r"^[A-Z][\w.' -]{0,24}: ", re.M)
@@ -103,7 +106,7 @@ def extract(text: str) -> tuple[tuple[list[str], list[str], list[str]], list[flo
         float("translat" in win),
         0.0 if win.isascii() else min(1.0, 2.0 * (len(win.encode("utf-8", "replace")) - len(win)) / m),
         min(1.0, 4.0 * sum(map(str.isdigit, toks)) / ntok),
-        min(1.0, len(_EQUATION_RE.findall(win, 0, 1000)) / 3.0),
+        min(1.0, len(_EQUATION_RE.findall(win, 0, 600)) / 3.0),
         float(win.rstrip().endswith("?")),
         min(1.0, (win.count("\n- ") + win.count("\n* ") + win.count("\n1.")) / 5.0),
         min(1.0, len(_SPEAKER_RE.findall(text, 0, HEAD_CHARS)) / 6.0) if lines > 3 else 0.0,
@@ -130,6 +133,23 @@ class Featurizer:
         self.n_ngram_columns = col
         self.n_features = col + len(STRUCT_NAMES)
         self._struct_columns = list(range(col, self.n_features))
+
+    def grouped(self, text: str) -> tuple[array, list[int], list[float], list[float]]:
+        """The same vector as `transform`, packed for a fast dot product.
+
+        Returns (columns of all n-grams as an int64 array, start offset of each non-empty group in it,
+        that group's value 1/sqrt(n), structural feature values).
+        """
+        groups, struct = extract(text)
+        columns = array("q")
+        offsets: list[int] = []
+        scales: list[float] = []
+        for g, feats in enumerate(groups):
+            if feats:
+                offsets.append(len(columns))
+                scales.append(1.0 / math.sqrt(len(feats)))
+                columns.extend(map(self._index[g].get, feats, repeat(g)))
+        return columns, offsets, scales, struct
 
     def transform(self, text: str) -> tuple[list[int], list[float]]:
         """(column indices, values) of `text`; indices may repeat (their values add up)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class Classifier:
         # float64 so that the sums match scikit-learn's decision_function to the last bit that matters.
         self._w = np.ascontiguousarray(coef, dtype=np.float64)  # [n_features, n_classes]
         self._b = np.asarray(intercept, dtype=np.float64)  # [n_classes]
+        self._w_struct_t = np.ascontiguousarray(self._w[self.featurizer.n_ngram_columns :].T)  # [n_classes, n_struct]
 
     @classmethod
     def load(cls, directory: str | Path) -> Classifier:
@@ -71,8 +73,10 @@ class Classifier:
                 coef, intercept = arrays["coef"], arrays["intercept"]
         except (OSError, KeyError, ValueError) as exc:
             raise ModelLoadError(f"cannot load the classifier artifact from {directory}: {exc}") from exc
-        if meta.get("groups") != list(_features.GROUPS) or meta.get("structural_features") != list(
-            _features.STRUCT_NAMES
+        if (
+            meta.get("feature_version") != _features.VERSION
+            or meta.get("groups") != list(_features.GROUPS)
+            or meta.get("structural_features") != list(_features.STRUCT_NAMES)
         ):
             raise ModelLoadError(
                 f"classifier artifact in {directory} was built for other features than "
@@ -87,14 +91,22 @@ class Classifier:
         return Classifier.load(ARTIFACT_DIR)
 
     def _evidence(self, text: str) -> np.ndarray:
-        idx, val = self.featurizer.transform(text)
-        return np.array(val) @ self._w[idx]  # [n_classes], without the intercept
+        # = transform(text) . W, without building the values vector: every n-gram of a group has the same
+        # value, so each group's rows are summed (reduceat) and scaled once. Few numpy calls per prompt.
+        columns, offsets, scales, struct = self.featurizer.grouped(text)
+        evidence = self._w_struct_t @ np.array(struct)  # [n_classes]
+        if offsets:
+            rows = self._w.take(np.frombuffer(columns, dtype=np.int64), axis=0)  # [n_ngrams, n_classes]
+            evidence += np.array(scales) @ np.add.reduceat(rows, offsets, axis=0)
+        return evidence  # [n_classes], without the intercept
 
     def _result(self, logits: np.ndarray) -> tuple[str, dict[str, float]]:
-        z = np.exp(logits - logits.max())
-        p = (z / z.sum()).tolist()
-        best = max(range(len(p)), key=p.__getitem__)
-        return self.classes[best], dict(zip(self.classes, p, strict=False))
+        z = logits.tolist()
+        top = max(z)
+        e = [math.exp(v - top) for v in z]  # 6 values: plain floats beat numpy's per-call overhead
+        total = sum(e)
+        best = z.index(top)
+        return self.classes[best], {c: v / total for c, v in zip(self.classes, e, strict=True)}
 
     def decision_function(self, text: str) -> np.ndarray:
         """Raw class scores (logits), as scikit-learn's `decision_function` on the same features."""

@@ -244,6 +244,7 @@ def test_train_export_load_round_trip(tmp_path):
     coef, intercept = trainer.quantize(clf)
     meta = {
         "classes": list(CONTENT_CLASSES),
+        "feature_version": _features.VERSION,
         "groups": list(_features.GROUPS),
         "structural_features": list(_features.STRUCT_NAMES),
     }
