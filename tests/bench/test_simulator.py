@@ -7,7 +7,13 @@ import pytest
 
 from adaptspec.bench.simulator import ProfileCost, SimConfig, _uniforms, accept_counts, simulate
 from adaptspec.bench.workloads import Acceptance, AlphaModel, ClassSpec, Workload, get_workload
-from adaptspec.control.costmodel import expected_tokens_per_position, leviathan_speedup
+from adaptspec.control.costmodel import (
+    DraftCost,
+    StepTimeModel,
+    expected_tokens,
+    expected_tokens_per_position,
+    leviathan_speedup,
+)
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.types import CONTENT_CLASSES, Decision
 
@@ -41,6 +47,21 @@ def test_batch1_memory_bound_matches_leviathan(alpha, gamma, c):
     ratio = spec["output_tokens_per_s"] / off["output_tokens_per_s"]
     assert ratio == pytest.approx(leviathan_speedup(alpha, gamma, c), rel=0.02)
     assert spec["speculation_share"] == 1.0 and spec["mean_gamma"] == gamma
+
+
+@pytest.mark.parametrize(("alpha", "gamma"), [(0.8, 4), (0.5, 2)])
+def test_compute_bound_batch_speculation_costs_gamma_plus_one(alpha, gamma):
+    """Compute-bound verification (time per batched token, free drafts): speculation at batch 16 changes
+    throughput by E / (gamma + 1) < 1, the slowdown the adaptive policy exists to avoid."""
+    prof = Profile("compute-bound", StepTimeModel(compute_s_per_token=1e-3), 0.0,
+                   {"draft": DraftCost("eagle", fraction=0.0)}, {})
+    cost, truth = ProfileCost(prof), AlphaModel.constant(alpha)
+    cfg = SimConfig(concurrency=16, requests=32, warmup=8)
+    off = simulate(Fixed("none", 0), cost, LONG, cfg, truth=truth, alphas=NoAlphas()).row()
+    spec = simulate(Fixed("draft", gamma), cost, LONG, cfg, truth=truth, alphas=NoAlphas()).row()
+    ratio = spec["output_tokens_per_s"] / off["output_tokens_per_s"]
+    assert ratio == pytest.approx(expected_tokens(alpha, gamma) / (gamma + 1), rel=0.02)
+    assert ratio < 1.0
 
 
 def test_per_position_decay_matches_expected_tokens():
