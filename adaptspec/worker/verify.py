@@ -105,9 +105,9 @@ class VerifyInputs:
             raise ValueError("target_probs has an empty vocabulary dimension")
         self.target_probs = target_probs
 
-        k_t = torch.tensor(ks, dtype=torch.int64, device=device)  # [B]
-        self.k = k_t
-        self.draft_start = torch.cumsum(k_t, 0) - k_t  # [B] first flat draft index of each request
+        meta = torch.tensor([ks, self.draft_start_host], dtype=torch.int64, device=device)  # one copy
+        self.k = meta[0]  # [B]
+        self.draft_start = meta[1]  # [B] first flat draft index of each request
         self.target_start = self.draft_start + torch.arange(batch, device=device)  # [B] first target row
 
         if not isinstance(draft_token_ids, torch.Tensor):
@@ -200,38 +200,36 @@ def prepare_inputs(target_probs, draft_token_ids, num_draft_tokens, draft_probs=
 def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor | None) -> torch.Tensor:
     batch, max_k, n, vocab, device = inp.batch, inp.max_k, inp.num_drafts, inp.vocab, inp.device
     p_all = inp.target_probs
-    req = torch.repeat_interleave(torch.arange(batch, device=device), inp.k, output_size=n)  # [N]
-    target_row = torch.arange(n, device=device) + req  # [N] target row of each draft position
     x = inp.draft_token_ids  # [N]
     x_ok = (x >= 0) & (x < vocab)
     x_c = x.clamp(0, vocab - 1)
 
-    # --- accept / reject every draft position at once -------------------------------------------------
-    p_x = p_all[target_row, x_c].to(torch.float64)  # [N]
-    if inp.draft_probs is not None:
-        q_x = inp.draft_probs[torch.arange(n, device=device), x_c].to(torch.float64)
-    else:
-        q_x = torch.ones_like(p_x)
-    accepted = x_ok & (p_x > 0) & (q_x > 0) & (uniforms * q_x <= p_x)  # [N]
-    if inp.any_greedy:
-        accepted_greedy = x_ok & (x == p_all[target_row].argmax(dim=-1))
-        accepted = torch.where(inp.greedy[req], accepted_greedy, accepted)
-
-    # Padded view [B, max_k]; positions j >= k_i count as rejected so the prefix stops at k_i.
+    # --- accept / reject every draft position at once, in a padded [B, max_k] view --------------------
+    # Position j of request b: flat draft d_idx[b, j], target row t_idx[b, j]; positions j >= k_b are
+    # clamped to a real row and count as rejected, so the accepted prefix stops at k_b.
     j = torch.arange(max_k, device=device)
-    valid = j.unsqueeze(0) < inp.k.unsqueeze(1)  # [B, max_k]
-    flat = (inp.draft_start.unsqueeze(1) + j).clamp(max=max(n - 1, 0))  # [B, max_k]
-    if n:
-        acc_pad = accepted[flat] & valid
-        x_pad = x[flat]
+    valid = j < inp.k.unsqueeze(1)  # [B, max_k]
+    d_idx = (inp.draft_start.unsqueeze(1) + j).clamp_(max=max(n - 1, 0))
+    t_idx = (inp.target_start.unsqueeze(1) + j).clamp_(max=p_all.shape[0] - 1)
+    x_pad, xc_pad = x[d_idx], x_c[d_idx]  # [B, max_k]
+    p_x = p_all[t_idx, xc_pad].to(torch.float64)
+    accepted = valid & x_ok[d_idx] & (p_x > 0)
+    if inp.draft_probs is not None:
+        q_x = inp.draft_probs[d_idx, xc_pad].to(torch.float64)
+        accepted &= (q_x > 0) & (uniforms[d_idx] * q_x <= p_x)
     else:
-        acc_pad = valid
-        x_pad = torch.zeros_like(flat)
-    num_accepted = acc_pad.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B] = stop position s_i
+        accepted &= uniforms[d_idx] <= p_x  # q(x) = 1
+    row_argmax = None
+    if inp.any_greedy:
+        row_argmax = p_all.argmax(dim=-1)  # [sum(k) + B], first index on ties
+        accepted_greedy = valid & x_ok[d_idx] & (x_pad == row_argmax[t_idx])
+        accepted = torch.where(inp.greedy.unsqueeze(1), accepted_greedy, accepted)
+    num_accepted = accepted.to(torch.int64).cumprod(dim=1).sum(dim=1)  # [B] = stop position s_i
     rejected = num_accepted < inp.k  # [B] False: all accepted, stop at the bonus row
 
     # --- one race per request, on its stop row only ---------------------------------------------------
-    p_stop = p_all.index_select(0, inp.target_start + num_accepted).to(torch.float32)  # [B, V] (a copy)
+    stop_row = inp.target_start + num_accepted  # [B]
+    p_stop = p_all.index_select(0, stop_row).to(torch.float32)  # [B, V] (a copy)
     stop_draft = (inp.draft_start + num_accepted).clamp(max=max(n - 1, 0))  # [B] (garbage when not rejected)
     if inp.draft_probs is not None and n:
         residual = inp.draft_probs.index_select(0, stop_draft).to(torch.float32)  # q, a fresh copy
@@ -249,16 +247,16 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
         dist.scatter_(1, x_stop, torch.where(keep, p_at_x, torch.zeros_like(p_at_x)))
     else:
         dist = p_stop
-    if race is not None:
-        token = race_sample(dist, race)
-        if inp.any_greedy:
-            token = torch.where(inp.greedy, p_stop.argmax(dim=-1), token)
+    if race is None:  # every request greedy
+        token = row_argmax[stop_row]
     else:
-        token = p_stop.argmax(dim=-1)
+        token = race_sample(dist, race)
+        if row_argmax is not None:
+            token = torch.where(inp.greedy, row_argmax[stop_row], token)
 
     # --- assemble [B, max_k + 1] ----------------------------------------------------------------------
     out = torch.full((batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device)
-    out[:, :max_k] = torch.where(j.unsqueeze(0) < num_accepted.unsqueeze(1), x_pad,
+    out[:, :max_k] = torch.where(j < num_accepted.unsqueeze(1), x_pad,
                                  torch.full((), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device))
     out.scatter_(1, num_accepted.unsqueeze(1), token.unsqueeze(1))
     return out
