@@ -164,15 +164,14 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
     drift, so their ratios at a point are fair. A policy's row merges its rounds (tokens over the summed
     measured windows). Warm-up requests run in the first round of each point only.
     """
-    from tqdm import tqdm
+    from adaptspec.bench._progress import progress_bar
 
     rounds = max(1, int(getattr(args, "rounds", 1) or 1))
     streams = {label: stream() for label, _, _ in targets}  # same prompt order for every policy
     per_round = None if args.requests is None else max(1, -(-args.requests // rounds))
     per_round_s = None if args.duration is None else args.duration / rounds
     rows = []
-    with tqdm(total=len(loads) * rounds * len(targets), desc="compare", unit="run",
-              disable=args.no_progress) as bar:
+    with progress_bar(len(loads) * rounds * len(targets), "compare", not args.no_progress) as bar:
         for kind, value in loads:
             records: dict[str, list] = {label: [] for label, _, _ in targets}
             windows = dict.fromkeys(records, 0.0)

@@ -261,15 +261,15 @@ def summarize(records: Sequence[RequestRecord], window_s: float) -> dict:
 def run_sweep(base: LoadConfig, loads: Sequence[tuple[str, float]], prompts: Iterator[PromptItem],
               progress: bool = True, label: str = "") -> list[dict]:
     """Run each (kind, value) load point in turn ("concurrency" or "rate"); returns one row per point."""
-    from tqdm import tqdm
+    from adaptspec.bench._progress import progress_bar
 
     rows = []
     for kind, value in loads:
         cfg = LoadConfig(**{**base.__dict__, "concurrency": None, "rate": None, kind: value})
         total = cfg.requests if cfg.requests is not None else None
         desc = f"{label + ' ' if label else ''}{kind}={value:g}"
-        with tqdm(total=total, desc=desc, unit="req", disable=not progress, leave=False) as bar:
-            def tick(rec: RequestRecord, warm: bool, bar: tqdm = bar) -> None:
+        with progress_bar(total, desc, progress) as bar:
+            def tick(rec: RequestRecord, warm: bool, bar=bar) -> None:
                 if not warm:
                     bar.update(1)
 

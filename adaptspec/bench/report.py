@@ -75,8 +75,9 @@ def check_targets(rows: Sequence[dict], adaptive: str = "adaptive", tolerance: f
     slow = {p: tab.get((top, p)) / off for p in statics if p != "off" and off and tab.get((top, p)) is not None}
     out["top_load"] = top
     out["static_over_off_at_top"] = slow
-    out["t3_ok"] = bool(off) and bool(slow) and all(v < 1.0 for v in slow.values())
-    out["ok"] = bool(out["t1_ok"] and out["t2_ok"] and out["t3_ok"])
+    # None: not applicable (no always-on speculation policy, or no `off`, in the rows)
+    out["t3_ok"] = all(v < 1.0 for v in slow.values()) if slow else None
+    out["ok"] = bool(out["t1_ok"] and out["t2_ok"] and out["t3_ok"] is not False)
     return out
 
 
@@ -131,7 +132,7 @@ def detail_table(rows: Sequence[dict], columns: Sequence[str] = DETAIL_COLUMNS) 
 def targets_text(t: dict) -> str:
     if "min_ratio_to_best" not in t:
         return f"targets: not evaluated ({t.get('reason')})"
-    mark = {True: "PASS", False: "MISS"}
+    mark = {True: "PASS", False: "MISS", None: "n/a"}
     gains = ", ".join(f"{p} {w['max_gain']:.2f}x@{w['at']}" for p, w in t["max_gain_over"].items())
     slow = ", ".join(f"{p} {v:.2f}x" for p, v in t["static_over_off_at_top"].items())
     return "\n".join([

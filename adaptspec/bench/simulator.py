@@ -528,8 +528,7 @@ def sweep(
     Each point starts from a fresh policy and a fresh AlphaTable (priors only), which the point's own
     acceptance then teaches, warm-up included.
     """
-    from tqdm import tqdm
-
+    from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
     from adaptspec.control.estimators import AlphaTable
     from adaptspec.control.policy import build_policy
@@ -546,7 +545,7 @@ def sweep(
         worker = _with_proposers(worker, tuple(proposers))
     truth = AlphaModel(aliases=cost.truth_aliases())
     rows = []
-    with tqdm(total=len(specs) * len(loads), desc="simulate", unit="point", disable=not progress) as bar:
+    with progress_bar(len(specs) * len(loads), "simulate", progress) as bar:
         for spec in specs:
             for kind, value in loads:
                 bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
