@@ -145,8 +145,12 @@ def targets_text(t: dict) -> str:
 
 def plot_sweep(rows: Sequence[dict], out: str | Path, title: str = "") -> Path:
     """Three panels against load: output tokens/s, speedup over `off`, and TPOT p50 (log-2 x axis)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from adaptspec.errors import ConfigError
 
+        raise ConfigError("plots need matplotlib: pip install 'adaptspec[bench]'", key="--plot") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

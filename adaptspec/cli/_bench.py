@@ -109,9 +109,9 @@ def write_outputs(args, rows: list[dict], title: str) -> None:
     if args.md:
         Path(args.md).parent.mkdir(parents=True, exist_ok=True)
         Path(args.md).write_text(f"## {title}\n\n{text}\n")
+    print(text)
     if args.plot:
         report.plot_sweep(rows, args.plot, title=title)
-    print(text)
 
 
 def run(args) -> int:
@@ -134,7 +134,11 @@ def run(args) -> int:
         except (ConfigError, RuntimeError) as exc:
             print(f"adaptspec bench compare: error: {exc}", file=sys.stderr)
             return 1
-        write_outputs(args, rows, "adaptspec bench compare (reference worker + proxy, this machine)")
+        try:
+            write_outputs(args, rows, "adaptspec bench compare (reference worker + proxy, this machine)")
+        except ConfigError as exc:
+            print(f"adaptspec bench: error: {exc}", file=sys.stderr)
+            return 1
         return 0
     if not args.url:
         print("adaptspec bench: error: --url is required (or use `adaptspec bench compare`)", file=sys.stderr)
@@ -155,5 +159,9 @@ def run(args) -> int:
     for r in rows:
         r["policy"] = args.label
         r["model"] = base.model
-    write_outputs(args, rows, f"adaptspec bench {args.url}")
+    try:
+        write_outputs(args, rows, f"adaptspec bench {args.url}")
+    except ConfigError as exc:
+        print(f"adaptspec bench: error: {exc}", file=sys.stderr)
+        return 1
     return 1 if all(r["requests"] and r["errors"] == r["requests"] for r in rows) else 0

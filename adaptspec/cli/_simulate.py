@@ -91,7 +91,11 @@ def run(args) -> int:
     if args.md:
         Path(args.md).parent.mkdir(parents=True, exist_ok=True)
         Path(args.md).write_text(text + "\n")
-    if args.plot:
-        report.plot_sweep(rows, args.plot, title=title)
     print(text)
+    if args.plot:
+        try:
+            report.plot_sweep(rows, args.plot, title=title)
+        except ConfigError as exc:
+            print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
+            return 1
     return 0
