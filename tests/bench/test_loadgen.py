@@ -97,3 +97,13 @@ def test_prompt_file_errors_name_file_and_line(tmp_path):
     f.write_text('{"label": "translation", "messages": [{"role": "user", "content": "hi"}]}\n')
     (item,) = load_prompts(f)
     assert item.category == "translate" and item.chat_messages() == [{"role": "user", "content": "hi"}]
+
+
+def test_duration_mode_with_warmup_seconds():
+    with FakeOpenAI(delay_s=0.002) as srv:
+        cfg = LoadConfig(url=srv.url, concurrency=2, duration_s=0.6, warmup_s=0.2, max_tokens=5)
+        (row,) = run_sweep(cfg, [("concurrency", 2)], _prompts(), progress=False)
+        sent = len(srv.requests)
+    assert row["errors"] == 0 and row["requests"] > 4
+    assert sent > row["requests"]  # warm-up requests were sent and not counted
+    assert 0.4 <= row["window_s"] <= 1.5
