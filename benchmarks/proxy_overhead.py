@@ -1,9 +1,10 @@
 """What one `adaptspec serve` hop costs, measured side by side against a trivial fast upstream.
 
 Starts (on loopback) a minimal asyncio HTTP/1.1 upstream that answers OpenAI chat completions at once
-(fixed JSON, or an SSE stream of N chunks), and `adaptspec serve` in front of it with a pool of engine
-`openai` (classification + policy decision run on every request; no body rewrite). Then, for each
-workload, alternates runs direct (A) and through the proxy (B), A B A B ..., each a closed loop of
+(fixed JSON, or an SSE stream of N chunks), `adaptspec serve` in front of it with a pool of engine
+`openai` (classification + policy decision run on every request; no body rewrite), and as the floor a bare
+aiohttp server + client pass-through. Then, for each workload, alternates runs direct (A) and through
+each gateway (B), A B A B' ..., each a closed loop of
 `concurrency` clients on keep-alive connections for `--duration` seconds after a warm-up; reports
 median over reps of: throughput ratio (proxied / direct), added p50 / p99 latency, and the proxy's CPU
 per request. Separately it times the decision path in process (classify + state read + policy.decide,
@@ -97,6 +98,39 @@ def _run(coro):
         return uvloop.run(coro)
     except ImportError:
         return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the floor: a bare aiohttp server + client pass-through (no parsing, no decision, no metrics)
+
+
+def _passthrough_main(port: int, upstream: str) -> None:
+    import aiohttp
+    from aiohttp import web
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        async with request.app["client"].post(upstream + request.path, data=body,
+                                              headers={"Content-Type": "application/json"}) as up:
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": up.headers["Content-Type"]})
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", proxy)
+        app.router.add_get("/health", lambda r: web.Response(text="ok"))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False) as c:
+            app["client"] = c
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            await asyncio.Event().wait()
+
+    _run(main())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -205,10 +239,13 @@ def decision_timing(n: int = 20000) -> dict:
     from adaptspec.proxy.app import Proxy
     from adaptspec.proxy.upstream import Worker
 
-    config = load_serve_config(None, upstreams=[], engine="openai", model=None)
-    workers = [Worker(name=f"w{i}", url=f"http://127.0.0.1:{9000 + i}", pool="spec", engine="adaptspec")
-               for i in range(2)]
+    config = load_serve_config(None, upstreams=[], engine="openai", model=None)  # policies/default.yaml
+    workers = [Worker(name=f"w{i}", url=f"http://127.0.0.1:{9000 + i}", pool="spec", engine="adaptspec",
+                      profile="cpu-tiny", running=float(4 * i)) for i in range(2)]
     proxy = Proxy(config, extra_workers=workers)
+    from adaptspec.proxy.app import _fallback_class
+
+    classifier = "fallback (artifact missing)" if proxy.classify is _fallback_class else "shipped model"
     bodies = [{"model": "tiny", "messages": [{"role": "user", "content": c}]} for c in (
         "Summarize the following article in two sentences: The city council met on Tuesday to discuss ...",
         "def fib(n):\n    # complete this python function\n", "Translate to French: good morning, how are you?",
@@ -222,7 +259,7 @@ def decision_timing(n: int = 20000) -> dict:
         proxy.decide(cls, cands)
         times.append(time.perf_counter_ns() - t)
     times.sort()
-    return {"p50_us": times[n // 2] / 1e3, "p99_us": times[int(n * 0.99)] / 1e3, "n": n}
+    return {"p50_us": times[n // 2] / 1e3, "p99_us": times[int(n * 0.99)] / 1e3, "n": n, "classifier": classifier}
 
 
 def main() -> int:
@@ -234,42 +271,55 @@ def main() -> int:
     ap.add_argument("--workloads", default="ns1,ns32,s1,s32")
     ap.add_argument("--client-cpus", default="0")
     ap.add_argument("--server-cpus", default="1")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the bare aiohttp pass-through row")
     ap.add_argument("--out", default=None, help="write the JSON result here too")
     args = ap.parse_args()
 
-    up_port, gw_port = _free_port(), _free_port()
-    up_url, gw_url = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
-    procs = []
+    up_port = _free_port()
+    up_url = f"http://127.0.0.1:{up_port}"
+    pin = ["taskset", "-c", args.server_cpus]
+    procs: list[subprocess.Popen] = []
     rows = []
     try:
-        procs.append(subprocess.Popen(["taskset", "-c", args.server_cpus, sys.executable, __file__, "--_upstream",
-                                       str(up_port), str(args.chunks)]))
+        procs.append(subprocess.Popen([*pin, sys.executable, __file__, "--_upstream", str(up_port), str(args.chunks)]))
         _wait(up_url + "/v1/models")
-        gw = subprocess.Popen(["taskset", "-c", args.server_cpus, sys.executable, "-m", "adaptspec",
-                               "--log-level", "WARNING", "serve", "--upstream", up_url, "--engine", "openai",
-                               "--host", "127.0.0.1", "--port", str(gw_port)], cwd=REPO)
-        procs.append(gw)
-        _wait(gw_url + "/health")
+        gateways: dict[str, tuple[str, subprocess.Popen]] = {}
+        if not args.no_baseline:
+            port = _free_port()
+            p = subprocess.Popen([*pin, sys.executable, __file__, "--_passthrough", str(port), up_url])
+            procs.append(p)
+            gateways["aiohttp pass-through"] = (f"http://127.0.0.1:{port}", p)
+        port = _free_port()
+        p = subprocess.Popen([*pin, sys.executable, "-m", "adaptspec", "--log-level", "WARNING", "serve",
+                              "--upstream", up_url, "--engine", "openai", "--model", "fake", "--host", "127.0.0.1",
+                              "--port", str(port)], cwd=REPO)
+        procs.append(p)
+        gateways["adaptspec serve"] = (f"http://127.0.0.1:{port}", p)
+        for url, _ in gateways.values():
+            _wait(url + "/health")
         with tempfile.TemporaryDirectory() as tmp:
             for wl in args.workloads.split(","):
                 stream, conc = wl.startswith("s"), int(wl.lstrip("ns"))
-                pairs = []
-                for _ in range(args.reps):
-                    a = _load(up_url, args, conc, stream, tmp)
-                    c0 = _cpu_of(gw.pid)
-                    b = _load(gw_url, args, conc, stream, tmp)
-                    b["cpu_us_per_req"] = (_cpu_of(gw.pid) - c0) / max(1, b["n"]) * 1e6
-                    pairs.append((a, b))
+                runs: dict[str, list[tuple[dict, dict]]] = {name: [] for name in gateways}
+                for _ in range(args.reps):  # A B, A B', ... : each gateway paired with its own direct run
+                    for name, (url, proc) in gateways.items():
+                        a = _load(up_url, args, conc, stream, tmp)
+                        c0 = _cpu_of(proc.pid)
+                        b = _load(url, args, conc, stream, tmp)
+                        b["cpu_us_per_req"] = (_cpu_of(proc.pid) - c0) / max(1, b["n"]) * 1e6
+                        runs[name].append((a, b))
                 med = statistics.median
-                rows.append({
-                    "workload": (f"stream{args.chunks}" if stream else "non-stream") + f" c={conc}",
-                    "direct_rps": med(a["rps"] for a, _ in pairs), "proxy_rps": med(b["rps"] for _, b in pairs),
-                    "ratio": med(b["rps"] / a["rps"] for a, b in pairs),
-                    "direct_p50_ms": med(a["p50"] for a, _ in pairs),
-                    "added_p50_ms": med(b["p50"] - a["p50"] for a, b in pairs),
-                    "added_p99_ms": med(b["p99"] - a["p99"] for a, b in pairs),
-                    "proxy_cpu_us_per_req": med(b["cpu_us_per_req"] for _, b in pairs),
-                    "errors": sum(a["errors"] + b["errors"] for a, b in pairs)})
+                for name, pairs in runs.items():
+                    rows.append({
+                        "gateway": name,
+                        "workload": (f"stream{args.chunks}" if stream else "non-stream") + f" c={conc}",
+                        "direct_rps": med(a["rps"] for a, _ in pairs), "proxy_rps": med(b["rps"] for _, b in pairs),
+                        "ratio": med(b["rps"] / a["rps"] for a, b in pairs),
+                        "direct_p50_ms": med(a["p50"] for a, _ in pairs),
+                        "added_p50_ms": med(b["p50"] - a["p50"] for a, b in pairs),
+                        "added_p99_ms": med(b["p99"] - a["p99"] for a, b in pairs),
+                        "proxy_cpu_us_per_req": med(b["cpu_us_per_req"] for _, b in pairs),
+                        "errors": sum(a["errors"] + b["errors"] for a, b in pairs)})
     finally:
         for p in procs:
             p.terminate()
@@ -278,15 +328,15 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 p.kill()
     dec = decision_timing()
-    print("| workload | direct rps | proxy rps | ratio | direct p50 ms | added p50 ms | added p99 ms "
-          "| proxy CPU us/req | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| gateway | workload | direct rps | gw rps | ratio | direct p50 ms | added p50 ms | added p99 ms "
+          "| gw CPU us/req | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['direct_rps']:.0f} | {r['proxy_rps']:.0f} | {r['ratio']:.3f} | "
+        print(f"| {r['gateway']} | {r['workload']} | {r['direct_rps']:.0f} | {r['proxy_rps']:.0f} | {r['ratio']:.3f} | "
               f"{r['direct_p50_ms']:.3f} | {r['added_p50_ms']:.3f} | {r['added_p99_ms']:.3f} | "
               f"{r['proxy_cpu_us_per_req']:.0f} | {r['errors']} |")
     print(f"\ndecision path (classify + state + policy.decide), in process: p50 {dec['p50_us']:.1f} us, "
-          f"p99 {dec['p99_us']:.1f} us over {dec['n']} calls")
+          f"p99 {dec['p99_us']:.1f} us over {dec['n']} calls (classifier: {dec['classifier']})")
     if args.out:
         Path(args.out).write_text(json.dumps({"rows": rows, "decision": dec, "args": vars(args)}, indent=2))
     return 0
@@ -295,6 +345,8 @@ def main() -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_upstream":
         _upstream_main(int(sys.argv[2]), int(sys.argv[3]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--_passthrough":
+        _passthrough_main(int(sys.argv[2]), sys.argv[3])
     elif len(sys.argv) > 1 and sys.argv[1] == "--_client":
         _client_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6] == "1",
                      sys.argv[7])

@@ -95,8 +95,7 @@ class _Plan:
         self.worker, self.decision = worker, decision
         client_spec = body.get("speculation") if worker.per_request and worker.engine == "adaptspec" else None
         if isinstance(client_spec, dict):  # an explicit client choice wins (benchmarks, debugging)
-            self.proposer = str(client_spec.get("proposer") or "none")
-            self.gamma = int(client_spec.get("num_speculative_tokens") or 0) if self.proposer != "none" else 0
+            self.proposer, self.gamma = _client_speculation(client_spec)
         elif worker.per_request and worker.engine in ("adaptspec", "vllm"):
             ok = decision.gamma > 0 and decision.proposer in worker.proposers
             self.proposer = decision.proposer if ok else "none"
@@ -110,7 +109,11 @@ class _Plan:
             rewrite["speculation"] = {"proposer": self.proposer, "num_speculative_tokens": self.gamma,
                                       "content_class": cls}
         elif worker.per_request and worker.engine == "vllm":
-            xargs = dict(body.get("vllm_xargs") or {})
+            xargs = body.get("vllm_xargs") or {}
+            if not isinstance(xargs, dict):
+                raise RequestError("Invalid value for 'vllm_xargs': expected an object.", status=422,
+                                   code="invalid_type", param="vllm_xargs")
+            xargs = dict(xargs)
             xargs.update(adaptspec_num_spec_tokens=self.gamma, adaptspec_proposer=self.proposer,
                          adaptspec_content_class=cls)
             rewrite["vllm_xargs"] = xargs
@@ -124,6 +127,18 @@ class _Plan:
     def headers(self, cls: str) -> dict[str, str]:
         return {"x-adaptspec-class": cls, "x-adaptspec-proposer": self.proposer,
                 "x-adaptspec-gamma": str(self.gamma), "x-adaptspec-worker": self.worker.name}
+
+
+def _client_speculation(spec: dict) -> tuple[str, int]:
+    proposer = spec.get("proposer") or "none"
+    k = spec.get("num_speculative_tokens")
+    if not isinstance(proposer, str):
+        raise RequestError(f"Invalid value for 'speculation.proposer': expected a string, got {proposer!r}.",
+                           status=422, code="invalid_type", param="speculation.proposer")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise RequestError(f"Invalid value for 'speculation.num_speculative_tokens': expected an integer >= 0, "
+                           f"got {k!r}.", status=422, code="invalid_value", param="speculation.num_speculative_tokens")
+    return (proposer, int(k or 0)) if proposer != "none" else ("none", 0)
 
 
 def _upstream_headers(proxy, request: web.Request, worker) -> dict[str, str]:
