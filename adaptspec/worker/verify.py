@@ -263,8 +263,9 @@ def _verify_torch(inp: VerifyInputs, uniforms: torch.Tensor, race: torch.Tensor 
 
 
 def _triton_available(device: torch.device) -> bool:
-    # ADAPTSPEC_VERIFY_TRITON=0 turns the automatic choice off (the torch path is the reference).
-    if device.type != "cuda" or os.environ.get("ADAPTSPEC_VERIFY_TRITON", "1") == "0":
+    # Opt-in until the kernel's bit-equality test has run on a real GPU (it has only run under
+    # TRITON_INTERPRET): ADAPTSPEC_VERIFY_TRITON=1 turns the automatic choice on.
+    if device.type != "cuda" or os.environ.get("ADAPTSPEC_VERIFY_TRITON", "0") != "1":
         return False
     try:
         from adaptspec.worker import _verify_triton  # noqa: F401
@@ -279,8 +280,8 @@ def verify_drafts(target_probs: torch.Tensor, draft_token_ids: torch.Tensor,
                   uniforms: torch.Tensor | None = None, race_noise: torch.Tensor | None = None) -> torch.Tensor:
     """Verify a ragged batch of drafts; returns int64 ``[B, max_k + 1]`` padded with -1 (see module doc).
 
-    ``use_triton``: None = the Triton kernel on CUDA when triton imports (unless the environment sets
-    ``ADAPTSPEC_VERIFY_TRITON=0``), else torch; True forces it (error if unavailable), False forces torch.
+    ``use_triton``: None = the Triton kernel on CUDA when triton imports and the environment sets
+    ``ADAPTSPEC_VERIFY_TRITON=1``, else torch; True forces it (error if unavailable), False forces torch.
     ``uniforms`` (float64 ``[sum(k)]``) and ``race_noise`` (``Exp(1)`` samples ``E``, float32 ``[B, V]``)
     replace the draws from ``generator`` when given.
     """

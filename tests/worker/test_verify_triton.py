@@ -94,7 +94,8 @@ def test_dispatch_uses_triton_and_matches_statistically():
     drafts = torch.stack([torch.multinomial(q[j], rows, replacement=True, generator=g) for j in range(k)], 1)
     target, draft_probs = p.repeat(rows, 1).cuda(), q.repeat(rows, 1).cuda()
     gen = torch.Generator(device="cuda").manual_seed(1)
-    out = verify_drafts(target, drafts.reshape(-1).cuda(), [k] * rows, draft_probs, generator=gen)
+    out = verify_drafts(target, drafts.reshape(-1).cuda(), [k] * rows, draft_probs, generator=gen,
+                        use_triton=True)
     gen = torch.Generator(device="cuda").manual_seed(1)
     ref = verify_drafts(target, drafts.reshape(-1).cuda(), [k] * rows, draft_probs, generator=gen,
                         use_triton=False)
