@@ -202,6 +202,10 @@ def engines_dashboard() -> dict:
                 f"/ on (instance) group_left sum by (instance) "
                 f"(rate(vllm:spec_decode_num_drafts_total{inst}[{RI}]))", "{{instance}} pos {{position}}")],
               unit="percentunit", minmax=(0, 1)),
+        panel("vLLM workers running the adaptspec plugin",
+              [(f"sum by (instance, version, vllm_version) (adaptspec:vllm_plugin_info{inst})",
+                "{{instance}} adaptspec {{version}} / vLLM {{vllm_version}}")], minmax=(0, 1),
+              description="0 or missing: per-request gamma (vllm_xargs) would be ignored by that worker."),
         panel("Draft tokens/s by content class (plugin)",
               [(f"sum by (content_class, proposer) "
                 f"(rate(adaptspec:spec_decode_num_draft_tokens_by_class_total{inst}[{RI}]))",

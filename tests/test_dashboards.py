@@ -71,7 +71,7 @@ def documented_names() -> set[str]:
     text = (ROOT / "docs" / "INTERFACES.md").read_text()
     names: set[str] = set()
     for line in text.splitlines():
-        found = re.findall(r"`([a-zA-Z_:][a-zA-Z0-9_:]*)`", line)
+        found = re.findall(r"`([a-zA-Z_:][a-zA-Z0-9_:]*)(?:`|\{)", line)
         first = None
         for n in found:
             if n.startswith("_") and first:

@@ -26,7 +26,7 @@ import functools
 import logging
 import threading
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from adaptspec.integrations.vllm_plugin import request_labels, request_limit, validate_xargs
 
@@ -79,13 +79,18 @@ def _seam(owner: type, name: str):
     return fn
 
 
-def install() -> None:
+def install(vllm_version: str) -> None:
     global _installed
     with _lock:
         if _installed:
             return
         _patch_scheduler()
         _patch_frontend()
+        # Lets a scraper tell a vLLM that honours vllm_xargs from one that would silently ignore them.
+        from adaptspec import __version__
+
+        Gauge("adaptspec:vllm_plugin_info", "adaptspec vLLM plugin loaded (per-request speculation limits)",
+              ["version", "vllm_version"]).labels(__version__, vllm_version).set(1)
         _installed = True
     logger.info("adaptspec vLLM plugin installed: per-request speculation limits and per-class counters")
 

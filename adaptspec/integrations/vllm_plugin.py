@@ -14,7 +14,7 @@ request carry its own limit through vLLM's extra request args:
 * API-server process: invalid values are rejected with HTTP 400 before the request reaches the engine,
   and each finished request adds its drafts / draft tokens / accepted tokens to
   `adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total{content_class,proposer}`
-  on vLLM's own /metrics.
+  on vLLM's own /metrics, next to `adaptspec:vllm_plugin_info{version,vllm_version} 1`.
 
 Launch vLLM with a speculative config whose `num_speculative_tokens` is the pool's `max_gamma`
 (`adaptspec launch vllm` prints the command). Supported vLLM: see SUPPORTED_VLLM; any other version
@@ -95,4 +95,4 @@ def register() -> None:
     check_version(vllm.__version__)
     from adaptspec.integrations import _vllm_patches
 
-    _vllm_patches.install()
+    _vllm_patches.install(vllm.__version__)

@@ -134,6 +134,7 @@ def test_proxy_parsers_read_real_vllm(vllm_server):
     sample = parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
     assert sample.running == 0 and sample.waiting == 0 and 0 <= sample.kv_usage <= 1
     names = {name for name, _, _ in sample.spec}
+    assert 'adaptspec:vllm_plugin_info{version="' in httpx.get(f"{url}/metrics", timeout=30).text
     assert {"vllm:spec_decode_num_draft_tokens_total", "adaptspec:spec_decode_num_draft_tokens_by_class_total",
             "vllm:spec_decode_num_accepted_tokens_per_pos_total"} <= names
 
