@@ -8,9 +8,9 @@ COPY adaptspec ./adaptspec
 COPY policies ./policies
 # The proxy needs only the base dependencies (no torch): aiohttp, pydantic, redis, prometheus-client, ...
 RUN pip install --no-cache-dir . && useradd --system --uid 10001 adaptspec
-USER adaptspec
+USER 10001
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
 ENTRYPOINT ["adaptspec"]
 CMD ["serve", "--config", "/etc/adaptspec/adaptspec.yaml"]

