@@ -33,6 +33,28 @@ def test_serve_without_config_starts_and_stops_the_reference_worker(proxies):
     assert metric(text, "adaptspec_output_tokens_total", worker="embedded-0") == 12 + 6
     assert metric(text, "adaptspec_requests_total", worker="embedded-0", code="200") == 2
 
+    # per-request feedback from the real worker: its usage.speculative lands in the proxy's counters and alpha
+    cls = raw.headers["x-adaptspec-class"]
+    key = {"worker": "embedded-0", "proposer": "draft", "content_class": cls}
+    prior = metric(text, "adaptspec_alpha_estimate", **key)
+    draft0 = metric(text, "adaptspec_draft_tokens_total", **key) or 0.0
+    accepted0 = metric(text, "adaptspec_accepted_tokens_total", **key) or 0.0
+    spec = {"proposer": "draft", "num_speculative_tokens": 4}
+    msgs = [{"role": "user", "content": "Summarize: the cat sat on the mat. The cat sat on the mat."}]
+    draft = accepted = 0
+    for _ in range(3):
+        r = client.chat.completions.with_raw_response.create(model="tiny", max_tokens=16, temperature=0,
+                                                             messages=msgs, extra_body={"speculation": spec})
+        assert r.headers["x-adaptspec-class"] == cls and r.headers["x-adaptspec-gamma"] == "4"
+        usage = r.parse().usage.model_extra["speculative"]
+        draft += usage["draft_tokens"]
+        accepted += usage["accepted_tokens"]
+    assert draft > 0
+    text = px.metrics()
+    assert metric(text, "adaptspec_draft_tokens_total", **key) - draft0 == draft
+    assert metric(text, "adaptspec_accepted_tokens_total", **key) - accepted0 == accepted
+    assert metric(text, "adaptspec_alpha_estimate", **key) != prior
+
     port = int(re.search(r"embedded worker ready at http://127\.0\.0\.1:(\d+)", px.log()).group(1))
     px.stop()
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
