@@ -25,12 +25,17 @@ def _vllm_available() -> bool:
     return VLLM_PYTHON.is_file() and os.access(VLLM_PYTHON, os.X_OK)
 
 
-def start_vllm(tmp_path_factory, proposer: str, launch_extra: dict):
+def require_vllm() -> None:
+    """Skip without the vLLM environment, or fail under ADAPTSPEC_REQUIRE_VLLM=1 (CI)."""
     if not _vllm_available():
         msg = f"no vLLM environment at {VLLM_PYTHON} (run scripts/ci_vllm.sh or set ADAPTSPEC_VLLM_PYTHON)"
         if os.environ.get("ADAPTSPEC_REQUIRE_VLLM") == "1":
             pytest.fail(msg)
         pytest.skip(msg)
+
+
+def start_vllm(tmp_path_factory, proposer: str, launch_extra: dict):
+    require_vllm()
     work = tmp_path_factory.mktemp(f"vllm-{proposer}")
     port = free_port()
     config = work / "pools.yaml"
