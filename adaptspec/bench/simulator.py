@@ -203,8 +203,13 @@ def simulate(
     worker: WorkerState | None = None,
     on_step: Callable[[float], None] | None = None,
     fast: bool = True,
+    t0: float = 0.0,
 ) -> SimResult:
-    """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`)."""
+    """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
+
+    `t0`: the clock reading at the start of the point (estimates and `on_step` see t0 + simulated time), so
+    an AlphaTable can carry over from one point to the next with its time-based forgetting intact.
+    """
     truth = truth or AlphaModel()
     if alphas is None:
         from adaptspec.control.estimators import AlphaTable
@@ -398,7 +403,7 @@ def simulate(
                     finished.append(s)
         tokens_total += emitted_step
         if on_step is not None:
-            on_step(t)
+            on_step(t0 + t)
 
         # completions
         for s in finished:
@@ -409,7 +414,8 @@ def simulate(
             if observe is not None and gamma[s] > 0 and d_tok[s] > 0:
                 g = int(gamma[s])  # per_position[i]: drafting steps whose position i was accepted
                 observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
-                        per_position=[int(x) for x in pos_acc[s, :g]], now=t, num_drafts=int(pos_drf[s, 0]))
+                        per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
+                        num_drafts=int(pos_drf[s, 0]))
             if t_warm is not None and n_warm < completed <= n_target:
                 n_out = gen[s]
                 m_ttft.append(t_first[s] - t_arr[s])
@@ -522,11 +528,13 @@ def sweep(
     max_gamma: int = 8,
     proposers: Sequence[str] | None = None,
     progress: bool = True,
+    warm_start: bool = True,
 ) -> list[dict]:
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
-    Each point starts from a fresh policy and a fresh AlphaTable (priors only), which the point's own
-    acceptance then teaches, warm-up included.
+    Each point starts from a fresh policy object. Its AlphaTable carries over from the policy's previous
+    point (`warm_start`, like a proxy that has been serving: estimates learnt at one load are valid at the
+    next) or starts from the priors at every point (`warm_start=False`, a cold start each time).
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
@@ -547,16 +555,19 @@ def sweep(
     rows = []
     with progress_bar(len(specs) * len(loads), "simulate", progress) as bar:
         for spec in specs:
+            clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
+            alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
             for kind, value in loads:
                 bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
                 cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
                                 rate=value if kind == "rate" else None, requests=requests, warmup=warmup,
                                 max_batch=max_batch, max_gamma=max_gamma, seed=seed)
                 policy = build_policy(spec.policy)
-                clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
-                alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
+                if not warm_start:
+                    clock = _SimClock()
+                    alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
                 res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
-                               on_step=clock.set)
+                               on_step=clock.set, t0=clock.t)
                 rows.append({"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,
                              "seed": seed, **res.row()})
                 bar.update(1)

@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-gamma", type=int, default=8)
     p.add_argument("--proposers", help="proposers the simulated worker offers (default: all of the profile's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cold-start", action="store_true",
+                   help="alpha estimates from the priors at every point (default: carried over from the "
+                        "policy's previous point, like a proxy that has been serving)")
     p.add_argument("--tolerance", type=float, default=0.98, help="target: adaptive >= this x best static")
     p.add_argument("--json", help="write the rows as JSON")
     p.add_argument("--md", help="write markdown tables")
@@ -76,7 +79,7 @@ def run(args) -> int:
         proposers = [p.strip() for p in args.proposers.split(",")] if args.proposers else None
         rows = sweep(specs, args.profile, workload, loads, seed=args.seed, requests=args.requests,
                      warmup=args.warmup, max_batch=args.max_batch, max_gamma=args.max_gamma,
-                     proposers=proposers, progress=not args.no_progress)
+                     proposers=proposers, progress=not args.no_progress, warm_start=not args.cold_start)
     except (ConfigError, ValueError) as exc:
         print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
         return 2

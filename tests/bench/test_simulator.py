@@ -147,3 +147,17 @@ def test_bad_config_is_refused():
         SimConfig(concurrency=4, rate=1.0)
     with pytest.raises(ValueError, match="concurrency"):
         SimConfig(concurrency=0)
+
+
+def test_draft_passes_are_shared_by_the_step():
+    """A draft model runs max(gamma) passes; pass k carries the requests drafting at least k tokens."""
+    prof = load_profile("h200-llama3-70b")
+    cost = ProfileCost(prof)
+    model = prof.draft("draft").model
+    kv = 4000
+    t = cost.draft_time("draft", np.array([1, 4, 4, 2]), kv)
+    expect = (model.time(4, kv) + model.time(3, kv * 3 / 4) + 2 * model.time(2, kv * 2 / 4))
+    assert t == pytest.approx(expect)
+    # prompt lookup: one lookup per step whatever gamma
+    ng = prof.draft("ngram")
+    assert cost.draft_time("ngram", np.array([1, 8]), kv) == pytest.approx(ng.step_s + 2 * ng.request_s)
