@@ -225,9 +225,12 @@ def build_vocabulary(texts: list[str], min_df: int) -> list[list[str]]:
     """Per group, the n-grams found in at least `min_df` of `texts`, most frequent first."""
     df = [Counter() for _ in _features.GROUPS]
     for t in texts:
-        for counter, feats in zip(df, _features.extract(t)[0], strict=False):
-            counter.update(set(feats))
-    return [[f for f, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_df] for c in df]
+        toks, bigrams, head = _features.extract(t)[0]
+        df[0].update(set(toks))
+        df[1].update(set(bigrams))
+        df[2].update(set(_features.byte_ngrams(head).tolist()))
+    words = [[f for f, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_df] for c in df[:2]]
+    return [*words, sorted(f for f, n in df[2].items() if n >= min_df)]  # byte codes: ascending
 
 
 def matrix(featurizer: _features.Featurizer, texts: list[str]) -> sp.csr_matrix:
@@ -258,14 +261,39 @@ def fit(x: sp.csr_matrix, y: np.ndarray, c: float) -> LogisticRegression:
     return clf
 
 
-def quantize(clf: LogisticRegression) -> tuple[np.ndarray, np.ndarray]:
-    """Round the weights to what ships (float16 coef, float32 intercept) and load them back into clf."""
+def quantize(clf: LogisticRegression, keep: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Round the weights to what ships (float16 coef, float32 intercept) and load them back into clf.
+
+    With keep > 0, only the `keep` n-grams with the strongest say are kept; the others get weight 0, which
+    is exactly what dropping them from the vocabulary does (unknown n-grams weigh 0). A feature's say is
+    the spread of its weights across classes: adding a constant to all classes changes no probability.
+    """
     coef = clf.coef_.T.astype(np.float16)  # [n_features, n_classes]
     coef[: len(_features.GROUPS)] = 0  # unknown n-gram slots (never set in the training matrix)
+    ngram = coef[len(_features.GROUPS) : coef.shape[0] - len(_features.STRUCT_NAMES)]  # a view
+    if 0 < keep < ngram.shape[0]:
+        w = ngram.astype(np.float64)
+        say = np.abs(w - w.mean(axis=1, keepdims=True)).max(axis=1)
+        ngram[np.argsort(-say, kind="stable")[keep:]] = 0
     intercept = clf.intercept_.astype(np.float32)
     clf.coef_ = coef.T.astype(np.float64)
     clf.intercept_ = intercept.astype(np.float64)
     return coef, intercept
+
+
+def compact(vocabulary: list[list[str]], coef: np.ndarray) -> tuple[list[list[str]], np.ndarray]:
+    """Drop the n-grams whose weights are all zero from the vocabulary and the weight matrix."""
+    g = len(_features.GROUPS)
+    keep_rows = list(range(g))
+    kept_vocab = []
+    col = g
+    for words in vocabulary:
+        nonzero = np.any(coef[col : col + len(words)] != 0, axis=1)
+        kept_vocab.append([w for w, k in zip(words, nonzero, strict=True) if k])
+        keep_rows += (col + np.flatnonzero(nonzero)).tolist()
+        col += len(words)
+    keep_rows += list(range(col, coef.shape[0]))
+    return kept_vocab, coef[keep_rows]
 
 
 def report(name: str, y: np.ndarray, pred: np.ndarray) -> dict:
@@ -292,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--c", type=float, nargs="+", default=[1.0, 4.0, 16.0], help="C values to try")
+    ap.add_argument("--keep", type=int, default=10000, help="n-grams kept in the shipped model (0 = all)")
     ap.add_argument("--no-augment", action="store_true", help="train on the data rows only")
     ap.add_argument("--min-df", type=int, default=2, help="keep n-grams seen in at least this many prompts")
     args = ap.parse_args(argv)
@@ -321,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     x_fit = sp.vstack([xs["train"], xs["val"]]).tocsr()
     y_fit = np.concatenate([ys["train"], ys["val"]])
     clf = fit(x_fit, y_fit, best_c)
-    coef, intercept = quantize(clf)
+    coef, intercept = quantize(clf, args.keep)
     train_s = time.perf_counter() - t0
 
     metrics = {"C": best_c, "validation_macro_f1": round(best_f1, 4)}
@@ -340,12 +369,15 @@ def main(argv: list[str] | None = None) -> int:
         "structural_features": list(_features.STRUCT_NAMES),
         "vocabulary_sizes": dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)),
         "min_df": args.min_df,
+        "kept_ngrams": args.keep,
         "trained_on": "shared/data combined/classifier_prompts.jsonl.gz minus " + ", ".join(EXCLUDED_PREFIXES),
         "n_train": int(len(y_fit)),
         "train_seconds": round(train_s, 1),
         "sklearn": __import__("sklearn").__version__,
         "metrics": metrics,
     }
+    vocabulary, coef = compact(vocabulary, coef)
+    meta["vocabulary_sizes"] = dict(zip(_features.GROUPS, map(len, vocabulary), strict=True))
     save_artifact(args.out, vocabulary, coef, intercept, meta)
 
     # The numpy inference path must agree with scikit-learn on every held-out row.

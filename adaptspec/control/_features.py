@@ -1,26 +1,28 @@
 """Feature extraction for the content classifier.
 
-`extract(text)` gives the raw features of a prompt: its n-gram strings per group and a short list of
-structural features. `Featurizer(vocabulary)` turns them into a sparse vector `(indices, values)`. The
-training script (scripts/train_classifier.py) and the inference path (classify.py) both go through
-`Featurizer.transform`, so the two cannot drift apart.
+`extract(text)` gives the raw features of a prompt: its word n-grams, the bytes its byte n-grams are read
+from, and a short list of structural features. `Featurizer(vocabulary)` maps them to columns. The training
+script (scripts/train_classifier.py, through `Featurizer.transform`) and the inference path (classify.py,
+through `Featurizer.grouped`, the same vector packed differently) share this code, so they cannot drift.
 
-Groups of n-grams (lower-cased; a token is a run of word characters or a run of punctuation, so `):`,
-`{"`, `=>` and ``` are tokens too):
-- word unigrams and bigrams over the prompt's head and tail (the instruction sits at one end of a long
-  context),
-- character 4-grams over the first CHAR_SPAN characters (scripts without spaces, code punctuation).
+Groups of n-grams:
+- word unigrams and bigrams (lower-cased; a token is a run of word characters or a run of punctuation, so
+  `):`, `{"`, `=>` and ``` are tokens too) over the prompt's head and tail: the instruction sits at one end
+  of a long context;
+- byte 4-grams over the first BYTE_SPAN bytes of the lower-cased UTF-8 text (code punctuation, sub-words of
+  unseen words, scripts without spaces). A byte 4-gram *is* a uint32, so these need no hashing: numpy
+  reads them with one strided view and looks them up with `searchsorted` in the sorted known codes.
 Each group's n-grams are counted and scaled by 1/sqrt(number of n-grams in the group), a cheap stand-in for
 L2 normalisation; n-grams outside the vocabulary go to one "unknown" slot per group, whose weight is zero
 (the training script leaves those columns empty).
 
-The n-gram -> column map is an explicit vocabulary (the n-grams seen in at least `min_df` training prompts)
-rather than a hash: Python's `hash()` is salted per process, and a portable hash (crc32) called once per
-n-gram costs more than the whole 100 us budget; a dict lookup through `map` runs in C.
+Words map to columns through an explicit vocabulary (dicts) rather than a hash: Python's `hash()` is salted
+per process, and a portable hash (crc32) called once per n-gram costs more than the whole 100 us budget,
+while `map(dict.get, ...)` runs in C.
 
 Structural features (STRUCT_NAMES), each roughly in [0, 1]: length, code fences, brace / parenthesis /
 indentation density, JSON keys and JSON-schema words, long context followed by a question, language names
-and "translat", non-ASCII share, numbers and equations, bullet lists.
+and "translat", non-ASCII share, numbers and arithmetic operators, bullet lists, "Name: ..." dialogue lines.
 """
 
 from __future__ import annotations
@@ -31,18 +33,19 @@ from array import array
 from collections.abc import Sequence
 from itertools import repeat
 
-HEAD_CHARS = 1000
-TAIL_CHARS = 400
-CHAR_SPAN = 128
-CHAR_N = 4
+import numpy as np
 
-GROUPS: tuple[str, ...] = ("word1", "word2", "char4")
+HEAD_CHARS = 700
+TAIL_CHARS = 300
+BYTE_SPAN = 160
+
+GROUPS: tuple[str, ...] = ("word1", "word2", "byte4")
 # Bump when extract() changes: an artifact trained on other features then refuses to load.
-VERSION = 2
+VERSION = 4
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]+")
 _SPEAKER_RE = re.compile(r"^[A-Z][\w.' -]{0,24}: ", re.M)
-_EQUATION_RE = re.compile(r"\d\s*[-+*/^=×÷]\s*\d|\$\s?\d|\d\s?%")
+_OPERATORS = frozenset(["+", "-", "*", "/", "=", "^", "%", "$", "×", "÷", "<", ">", "+/-", "==", "!=", "<=", ">="])
 _LANGUAGES = frozenset(
     ["english", "french", "german", "spanish", "italian", "portuguese", "dutch", "russian", "chinese", "mandarin", "japanese", "korean", "arabic", "hindi", "turkish", "polish", "swedish", "finnish", "greek", "hebrew", "vietnamese", "thai", "indonesian", "ukrainian", "czech", "danish", "norwegian", "hungarian", "romanian", "bengali", "urdu", "persian", "farsi", "nepali", "sinhala", "khmer", "pashto", "tagalog", "swahili", "catalan", "latin", "esperanto", "tamil", "telugu", "marathi", "malay"]
 )
@@ -63,7 +66,7 @@ STRUCT_NAMES: tuple[str, ...] = (
     "translate_word",
     "non_ascii_share",
     "number_share",
-    "equations",
+    "operators",
     "ends_with_question",
     "bullet_lines",
     "speaker_lines",
@@ -76,15 +79,23 @@ def _window(low: str) -> str:
     return low[:HEAD_CHARS] + "\n" + low[-TAIL_CHARS:]
 
 
-def extract(text: str) -> tuple[tuple[list[str], list[str], list[str]], list[float]]:
-    """((unigrams, bigrams, char 4-grams), structural features) of `text`."""
+def byte_ngrams(data: bytes) -> np.ndarray:
+    """The byte 4-grams of `data` as big-endian uint32 codes, in order (empty if len(data) < 4)."""
+    n = len(data) - 3
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint32)
+    # One strided view: element i is the 4 bytes starting at i, read as a big-endian uint32.
+    return np.ndarray((n,), dtype=">u4", buffer=data, strides=(1,)).astype(np.uint32)
+
+
+def extract(text: str) -> tuple[tuple[list[str], list[str], bytes], list[float]]:
+    """((unigrams, bigrams, head bytes for the byte 4-grams), structural features) of `text`."""
     n = len(text)
     low = text.lower()
     win = _window(low)
     toks = _TOKEN_RE.findall(win)
     bigrams = list(map(" ".join, zip(toks, toks[1:], strict=False)))
-    head = win[:CHAR_SPAN]
-    chars = [head[i : i + CHAR_N] for i in range(len(head) - CHAR_N + 1)]
+    head = win[:BYTE_SPAN].encode("utf-8", "replace")[:BYTE_SPAN]
 
     m = max(len(win), 1)
     lines = win.count("\n") + 1
@@ -106,58 +117,81 @@ def extract(text: str) -> tuple[tuple[list[str], list[str], list[str]], list[flo
         float("translat" in win),
         0.0 if win.isascii() else min(1.0, 2.0 * (len(win.encode("utf-8", "replace")) - len(win)) / m),
         min(1.0, 4.0 * sum(map(str.isdigit, toks)) / ntok),
-        min(1.0, len(_EQUATION_RE.findall(win, 0, 600)) / 3.0),
+        min(1.0, sum(map(_OPERATORS.__contains__, toks)) / 3.0),
         float(win.rstrip().endswith("?")),
         min(1.0, (win.count("\n- ") + win.count("\n* ") + win.count("\n1.")) / 5.0),
         min(1.0, len(_SPEAKER_RE.findall(text, 0, HEAD_CHARS)) / 6.0) if lines > 3 else 0.0,
     ]
-    return (toks, bigrams, chars), struct
+    return (toks, bigrams, head), struct
 
 
 class Featurizer:
     """Maps `extract` output to columns: [unknown slot per group] + each group's vocabulary + structural.
 
-    `vocabulary` holds one list of n-grams per group of GROUPS (one dict per group, so a word bigram never
-    collides with a character 4-gram).
+    `vocabulary` holds one list per group of GROUPS: word unigrams, word bigrams (strings), and byte 4-gram
+    codes (ints, sorted ascending).
     """
 
-    def __init__(self, vocabulary: Sequence[Sequence[str]]):
+    def __init__(self, vocabulary: Sequence[Sequence]):
         if len(vocabulary) != len(GROUPS):
             raise ValueError(f"vocabulary needs {len(GROUPS)} groups ({', '.join(GROUPS)}), got {len(vocabulary)}")
         self.vocabulary = [list(v) for v in vocabulary]
-        self._index: list[dict[str, int]] = []
         col = len(GROUPS)  # columns 0..len(GROUPS)-1: the "unknown n-gram" slot of each group
-        for words in self.vocabulary:
+        self._index: list[dict[str, int]] = []
+        for words in self.vocabulary[:2]:
             self._index.append({f: col + i for i, f in enumerate(words)})
             col += len(words)
+        codes = np.array(self.vocabulary[2], dtype=np.int64)
+        if codes.size and (np.any(np.diff(codes) <= 0) or codes[0] < 0 or codes[-1] >= 2**32):
+            raise ValueError("byte 4-gram vocabulary must be distinct uint32 codes in ascending order")
+        # Sorted known codes plus a sentinel that no UTF-8 text contains (0xFFFFFFFF), so that searchsorted
+        # never runs off the end; _code_columns maps a position to its column (the sentinel's: unknown).
+        self._codes = np.append(codes.astype(np.uint32), np.uint32(0xFFFFFFFF))
+        self._code_columns = np.append(np.arange(col, col + codes.size), 2)
+        col += codes.size
         self.n_ngram_columns = col
         self.n_features = col + len(STRUCT_NAMES)
         self._struct_columns = list(range(col, self.n_features))
 
-    def grouped(self, text: str) -> tuple[array, list[int], list[float], list[float]]:
+    def _byte_columns(self, data: bytes) -> np.ndarray:
+        codes = byte_ngrams(data)
+        pos = np.searchsorted(self._codes, codes)
+        columns = self._code_columns[pos]
+        columns[self._codes[pos] != codes] = 2  # 2: the unknown byte 4-gram slot
+        return columns
+
+    def grouped(self, text: str) -> tuple[np.ndarray, list[int], list[float], list[float]]:
         """The same vector as `transform`, packed for a fast dot product.
 
-        Returns (columns of all n-grams as an int64 array, start offset of each non-empty group in it,
-        that group's value 1/sqrt(n), structural feature values).
+        Returns (columns of all n-grams, int64, group after group; start offset of each non-empty group in
+        it; that group's value 1/sqrt(n); structural feature values).
         """
-        groups, struct = extract(text)
-        columns = array("q")
+        (toks, bigrams, head), struct = extract(text)
+        words = array("q")
         offsets: list[int] = []
         scales: list[float] = []
-        for g, feats in enumerate(groups):
+        for g, feats in enumerate((toks, bigrams)):
             if feats:
-                offsets.append(len(columns))
+                offsets.append(len(words))
                 scales.append(1.0 / math.sqrt(len(feats)))
-                columns.extend(map(self._index[g].get, feats, repeat(g)))
+                words.extend(map(self._index[g].get, feats, repeat(g)))
+        columns = np.frombuffer(words, dtype=np.int64) if words else np.zeros(0, dtype=np.int64)
+        if len(head) >= 4:
+            offsets.append(len(words))
+            scales.append(1.0 / math.sqrt(len(head) - 3))
+            columns = np.concatenate((columns, self._byte_columns(head)))
         return columns, offsets, scales, struct
 
     def transform(self, text: str) -> tuple[list[int], list[float]]:
         """(column indices, values) of `text`; indices may repeat (their values add up)."""
-        groups, struct = extract(text)
+        (toks, bigrams, head), struct = extract(text)
         indices: list[int] = []
         values: list[float] = []
-        for g, feats in enumerate(groups):
+        for g, feats in enumerate((toks, bigrams)):
             if feats:
                 indices += map(self._index[g].get, feats, repeat(g))
                 values += [1.0 / math.sqrt(len(feats))] * len(feats)
+        if len(head) >= 4:
+            indices += self._byte_columns(head).tolist()
+            values += [1.0 / math.sqrt(len(head) - 3)] * (len(head) - 3)
         return indices + self._struct_columns, values + struct

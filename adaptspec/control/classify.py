@@ -96,7 +96,7 @@ class Classifier:
         columns, offsets, scales, struct = self.featurizer.grouped(text)
         evidence = self._w_struct_t @ np.array(struct)  # [n_classes]
         if offsets:
-            rows = self._w.take(np.frombuffer(columns, dtype=np.int64), axis=0)  # [n_ngrams, n_classes]
+            rows = self._w.take(columns, axis=0)  # [n_ngrams, n_classes]
             evidence += np.array(scales) @ np.add.reduceat(rows, offsets, axis=0)
         return evidence  # [n_classes], without the intercept
 

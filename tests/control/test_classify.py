@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import subprocess
@@ -233,6 +234,30 @@ def test_shipped_weights_give_sklearns_predictions(model):
         np.testing.assert_allclose(list(scores.values()), proba[i], rtol=0, atol=1e-12)
 
 
+def test_packed_inference_vector_equals_training_vector(model):
+    """`grouped` (inference) and `transform` (training matrix) describe the same feature vector."""
+    fz = model.featurizer
+    for text in [*_held_out_texts(), "ab", "a", "日本語", "x" * 5000]:
+        idx, val = fz.transform(text)
+        dense = np.bincount(idx, weights=val, minlength=fz.n_features)
+        columns, offsets, scales, struct = fz.grouped(text)
+        packed = np.zeros(fz.n_features)
+        bounds = [*offsets, len(columns)]
+        for k, scale in enumerate(scales):
+            np.add.at(packed, columns[bounds[k] : bounds[k + 1]], scale)
+        packed[fz.n_ngram_columns :] += struct
+        np.testing.assert_allclose(packed, dense, rtol=0, atol=1e-12)
+
+
+def test_byte_ngrams_are_the_big_endian_codes_of_each_4_byte_window():
+    data = "naïve {x}".encode()
+    expected = [int.from_bytes(data[i : i + 4], "big") for i in range(len(data) - 3)]
+    assert _features.byte_ngrams(data).tolist() == expected
+    assert _features.byte_ngrams(b"abc").size == 0
+    with pytest.raises(ValueError, match="ascending"):
+        _features.Featurizer([[], [], [5, 3]])
+
+
 def test_train_export_load_round_trip(tmp_path):
     """Fit with scikit-learn, export with the training script's own steps, reload: same predictions."""
     trainer = _load_trainer()
@@ -290,6 +315,15 @@ def test_excluded_sources_are_never_trained_on():
 # ---- latency --------------------------------------------------------------------------------------------
 
 def test_predict_latency(benchmark, model):
-    text = CLEAR_PROMPTS["math"][0]
-    cls, _ = benchmark(model.predict, text)
-    assert cls == "math"
+    """One call = one prompt, cycling through prompts of every class (median = p50 per prompt).
+
+    Run for real with: pytest tests/control/test_classify.py -k latency --benchmark-enable
+    """
+    prompts = [(c, t) for c, texts in CLEAR_PROMPTS.items() for t in texts]
+    turn = itertools.cycle(prompts)
+
+    def classify_next() -> bool:
+        expected, text = next(turn)
+        return model.predict(text)[0] == expected
+
+    assert benchmark(classify_next)
