@@ -1,8 +1,8 @@
 """Fixtures that start real processes on loopback: redis-server, test upstreams, `adaptspec serve`.
 
-`redis_server` is reusable elsewhere (`from tests.proxy.conftest import RedisServer` or copy the
-fixture): it starts Debian's redis-server on a free port with persistence off and can be stopped and
-restarted on the same port to simulate an outage.
+`RedisServer` / the `redis_server` fixture are reusable by other test packages (pytest puts tests/ on
+sys.path, so `from proxy.conftest import RedisServer`): Debian's redis-server on a free loopback port,
+persistence off, `.stop()` and `.start()` again on the same port to simulate an outage.
 """
 
 from __future__ import annotations
