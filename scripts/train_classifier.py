@@ -97,6 +97,33 @@ _CHAT = (
     "Brainstorm names for a shop that sells {a}.", "I'm bored. Suggest something to do with a {a}.",
     "Write a limerick about a {a} who loves {b}.", "Pretend you are a {a}. Describe your day.",
 )
+_CHAT_WRITING = (
+    "Write a dialogue between a {a} and a {b}.", "Write a letter to a friend about {a}.",
+    "Write an essay on the role of {a} in everyday life.", "Write a speech for a wedding that mentions a {a}.",
+    "Write a song about {a} and {b}.", "Write a product description for a {a}.",
+    "Write a motivational message about {a}.", "Write a short story that ends with a {b}.",
+)
+# Programming vocabulary beyond the Python / C++ / Go / Java / JS / Rust of HumanEval(-X) and MBPP.
+_TECH = (
+    "HTML", "CSS", "React", "SQL", "MySQL", "PostgreSQL", "Node.js", "TypeScript", "PHP", "Ruby", "Swift",
+    "Kotlin", "Bash", "PowerShell", "Django", "Flask", "pandas", "NumPy", "Docker", "Kubernetes YAML", "jQuery",
+    "Vue", "Angular", "C#", "Scala", "Haskell", "R", "MATLAB", "Perl", "Lua", "Dart", "Spring Boot",
+)
+_CONCEPTS = (
+    "a while loop", "a closure", "a pointer", "an interface", "a promise", "a decorator", "recursion",
+    "a hash map", "generics", "async/await", "an inner join", "flexbox", "a linked list", "a binary search tree",
+    "exception handling", "a lambda function", "dependency injection", "a REST endpoint", "a unit test",
+    "garbage collection", "a race condition", "a regular expression", "an index on a table", "a stack",
+    "memoization", "a virtual DOM", "a foreign key", "inheritance", "a mutex", "string interpolation",
+)
+_CODE_ASKS = (
+    "Explain what {c} is in {t}.", "How would you implement {c} in {t}?", "Show me an example of {c} in {t}.",
+    "What is the difference between {c} and {c2} in {t}?", "Create a {t} page with a form for name and email.",
+    "Write a {t} snippet that uses {c}.", "Using {t}, create a simple component that shows a list of items.",
+    "Create a {t} table of users with name, email and year of birth.", "Why does my {t} code with {c} fail?",
+    "Design a {t} class for a bank account with deposit and withdraw methods.",
+    "Write a {t} query that returns the ten most recent orders.", "Refactor this {t} code to use {c}.",
+)
 _CHAT_LEADS = ("Quick question: ", "Hey! ", "I was wondering, ", "Can you tell me: ", "")
 _SUMMARY_AFTER = (
     "TL;DR:", "Summarize the text above.", "Write a one-sentence summary of the above.",
@@ -193,12 +220,19 @@ def augment(rows: list[dict], data: Path, rng: random.Random) -> list[dict]:
         if source == "truthfulqa":
             add(rng.choice(_CHAT_LEADS) + text.strip(), "chat", "question-lead", split)
         if source.startswith("t0/common_gen") and (words := re.search(r"(\w+), (\w+), (\w+)", text)):
-            for _ in range(3):
+            for templates in (_CHAT, _CHAT, _CHAT_WRITING):
                 a, b = rng.sample(words.groups(), 2)
-                add(rng.choice(_CHAT).format(a=a, b=b), "chat", "open-request", split)
+                add(rng.choice(templates).format(a=a, b=b), "chat", "open-request", split)
         if source.startswith("t0/wiki_bio") and "Bio:" in text:
             bio = text.split("Bio:", 1)[1].strip()
             add(rng.choice(_EXTRACT).format(p=bio), "structured", "extract-bio", split)
+
+    # Programming questions over a wider technology vocabulary (templates above, no data source).
+    for k in range(900):
+        split = split_of(f"code-ask-{k}")
+        if split != "test":
+            c, c2 = rng.sample(_CONCEPTS, 2)
+            add(rng.choice(_CODE_ASKS).format(c=c, c2=c2, t=rng.choice(_TECH)), "code", "code-ask", split)
 
     # Dialogues built from Tatoeba's English sentences (CC BY 2.0 FR), for "summarize this chat" prompts.
     with open(data / "tatoeba" / "tatoeba_laser_v1_14langs.jsonl", encoding="utf-8") as f:
