@@ -38,7 +38,7 @@ _JSON_FORMATS = ("json_object", "json_schema")
 
 
 class Classifier:
-    """A linear model over hashed n-gram + structural features. Immutable after construction."""
+    """A linear model over n-gram + structural features. Immutable after construction."""
 
     def __init__(
         self,
@@ -138,6 +138,10 @@ class Classifier:
         return ("structured" if forced else cls), scores, forced
 
     def classify_request(self, body: Mapping) -> str:
+        """Content class of a request body (the proxy's hot path: no text scoring when a field decides)."""
+        if isinstance(body, Mapping) and _structured_field(body):
+            request_text(body)  # still reject a malformed body
+            return "structured"
         return self.predict_request(body)[0]
 
 

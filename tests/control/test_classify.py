@@ -198,6 +198,9 @@ def test_rag_context_in_the_system_prompt_reads_as_summarize():
 def test_bad_request_bodies(body, message):
     with pytest.raises(RequestError, match=message) as info:
         classify_request(body)
+    if isinstance(body, dict):  # a tools field does not excuse a malformed body
+        with pytest.raises(RequestError, match=message):
+            classify_request({**body, "tools": [{"type": "function"}]})
     assert info.value.status == 400
     assert info.value.to_dict()["error"]["type"] == "invalid_request_error"
 
