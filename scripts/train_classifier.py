@@ -227,6 +227,31 @@ def augment(rows: list[dict], data: Path, rng: random.Random) -> list[dict]:
             bio = text.split("Bio:", 1)[1].strip()
             add(rng.choice(_EXTRACT).format(p=bio), "structured", "extract-bio", split)
 
+    # Multiple-choice questions from TruthfulQA's answer lists (Apache-2.0): closed-book -> chat, and
+    # with a passage to read first -> summarize.
+    passages = [_passage(r["text"]) for r in src if r["source"].startswith("t0/") and r["label"] == "summarize"]
+    passages = [p for p in passages if len(p) >= 300]
+    with open(data / "truthfulqa" / "truthfulqa.jsonl", encoding="utf-8") as f:
+        for line in f:
+            q = json.loads(line)
+            split = split_of(q["id"])
+            if split == "test" or len(q["incorrect_answers"]) < 2:
+                continue
+            options = [q["best_answer"], *rng.sample(q["incorrect_answers"], min(3, len(q["incorrect_answers"])))]
+            rng.shuffle(options)
+            style = rng.randrange(3)
+            if style == 0:
+                listing = "Choices:\n" + "\n".join(f"- {o}" for o in options)
+            elif style == 1:
+                listing = "\n".join(f"{'ABCD'[i]}) {o}" for i, o in enumerate(options))
+            else:
+                listing = "Options: " + "; ".join(options)
+            mc = f"{q['question']}\n\n{listing}\n\nAnswer:"
+            add(mc, "chat", "multiple-choice", split)
+            if passages and rng.random() < 0.4:
+                add(f"Read the passage and answer.\n\n{rng.choice(passages)}\n\nQ: {mc}", "summarize",
+                    "passage-multiple-choice", split)
+
     # Programming questions over a wider technology vocabulary (templates above, no data source).
     for k in range(900):
         split = split_of(f"code-ask-{k}")
