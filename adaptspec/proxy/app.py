@@ -192,7 +192,11 @@ async def start_site(app: web.Application, host: str, port: int) -> web.AppRunne
     """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects."""
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
-    await web.TCPSite(runner, host, port, backlog=1024).start()
+    try:
+        await web.TCPSite(runner, host, port, backlog=1024).start()
+    except OSError:
+        await runner.cleanup()  # stops the scraper, state sync and client session started by setup()
+        raise
     return runner
 
 

@@ -26,8 +26,11 @@ def serve(config, *, host: str, port: int, config_path: str | None = None, watch
             return 1
     try:
         return _run(_main(config, host, port, config_path, watch_s, extra))
-    except AdaptspecError as exc:  # e.g. the classifier artifact or a profile cannot be loaded
+    except AdaptspecError as exc:  # e.g. a profile that cannot be loaded
         log.error("cannot start the proxy: %s", exc)
+        return 1
+    except OSError as exc:  # the port is taken, the address is not local, ...
+        log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
         return 1
     finally:
         if embedded is not None:
