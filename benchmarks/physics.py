@@ -284,36 +284,39 @@ async def run_load(url: str, prompts: list[dict], proposer: str, k: int, concurr
             "alpha": accepted / draft if draft else None, "texts": [o.text for o in flat]}
 
 
-async def part_b(url: str, prompts: list[dict], concurrencies: list[int], max_tokens: int, rounds: int) -> dict:
+async def part_b(url: str, prompt_sets: dict[str, list[dict]], concurrencies: list[int], max_tokens: int,
+                 rounds: int) -> dict:
     out = {}
-    for conc in concurrencies:
-        acc: dict[str, dict] = {}
-        for r in range(rounds):
-            order = CONFIGS_B[r % len(CONFIGS_B):] + CONFIGS_B[: r % len(CONFIGS_B)]
-            for proposer, k in order:
-                res = await run_load(url, prompts, proposer, k, conc, max_tokens)
-                row = acc.setdefault(_name(proposer, k), {"tokens": 0, "seconds": 0.0, "steady": [],
-                                                          "alpha": res["alpha"], "texts": res["texts"]})
-                row["tokens"] += res["tokens"]
-                row["seconds"] += res["seconds"]
-                if res["steady_tokens_per_s"]:
-                    row["steady"].append(res["steady_tokens_per_s"])
-                print(f"  (b) c={conc} round {r + 1} {_name(proposer, k):10s} {res['tokens_per_s']:.0f} tok/s, "
-                      f"steady {res['steady_tokens_per_s'] or 0:.0f} tok/s over {res['steady_window_s']:.1f} s",
-                      file=sys.stderr)
-        base = acc["none"]["tokens"] / acc["none"]["seconds"]
-        texts_none = acc["none"]["texts"]
-        for row in acc.values():
-            row["tokens_per_s"] = row["tokens"] / row["seconds"]
-            row["ratio_vs_none"] = row["tokens_per_s"] / base
-            row["steady_tokens_per_s"] = sum(row["steady"]) / len(row["steady"]) if row["steady"] else None
-            row["lossless"] = row.pop("texts") == texts_none
-        steady_base = acc["none"]["steady_tokens_per_s"]
-        for row in acc.values():
-            row["steady_ratio_vs_none"] = (row["steady_tokens_per_s"] / steady_base
-                                           if row["steady_tokens_per_s"] and steady_base else None)
-        out[str(conc)] = acc
-    return {"by_concurrency": out, "max_tokens": max_tokens, "rounds": rounds}
+    for set_name, prompts in prompt_sets.items():
+        for conc in concurrencies:
+            acc: dict[str, dict] = {}
+            for r in range(rounds):
+                order = CONFIGS_B[r % len(CONFIGS_B):] + CONFIGS_B[: r % len(CONFIGS_B)]
+                for proposer, k in order:
+                    res = await run_load(url, prompts, proposer, k, conc, max_tokens)
+                    row = acc.setdefault(_name(proposer, k), {"tokens": 0, "seconds": 0.0, "steady": [],
+                                                              "alpha": res["alpha"], "texts": res["texts"]})
+                    row["tokens"] += res["tokens"]
+                    row["seconds"] += res["seconds"]
+                    if res["steady_tokens_per_s"]:
+                        row["steady"].append(res["steady_tokens_per_s"])
+                    print(f"  (b) {set_name} c={conc} round {r + 1} {_name(proposer, k):10s} "
+                          f"{res['tokens_per_s']:.0f} tok/s, steady {res['steady_tokens_per_s'] or 0:.0f} tok/s "
+                          f"over {res['steady_window_s']:.1f} s", file=sys.stderr)
+            base = acc["none"]["tokens"] / acc["none"]["seconds"]
+            texts_none = acc["none"]["texts"]
+            for row in acc.values():
+                row["tokens_per_s"] = row["tokens"] / row["seconds"]
+                row["ratio_vs_none"] = row["tokens_per_s"] / base
+                row["steady_tokens_per_s"] = sum(row["steady"]) / len(row["steady"]) if row["steady"] else None
+                row["lossless"] = row.pop("texts") == texts_none
+            steady_base = acc["none"]["steady_tokens_per_s"]
+            for row in acc.values():
+                row["steady_ratio_vs_none"] = (row["steady_tokens_per_s"] / steady_base
+                                               if row["steady_tokens_per_s"] and steady_base else None)
+            out[f"{conc} / {set_name}"] = acc
+    return {"by_concurrency": out, "max_tokens": max_tokens, "rounds": rounds,
+            "prompt_sets": {name: len(ps) for name, ps in prompt_sets.items()}}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -322,7 +325,7 @@ async def part_b(url: str, prompts: list[dict], concurrencies: list[int], max_to
 
 
 def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7), context: int = 300,
-           min_seconds: float = 0.4) -> dict:
+           min_seconds: float = 0.4, sweep_contexts=(30, 100, 300, 600)) -> dict:
     import torch
 
     from adaptspec.worker.model import TinyLlama
@@ -348,7 +351,25 @@ def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7)
                     grid[f"{B}x{T}"] = (time.perf_counter() - t0) / n * 1e3
                 print(f"  (s) {role} B={B:3d} " + " ".join(f"T={T}:{grid[f'{B}x{T}']:.1f}ms" for T in tokens),
                       file=sys.stderr)
-        out["models"][role] = {"params": sum(p.numel() for p in model.parameters()), "ms": grid}
+        sweep = {}
+        if role == "target":  # what a big batch pays per step that does not grow with T: attention over context
+            cache = model.new_cache(max(batches), max(sweep_contexts) + max(tokens) + 1)
+            with torch.inference_mode():
+                B = max(batches)
+                for ctx in sweep_contexts:
+                    for T in (1, 5):
+                        feed, slots, starts = [[7] * T for _ in range(B)], list(range(B)), [ctx] * B
+                        model.forward(feed, slots, starts, cache)
+                        n, t0 = 0, time.perf_counter()
+                        while n < 3 or time.perf_counter() - t0 < min_seconds:
+                            model.forward(feed, slots, starts, cache)
+                            n += 1
+                        sweep[f"{ctx}x{T}"] = (time.perf_counter() - t0) / n * 1e3
+                    print(f"  (s) target B={B} context {ctx}: T=1 {sweep[f'{ctx}x1']:.1f} ms, "
+                          f"T=5 {sweep[f'{ctx}x5']:.1f} ms", file=sys.stderr)
+        out["models"][role] = {"params": sum(p.numel() for p in model.parameters()), "ms": grid,
+                               "context_sweep_ms": sweep}
+    out["sweep_contexts"] = list(sweep_contexts)
     out["batches"], out["tokens"] = list(batches), list(tokens)
     return out
 
@@ -373,6 +394,15 @@ def markdown(result: dict) -> str:
                 ratio = m["ms"][f"{B}x5"] / m["ms"][f"{B}x1"] if 5 in toks else float("nan")
                 lines.append(f"| {role} ({m['params'] / 1e6:.1f}M) | {B} | " + " | ".join(f"{v:.1f}" for v in ms)
                              + f" | {ratio:.2f} |")
+        sw = st["models"].get("target", {}).get("context_sweep_ms")
+        if sw:
+            B = max(st["batches"])
+            lines += ["", f"Target, B={B}: the per-step cost that does not grow with T (attention over the context) "
+                      "decides what k extra tokens per request cost at a big batch:", "",
+                      "| context | T=1 ms | T=5 ms | T=5 ÷ T=1 |", "|---:|---:|---:|---:|"]
+            for ctx in st["sweep_contexts"]:
+                lines.append(f"| {ctx} | {sw[f'{ctx}x1']:.1f} | {sw[f'{ctx}x5']:.1f} | "
+                             f"{sw[f'{ctx}x5'] / sw[f'{ctx}x1']:.2f} |")
         lines.append("")
     a = result.get("a")
     if a:
@@ -395,8 +425,8 @@ def markdown(result: dict) -> str:
     if b:
         lines += [f"## (b) high concurrency, static always-on speculation (all requests at once, exactly "
                   f"{b['max_tokens']} output tokens each, {b['rounds']} interleaved rounds)", "",
-                  "| concurrency | config | output tok/s (makespan) | × none | steady decode tok/s | × none | α | "
-                  "same text as none |", "|---:|---|---:|---:|---:|---:|---:|---|"]
+                  "| concurrency / prompts | config | output tok/s (makespan) | × none | steady decode tok/s | × none "
+                  "| α | same text as none |", "|---|---|---:|---:|---:|---:|---:|---|"]
         for conc, rows in b["by_concurrency"].items():
             for name, row in rows.items():
                 alpha = f"{row['alpha']:.2f}" if row["alpha"] is not None else "–"
@@ -447,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts-a", type=int, default=8, help="prompts for (a), half code half summarize")
     ap.add_argument("--max-tokens-a", type=int, default=128)
     ap.add_argument("--max-chars", type=int, default=1800, help="skip source prompts longer than this")
-    ap.add_argument("--max-chars-b", type=int, default=900, help="(b): shorter prompts, so decode dominates")
+    ap.add_argument("--max-chars-b", default="250,900",
+                    help="(b): prompt-length caps, comma-separated; each is a separate prompt set (default 250,900)")
     ap.add_argument("--concurrency", default="32,64")
     ap.add_argument("--ignore-eos-a", action="store_true", help="(a): fixed-length outputs")
     ap.add_argument("--max-tokens-b", type=int, default=96)
@@ -463,9 +494,11 @@ def main(argv: list[str] | None = None) -> int:
                                    summarize_prompts(args.prompts_a - half, args.max_chars), strict=False)
                  for p in pair]
     conc = [int(c) for c in args.concurrency.split(",") if c]
-    prompts_b = [p for pair in zip(code_edit_prompts(max(conc) // 2, args.max_chars_b),
-                                   summarize_prompts(max(conc) // 2, args.max_chars_b, truncate=True), strict=False)
-                 for p in pair]
+    prompt_sets_b = {}
+    for chars in (int(c) for c in str(args.max_chars_b).split(",") if c):
+        prompt_sets_b[f"prompts <= {chars} chars"] = [
+            p for pair in zip(code_edit_prompts(max(conc) // 2, chars),
+                              summarize_prompts(max(conc) // 2, chars, truncate=True), strict=False) for p in pair]
     result: dict = {}
     if "s" in args.part:
         result["s"] = part_s(args)
@@ -482,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         if "a" in args.part:
             result["a"] = asyncio.run(part_a(url, prompts_a, args.max_tokens_a, args.ignore_eos_a))
         if "b" in args.part:
-            result["b"] = asyncio.run(part_b(url, prompts_b, conc, args.max_tokens_b, args.rounds_b))
+            result["b"] = asyncio.run(part_b(url, prompt_sets_b, conc, args.max_tokens_b, args.rounds_b))
         after = scrape(url) if url else {}
         result["metrics_delta"] = {k: after[k] - before.get(k, 0.0) for k in after
                                    if "_total" in k and after[k] != before.get(k, 0.0)}
