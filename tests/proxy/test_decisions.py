@@ -70,3 +70,22 @@ def test_alpha_estimate_moves_with_per_request_feedback(upstreams, proxies, alph
     assert metric(text, "adaptspec_draft_tokens_total", **key) == reported["draft"]
     assert metric(text, "adaptspec_accepted_tokens_total", **key) == reported["accepted"]
     assert metric(text, "adaptspec_output_tokens_total", **key) == 20 * 8
+
+
+def test_fixed_vllm_pool_learns_alpha_from_scraped_counters(upstreams, proxies):
+    up = upstreams("n0", engine="vllm", fixed_gamma=4, alpha=0.97)
+    px = proxies({"pools": [pool("vllm-ngram", [up], engine="vllm", per_request=False, proposers=["ngram"],
+                                 gamma=4, profile="cpu-tiny")], "server": FAST})
+    client = px.client()
+    priors = px.metrics()
+    h = _ask(client)
+    assert (h["x-adaptspec-proposer"], h["x-adaptspec-gamma"]) == ("ngram", "4")  # what the pool runs
+    key = {"worker": "n0", "proposer": "ngram", "content_class": h["x-adaptspec-class"]}
+    before = metric(priors, "adaptspec_alpha_estimate", **key)
+    for _ in range(19):
+        _ask(client)
+    # the engine-wide counters (vllm:spec_decode_*) reach the estimate through the scraper
+    eventually(lambda: metric(px.metrics(), "adaptspec_alpha_estimate", **key) > before + 0.2, timeout=5)
+    body = up.requests()[-1]["body"]
+    assert "speculation" not in body and "vllm_xargs" not in body  # fixed pool: body untouched
+    assert metric(px.metrics(), "adaptspec_draft_tokens_total", **key) is None  # no per-request stats here

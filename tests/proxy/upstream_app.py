@@ -3,7 +3,8 @@
     python tests/proxy/upstream_app.py --port P [--name w0] [--model m] [--engine adaptspec|openai]
                                        [--alpha 0.75] [--chunks 8] [--delay-ms 0]
 
-Answers /v1/chat/completions and /v1/completions (stream and non-stream). With --engine adaptspec it
+Answers /v1/chat/completions and /v1/completions (stream and non-stream). --engine vllm: fixed n-gram
+speculation at --fixed-gamma, counters on /metrics only (no per-request stats). With --engine adaptspec it
 behaves like the reference worker's protocol: it honours the body's `speculation` field, reports
 `usage.speculative` with accepted = round(alpha * draft_tokens), and exposes vLLM-named /metrics with
 its live running count (plus a `running_offset` set via POST /_debug/set to simulate load). The debug
@@ -21,12 +22,15 @@ import time
 from aiohttp import web
 
 
-def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_ms: float) -> web.Application:
+def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_ms: float,
+          fixed_gamma: int = 0) -> web.Application:
     app = web.Application()
     st = {"running": 0, "running_offset": 0.0, "waiting": 0.0, "kv": 0.0, "cancelled": 0, "completed": 0,
           "requests": [], "draft": 0, "accepted": 0, "drafts": 0, "by_class": {}}
 
     def spec_of(body: dict) -> tuple[str, int, str]:
+        if engine == "vllm":  # launched with fixed n-gram speculation; no per-request control or stats
+            return ("ngram", fixed_gamma, "*") if fixed_gamma else ("none", 0, "*")
         spec = body.get("speculation") or {}
         proposer = spec.get("proposer") or "none"
         k = int(spec.get("num_speculative_tokens") or 0) if proposer != "none" else 0
@@ -120,7 +124,7 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
             f'vllm:spec_decode_num_draft_tokens_total{{model_name="{model}"}} {st["draft"]}',
             f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{model}"}} {st["accepted"]}',
         ]
-        for (cls, p), (d, dt, a) in st["by_class"].items():
+        for (cls, p), (d, dt, a) in st["by_class"].items() if engine == "adaptspec" else ():
             lab = f'content_class="{cls}",proposer="{p}"'
             lines += [f"adaptspec:spec_decode_num_drafts_by_class_total{{{lab}}} {d}",
                       f"adaptspec:spec_decode_num_draft_tokens_by_class_total{{{lab}}} {dt}",
@@ -156,12 +160,13 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--name", default="w0")
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--engine", default="adaptspec", choices=("adaptspec", "openai"))
+    ap.add_argument("--engine", default="adaptspec", choices=("adaptspec", "vllm", "openai"))
+    ap.add_argument("--fixed-gamma", type=int, default=0, help="engine vllm: launch gamma (n-gram)")
     ap.add_argument("--alpha", type=float, default=0.75)
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--delay-ms", type=float, default=0.0)
     a = ap.parse_args()
-    app = build(a.name, a.model, a.engine, a.alpha, a.chunks, a.delay_ms)
+    app = build(a.name, a.model, a.engine, a.alpha, a.chunks, a.delay_ms, a.fixed_gamma)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None, handler_cancellation=True)
 
 
