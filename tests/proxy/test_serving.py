@@ -10,6 +10,8 @@ import time
 import openai
 import pytest
 
+from adaptspec.control.types import CONTENT_CLASSES
+
 from .conftest import eventually, http_json, metric, pool
 
 pytestmark = pytest.mark.integration
@@ -32,6 +34,7 @@ def test_chat_and_completions_stream_and_not(one):
     raw = client.chat.completions.with_raw_response.create(model="tiny", messages=CHAT, max_tokens=6)
     assert all(h in raw.headers for h in HEADERS)
     assert raw.headers["x-adaptspec-worker"] == "w0"
+    first_class = raw.headers["x-adaptspec-class"]
     chat = raw.parse()
     assert chat.choices[0].message.content == " ".join(["tok"] * 6)
     assert chat.usage.completion_tokens == 6
@@ -51,12 +54,14 @@ def test_chat_and_completions_stream_and_not(one):
     assert "".join(c.choices[0].text for c in chunks if c.choices) == " t0 t1 t2"
     assert chunks[-1].usage.completion_tokens == 3  # asked for by the client: passed through
 
-    # the upstream got the decision in its `speculation` field, with the class
+    # the upstream got each decision in its `speculation` field, with the class
     sent = [r["body"] for r in up.requests()]
     assert len(sent) == 4
-    for body, hdr_cls in zip(sent, ["code"] * 2, strict=False):
+    for body in sent:
         assert set(body["speculation"]) == {"proposer", "num_speculative_tokens", "content_class"}
-        assert body["speculation"]["content_class"] == hdr_cls or body["speculation"]["content_class"]
+        assert body["speculation"]["content_class"] in CONTENT_CLASSES
+    assert sent[0]["speculation"]["content_class"] == first_class
+    assert sent[1]["stream_options"] == {"include_usage": True}  # asked for by the proxy, stripped again
 
 
 def test_headers_match_what_the_worker_was_told(one):
