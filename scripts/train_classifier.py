@@ -424,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "classes": list(CONTENT_CLASSES),
         "feature_version": _features.VERSION,
+        "feature_params": _features.PARAMS,
         "groups": list(_features.GROUPS),
         "structural_features": list(_features.STRUCT_NAMES),
         "vocabulary_sizes": dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)),

@@ -35,13 +35,14 @@ from itertools import repeat
 
 import numpy as np
 
-HEAD_CHARS = 700
-TAIL_CHARS = 300
-BYTE_SPAN = 160
+HEAD_CHARS = 480
+TAIL_CHARS = 240
+BYTE_SPAN = 128
 
 GROUPS: tuple[str, ...] = ("word1", "word2", "byte4")
 # Bump when extract() changes: an artifact trained on other features then refuses to load.
-VERSION = 4
+VERSION = 5
+PARAMS = {"head_chars": HEAD_CHARS, "tail_chars": TAIL_CHARS, "byte_span": BYTE_SPAN}
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]+")
 _SPEAKER_RE = re.compile(r"^[A-Z][\w.' -]{0,24}: ", re.M)

@@ -75,6 +75,7 @@ class Classifier:
             raise ModelLoadError(f"cannot load the classifier artifact from {directory}: {exc}") from exc
         if (
             meta.get("feature_version") != _features.VERSION
+            or meta.get("feature_params") != _features.PARAMS
             or meta.get("groups") != list(_features.GROUPS)
             or meta.get("structural_features") != list(_features.STRUCT_NAMES)
         ):

@@ -273,6 +273,7 @@ def test_train_export_load_round_trip(tmp_path):
     meta = {
         "classes": list(CONTENT_CLASSES),
         "feature_version": _features.VERSION,
+        "feature_params": _features.PARAMS,
         "groups": list(_features.GROUPS),
         "structural_features": list(_features.STRUCT_NAMES),
     }
