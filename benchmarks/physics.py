@@ -8,6 +8,11 @@ Two claims, each measured side by side in one run against one worker process:
   (b) concurrency 32 / 64: static always-on speculation is *slower* than none (a big batch is compute-bound,
       so every rejected draft token is paid for in full).
 
+Two diagnostics explain what (a) and (b) show: (s) the forward time of target and draft over a grid of
+batch B x tokens per request T (and, at the biggest B, over the context length: the per-step attention cost
+that does not grow with T is what makes k extra tokens cheap even at a big batch); (e) the (b) load fed
+straight into the engine in this process, without HTTP (what the serving path adds per token).
+
 Configurations are interleaved request by request (a: every prompt runs under every configuration, in a
 rotating order) or round by round (b), so drift in the machine's load hits all of them alike. At
 temperature 0 every configuration must produce the same text; the script checks that too.
@@ -15,6 +20,7 @@ temperature 0 every configuration must produce the same text; the script checks 
     .venv/bin/python benchmarks/physics.py                       # starts its own worker, ~5-10 min
     .venv/bin/python benchmarks/physics.py --quick               # fewer prompts and shorter outputs
     .venv/bin/python benchmarks/physics.py --url http://127.0.0.1:8001 --part a
+    .venv/bin/python benchmarks/physics.py --part be --rounds-b 3        # (b) and its no-HTTP twin
 
 Writes `physics.json` and `physics.md` (and `physics.png` when matplotlib is present) to --out.
 """
@@ -375,6 +381,47 @@ def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7)
 
 
 # ---------------------------------------------------------------------------------------------------------
+# (e) the same high-concurrency load straight into the engine (no HTTP): separates the engine's physics from
+# the serving path's per-token costs.
+
+
+def part_e(args: argparse.Namespace, prompt_sets: dict[str, list[dict]], concurrencies: list[int],
+           max_tokens: int, rounds: int) -> dict:
+    import torch
+
+    from adaptspec.worker.engine import Engine, GenRequest
+
+    torch.set_num_threads(args.threads)
+    assets = ROOT / "adaptspec" / "assets"
+    engine = Engine.from_dirs(args.model or assets / "tiny-target", args.draft or assets / "tiny-draft",
+                              max_batch=args.max_batch, num_threads=args.threads)
+    out: dict = {}
+    try:
+        for set_name, prompts in prompt_sets.items():
+            ids = [engine.encode(engine.apply_chat_template(p["messages"])) for p in prompts]
+            for conc in concurrencies:
+                acc: dict[str, list[float]] = {}
+                for r in range(rounds):
+                    for proposer, k in CONFIGS_B[r % len(CONFIGS_B):] + CONFIGS_B[: r % len(CONFIGS_B)]:
+                        reqs = [GenRequest(f"e{r}-{proposer}-{i}", ids[i % len(ids)], max_tokens=max_tokens,
+                                           temperature=0.0, proposer=proposer, num_speculative_tokens=k,
+                                           ignore_eos=True) for i in range(conc)]
+                        t0 = time.perf_counter()
+                        got = engine.generate_sync(reqs)
+                        row = acc.setdefault(_name(proposer, k), [0, 0.0])
+                        row[0] += sum(len(v) for v in got.values())
+                        row[1] += time.perf_counter() - t0
+                base = acc["none"][0] / acc["none"][1]
+                out[f"{conc} / {set_name}"] = {
+                    name: {"tokens_per_s": t / s, "ratio_vs_none": t / s / base} for name, (t, s) in acc.items()}
+                print(f"  (e) {set_name} c={conc}: " + " ".join(
+                    f"{n}:{v['tokens_per_s']:.0f}" for n, v in out[f"{conc} / {set_name}"].items()), file=sys.stderr)
+    finally:
+        engine.stop()
+    return {"by_concurrency": out, "max_tokens": max_tokens, "rounds": rounds}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Report.
 
 
@@ -436,6 +483,14 @@ def markdown(result: dict) -> str:
                              f"{f'{st:.1f}' if st else '–'} | {f'{st_r:.2f}' if st_r else '–'} | "
                              f"{alpha} | {'yes' if row['lossless'] else 'NO'} |")
         lines.append("")
+    e = result.get("e")
+    if e:
+        lines += [f"## (e) the (b) load straight into the engine, no HTTP ({e['rounds']} interleaved rounds)", "",
+                  "| concurrency / prompts | config | output tok/s | × none |", "|---|---|---:|---:|"]
+        for key, rows in e["by_concurrency"].items():
+            for name, row in rows.items():
+                lines.append(f"| {key} | {name} | {row['tokens_per_s']:.1f} | {row['ratio_vs_none']:.2f} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -473,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model"), ap.add_argument("--draft")
     ap.add_argument("--threads", type=int, default=1, help="worker torch threads (default 1)")
     ap.add_argument("--max-batch", type=int, default=64)
-    ap.add_argument("--part", default="sab", help="any of s (forward grid), a, b (default: sab)")
+    ap.add_argument("--part", default="sab",
+                    help="any of s (forward grid), a, b, e (b's load without HTTP) (default: sab)")
     ap.add_argument("--prompts-a", type=int, default=8, help="prompts for (a), half code half summarize")
     ap.add_argument("--max-tokens-a", type=int, default=128)
     ap.add_argument("--max-chars", type=int, default=1800, help="skip source prompts longer than this")
@@ -516,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
             result["a"] = asyncio.run(part_a(url, prompts_a, args.max_tokens_a, args.ignore_eos_a))
         if "b" in args.part:
             result["b"] = asyncio.run(part_b(url, prompt_sets_b, conc, args.max_tokens_b, args.rounds_b))
+        if "e" in args.part:
+            result["e"] = part_e(args, prompt_sets_b, conc, args.max_tokens_b, args.rounds_b)
         after = scrape(url) if url else {}
         result["metrics_delta"] = {k: after[k] - before.get(k, 0.0) for k in after
                                    if "_total" in k and after[k] != before.get(k, 0.0)}
