@@ -105,16 +105,20 @@ def _patch_scheduler() -> None:
     after_schedule = _seam(AsyncScheduler, "_update_after_schedule")
     add_request = _seam(Scheduler, "add_request")
 
-    @functools.wraps(update_draft)
-    def update_draft_token_ids(self, draft_token_ids) -> None:
-        update_draft(self, draft_token_ids)
-        for req_id in draft_token_ids.req_ids:
+    def cut_drafts(self, req_ids) -> None:
+        """Cut each listed request's pending drafts to its own limit (0 = none)."""
+        for req_id in req_ids:
             request = self.requests.get(req_id)
             if request is None:
                 continue
             limit = _limit_of(request)
             if limit is not None and len(request.spec_token_ids) > limit:
                 request.spec_token_ids = request.spec_token_ids[:limit]
+
+    @functools.wraps(update_draft)
+    def update_draft_token_ids(self, draft_token_ids) -> None:
+        update_draft(self, draft_token_ids)
+        cut_drafts(self, draft_token_ids.req_ids)
 
     @functools.wraps(base_after_schedule)
     def _base_update_after_schedule(self, scheduler_output) -> None:
@@ -135,13 +139,7 @@ def _patch_scheduler() -> None:
     @functools.wraps(after_schedule)
     def _update_after_schedule(self, scheduler_output) -> None:
         after_schedule(self, scheduler_output)
-        for req_id in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(req_id)
-            if request is None:
-                continue
-            limit = _limit_of(request)
-            if limit is not None and len(request.spec_token_ids) > limit:
-                request.spec_token_ids = request.spec_token_ids[:limit]
+        cut_drafts(self, scheduler_output.num_scheduled_tokens)
 
     @functools.wraps(add_request)
     def add_request_with_metrics(self, request) -> None:
