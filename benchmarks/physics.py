@@ -39,6 +39,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -330,6 +331,18 @@ async def part_b(url: str, prompt_sets: dict[str, list[dict]], concurrencies: li
 # feeding T tokens each at a context of C, in this process (no HTTP, no engine loop).
 
 
+def _median_ms(call, min_seconds: float) -> float:
+    """Median wall time of one call, in ms: robust to the spikes of a CPU shared with other jobs."""
+    call()
+    times: list[float] = []
+    t_end = time.perf_counter() + min_seconds
+    while len(times) < 5 or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
 def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7), context: int = 300,
            min_seconds: float = 0.4, sweep_contexts=(30, 100, 300, 600)) -> dict:
     import torch
@@ -349,12 +362,7 @@ def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7)
                     feed = [[7] * T for _ in range(B)]
                     slots, starts = list(range(B)), [context] * B
 
-                    model.forward(feed, slots, starts, cache)
-                    n, t0 = 0, time.perf_counter()
-                    while n < 3 or time.perf_counter() - t0 < min_seconds:
-                        model.forward(feed, slots, starts, cache)
-                        n += 1
-                    grid[f"{B}x{T}"] = (time.perf_counter() - t0) / n * 1e3
+                    grid[f"{B}x{T}"] = _median_ms(partial(model.forward, feed, slots, starts, cache), min_seconds)
                 print(f"  (s) {role} B={B:3d} " + " ".join(f"T={T}:{grid[f'{B}x{T}']:.1f}ms" for T in tokens),
                       file=sys.stderr)
         sweep = {}
@@ -365,12 +373,8 @@ def part_s(args: argparse.Namespace, batches=(1, 8, 32, 64), tokens=(1, 3, 5, 7)
                 for ctx in sweep_contexts:
                     for T in (1, 5):
                         feed, slots, starts = [[7] * T for _ in range(B)], list(range(B)), [ctx] * B
-                        model.forward(feed, slots, starts, cache)
-                        n, t0 = 0, time.perf_counter()
-                        while n < 3 or time.perf_counter() - t0 < min_seconds:
-                            model.forward(feed, slots, starts, cache)
-                            n += 1
-                        sweep[f"{ctx}x{T}"] = (time.perf_counter() - t0) / n * 1e3
+                        sweep[f"{ctx}x{T}"] = _median_ms(partial(model.forward, feed, slots, starts, cache),
+                                                         min_seconds)
                     print(f"  (s) target B={B} context {ctx}: T=1 {sweep[f'{ctx}x1']:.1f} ms, "
                           f"T=5 {sweep[f'{ctx}x5']:.1f} ms", file=sys.stderr)
         out["models"][role] = {"params": sum(p.numel() for p in model.parameters()), "ms": grid,
