@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -65,6 +66,9 @@ __all__ = ["Engine", "EngineMetrics", "GenRequest", "StepOutput"]
 log = logging.getLogger(__name__)
 
 PROPOSER_NAMES = ("none", "ngram", "draft")
+# The smallest positive temperature accepted: logits / T must stay finite in float32 (|logits| of a real
+# model are far below 3e38 * 1e-30).
+MIN_TEMPERATURE = 1e-30
 
 
 @dataclass
@@ -254,10 +258,7 @@ class Engine:
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
                 f"{len(ids) + req.max_tokens} tokens ({len(ids)} in the prompt, {req.max_tokens} in the "
                 "completion).", param="max_tokens", code="context_length_exceeded")
-        if req.temperature < 0:
-            raise RequestError(f"temperature must be >= 0, got {req.temperature}", param="temperature")
-        if not 0 < req.top_p <= 1:
-            raise RequestError(f"top_p must be in (0, 1], got {req.top_p}", param="top_p")
+        self._check_sampling(req)
         if req.proposer is None:
             name, k = self.default_proposer, self.default_k
             if req.num_speculative_tokens is not None:
@@ -270,6 +271,27 @@ class Engine:
         else:
             stop = set(req.stop_token_ids if req.stop_token_ids is not None else self.tokenizer.eos_token_ids)
         return _Seq(req, name, k, stop, sink)
+
+    @staticmethod
+    def _check_sampling(req: GenRequest) -> None:
+        """Sampling values as the step will see them (float32): a value that only breaks after rounding
+        (top_p=1e-300 -> 0.0, temperature=1e-50 -> a denormal that overflows logits / T) is refused here,
+        per request, instead of raising inside a batched step."""
+        for name in ("temperature", "top_p"):
+            v = getattr(req, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise RequestError(f"{name} must be a number, got {v!r}", param=name)
+        t32 = float(torch.tensor(float(req.temperature), dtype=torch.float32))
+        if not math.isfinite(t32) or t32 < 0 or (t32 == 0) != (req.temperature == 0) or 0 < t32 < MIN_TEMPERATURE:
+            raise RequestError(f"temperature must be 0 or a finite number >= {MIN_TEMPERATURE:g}, "
+                               f"got {req.temperature!r}", param="temperature")
+        p32 = float(torch.tensor(float(req.top_p), dtype=torch.float32))
+        if not (0 < req.top_p <= 1 and 0 < p32 <= 1):
+            raise RequestError(f"top_p must be in (0, 1] (and positive in float32), got {req.top_p!r}",
+                               param="top_p")
+        if req.seed is not None and (isinstance(req.seed, bool) or not isinstance(req.seed, int)
+                                     or not -(2**63) <= req.seed < 2**64):
+            raise RequestError(f"seed must be an integer in [-2**63, 2**64), got {req.seed!r}", param="seed")
 
     def submit(self, req: GenRequest, sink) -> None:
         """Queue a request; `sink(StepOutput | BaseException)` is called from the engine thread."""
@@ -347,9 +369,9 @@ class Engine:
                     for s in batch:
                         self._finish_locked(s)
                 for s in batch:
-                    s.sink(RuntimeError(f"engine step failed: {e}"))
+                    self._emit(s, RuntimeError(f"engine step failed: {e}"))
         for s in pending:
-            s.sink(StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+            self._emit(s, StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
         with self._lock:
             for s in list(self._running):
                 self._finish_locked(s)
@@ -360,10 +382,10 @@ class Engine:
         ids, self._aborts = self._aborts, set()
         for s in [s for s in self._running if s.req.request_id in ids]:
             self._finish_locked(s)
-            s.sink(StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+            self._emit(s, StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
         for s in [s for s in self._waiting if s.req.request_id in ids]:
             self._waiting.remove(s)
-            s.sink(StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+            self._emit(s, StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
 
     def _admit_locked(self) -> None:
         budget = self.max_prefill_tokens
@@ -390,7 +412,43 @@ class Engine:
 
     @torch.inference_mode()
     def step(self, batch: list[_Seq]) -> None:
-        """One engine step over `batch` (all running): propose, one target forward, verify, commit."""
+        """One engine step over `batch` (all running): propose, one target forward, verify, commit.
+
+        Isolation: if the batched propose/forward/verify raises, every request is retried alone (nothing is
+        committed before verification, and stale K/V past a request's cached length is harmless), so only
+        the request(s) that fail alone are failed; the others make their step. A failure in a batch of one
+        propagates to the loop, which fails that request."""
+        try:
+            ks, out = self._compute(batch)
+        except Exception:
+            if len(batch) == 1:
+                raise
+            log.exception("engine step over %d requests failed; retrying each request alone", len(batch))
+            good, ks, out = [], [], []
+            for s in batch:
+                try:
+                    k1, o1 = self._compute([s])
+                except Exception as e:
+                    log.exception("request %s fails alone; failing it", s.req.request_id)
+                    with self._lock:
+                        self._finish_locked(s)
+                    self._emit(s, RuntimeError(f"engine step failed for request {s.req.request_id}: {e}"))
+                else:
+                    good.append(s)
+                    ks += k1
+                    out += o1
+            batch = good
+        self._commit(batch, ks, out)
+
+    def _emit(self, s: _Seq, item) -> None:
+        try:
+            s.sink(item)
+        except Exception:  # one broken consumer must not take the others' outputs down
+            log.exception("output sink of request %s raised", s.req.request_id)
+
+    def _compute(self, batch: list[_Seq]) -> tuple[list[int], list[list[int]]]:
+        """Propose, forward and verify `batch` without committing: -> (k per request, emitted tokens per
+        request, -1 padded)."""
         # 1. drafts, one batched call per proposer
         drafts: list[Draft] = [Draft([]) for _ in batch]
         groups: dict[str, list[int]] = {}
@@ -436,8 +494,10 @@ class Engine:
         gens = {i: s.sampling.generator for i, s in enumerate(batch) if s.sampling.generator is not None}
         out = verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
                             generator=gens or None).tolist()
+        return ks, out
 
-        # 4. commit, stop, stream
+    def _commit(self, batch: list[_Seq], ks: list[int], out: list[list[int]]) -> None:
+        """Commit verified tokens, apply stops, stream."""
         finished: list[_Seq] = []
         outputs: list[tuple[_Seq, StepOutput]] = []
         with self._lock:
@@ -481,7 +541,7 @@ class Engine:
                 outputs.append((s, StepOutput(new, reason is not None, reason, s.draft_tokens,
                                               s.accepted_tokens, s.steps)))
         for s, o in outputs:
-            s.sink(o)
+            self._emit(s, o)
 
     # ------------------------------------------------------------------ blocking helper (scripts, tests)
     def generate_sync(self, reqs: list[GenRequest], timeout: float = 300.0) -> dict[str, list[int]]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
 import pytest
 import torch
 
+from adaptspec.errors import RequestError
 from adaptspec.worker.engine import Engine, GenRequest
 
 ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
@@ -56,3 +58,100 @@ def test_explicit_thread_override_and_bad_values():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="num_threads"):
             Engine.from_dirs(model_dir, None, max_batch=2, max_model_len=128, num_threads=bad)
+
+
+# ---------------------------------------------------------------- isolation of bad requests
+GOOD_PROMPTS = ["Tom has 3 apples and buys 5 more. How many apples does he have?",
+                "Complete this Python function.\n\ndef add_numbers(a, b):\n",
+                "Summarize: the council met on Tuesday to discuss the new park."]
+
+
+def _req(rid, ids, proposer="none", k=0, **kw) -> GenRequest:
+    kw.setdefault("max_tokens", 12)
+    kw.setdefault("temperature", 0.0)
+    kw.setdefault("ignore_eos", True)
+    return GenRequest(rid, ids, proposer=proposer, num_speculative_tokens=k, **kw)
+
+
+@pytest.fixture(scope="module")
+def reference(engine) -> dict[int, list[int]]:
+    return {i: engine.generate_sync([_req(f"ref{i}", _ids(engine, p))])[f"ref{i}"]
+            for i, p in enumerate(GOOD_PROMPTS)}
+
+
+@pytest.mark.parametrize("field,value", [
+    ("top_p", 1e-300),  # rounds to 0.0 in float32: used to raise inside the batched step
+    ("top_p", float("nan")), ("top_p", 0.0), ("top_p", 1.5),
+    ("temperature", 1e-300),  # rounds to 0.0: would silently turn a sampled request greedy
+    ("temperature", 1e-40),  # a float32 denormal: logits / T overflows
+    ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", -0.5),
+    ("temperature", "0.7"), ("seed", 2**64), ("seed", 1.5)])
+def test_bad_sampling_values_are_refused_at_admission(engine, field, value):
+    with pytest.raises(RequestError, match=field) as e:
+        engine.submit(_req("bad", _ids(engine, "Hi"), **{field: value}), lambda item: None)
+    assert e.value.param == field
+
+
+async def test_bad_request_next_to_good_ones(engine, reference):
+    async def run(r):
+        return [t async for o in engine.generate(r) for t in o.new_token_ids]
+
+    good = [_req(f"good{i}", _ids(engine, p), "ngram", 3) for i, p in enumerate(GOOD_PROMPTS)]
+    bad = _req("bad-top-p", _ids(engine, GOOD_PROMPTS[0]), temperature=0.7, top_p=1e-300)
+    results = await asyncio.gather(*(run(r) for r in [good[0], bad, *good[1:]]), return_exceptions=True)
+    assert isinstance(results[1], RequestError) and results[1].param == "top_p"
+    assert [results[0], *results[2:]] == [reference[i] for i in range(len(GOOD_PROMPTS))]
+
+
+class _FaultyNgram:
+    """The real n-gram proposer, except that it raises for requests whose id starts with 'boom'
+    (a stand-in for any per-request bug inside a batched step)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def propose(self, batch):
+        if any(it.request_id.startswith("boom") for it in batch):
+            raise ValueError("injected proposer fault")
+        return self.inner.propose(batch)
+
+
+def test_step_error_fails_only_the_request_that_causes_it(engine, reference, caplog):
+    real = engine._proposers["ngram"]
+    engine._proposers["ngram"] = _FaultyNgram(real)
+    try:
+        results: dict[str, list] = {}
+        done = threading.Event()
+        lock = threading.Lock()
+        reqs = [_req(f"good{i}", _ids(engine, p), "ngram", 2) for i, p in enumerate(GOOD_PROMPTS)]
+        reqs.insert(1, _req("boom", _ids(engine, GOOD_PROMPTS[1]), "ngram", 2))
+
+        def make_sink(rid):
+            def sink(item):
+                with lock:
+                    results.setdefault(rid, []).append(item)
+                    if sum(isinstance(v[-1], BaseException) or v[-1].finished for v in results.values()) == len(reqs):
+                        done.set()
+            return sink
+
+        with engine._lock:  # queue all four before the loop looks, so they share their steps
+            for r in reqs:
+                engine._waiting.append(engine._make_seq(r, make_sink(r.request_id)))
+            engine._wake.notify_all()
+        assert done.wait(120)
+    finally:
+        engine._proposers["ngram"] = real
+    boom = results.pop("boom")
+    assert len(boom) == 1 and isinstance(boom[0], RuntimeError) and "injected proposer fault" in str(boom[0])
+    for i in range(len(GOOD_PROMPTS)):
+        outs = results[f"good{i}"]
+        assert not any(isinstance(o, BaseException) for o in outs)
+        assert [t for o in outs for t in o.new_token_ids] == reference[i]
+        assert outs[-1].finish_reason == "length"
+    assert "retrying each request alone" in caplog.text
+    # the engine loop is alive and serves the next request
+    assert engine.generate_sync([_req("after", _ids(engine, GOOD_PROMPTS[0]))])["after"] == reference[0]
