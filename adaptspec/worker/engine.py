@@ -6,8 +6,13 @@ prefill-token budget) and leave (finished, aborted). Each running request has it
 and then ONE target forward feeds, for every running request, its not-yet-cached tokens (the whole prompt
 on its first step, else the last emitted token) followed by its drafts. The logits of each request's last
 k_i + 1 positions become probabilities (`logits_to_probs`, per-request temperature/top_p) and
-`verify_drafts` accepts/rejects the whole ragged batch at once (k_i = 0 is plain decoding). Rejected
-drafts are rolled back by keeping the request's cached length (stale K/V is overwritten later).
+`verify_drafts` accepts/rejects the whole ragged batch at once (k_i = 0 is plain decoding); greedy requests
+(temperature 0) skip the probabilities and are verified against the argmax of their logits
+(`greedy_verify`: the same tokens, several times cheaper). Rejected drafts are rolled back by keeping the
+request's cached length (stale K/V is overwritten later).
+
+Sampling values are checked at admission as the step sees them (float32), and if a batched step still
+raises, each request is retried alone so that only the failing one(s) get the error.
 
 API (docs/INTERFACES.md, "Worker"):
 
@@ -110,6 +115,25 @@ class EngineMetrics:
     num_generated_tokens: int = 0
 
 
+def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) -> list[list[int]]:
+    """Greedy verification straight from the logits: `logits` holds, per request, its k_i draft positions
+    then its bonus position ([sum(k) + B, V]). Request i accepts the longest prefix of its drafts equal to
+    the argmax at each position and then emits the argmax at the first mismatch (or the bonus position).
+    The same tokens as `verify_drafts(logits_to_probs(logits, 0.0).probs, ..., greedy=True)` (argmax, first
+    index on ties, in both), without building probabilities."""
+    am = logits.argmax(dim=-1).tolist()
+    out, o = [], 0
+    for d, k in zip(drafts, ks, strict=True):
+        a = 0
+        while a < k and d[a] == am[o + a]:
+            a += 1
+        out.append(am[o:o + a + 1])
+        o += k + 1
+    if o != len(am):
+        raise ValueError(f"logits has {len(am)} rows, expected sum(k) + B = {o}")
+    return out
+
+
 class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls")
@@ -170,6 +194,9 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._m = EngineMetrics(spec_accepted_per_pos=[0] * max_speculative_tokens)
+        # verify greedy requests by argmax of the logits (skipping probabilities); False forces the general
+        # path for every request (tests compare the two)
+        self.greedy_fast_path = True
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -474,7 +501,33 @@ class Engine:
         logits = self.model.forward(chunks, [s.slot for s in batch], [s.kv_len for s in batch], self.cache,
                                     logit_rows=rows)  # [sum(k) + B, V]
 
-        # 3. verify the ragged batch
+        # 3. verify the ragged batch: greedy requests by argmax of the logits, the others by probabilities
+        greedy = [s.sampling.temperature == 0 for s in batch]
+        if not self.greedy_fast_path or not any(greedy):
+            return ks, self._verify_probs(batch, drafts, ks, logits)
+        row_starts = [0]
+        for k in ks:
+            row_starts.append(row_starts[-1] + k + 1)
+        g_idx = [i for i, g in enumerate(greedy) if g]
+        if len(g_idx) == len(batch):
+            return ks, greedy_verify(logits, [d.token_ids for d in drafts], ks)
+        s_idx = [i for i, g in enumerate(greedy) if not g]
+        out: list[list[int]] = [[] for _ in batch]
+        for idx, fn in ((g_idx, None), (s_idx, self._verify_probs)):
+            rows = torch.cat([torch.arange(row_starts[i], row_starts[i + 1]) for i in idx])
+            sub_logits = logits.index_select(0, rows)
+            sub_ks = [ks[i] for i in idx]
+            if fn is None:
+                res = greedy_verify(sub_logits, [drafts[i].token_ids for i in idx], sub_ks)
+            else:
+                res = fn([batch[i] for i in idx], [drafts[i] for i in idx], sub_ks, sub_logits)
+            for i, r in zip(idx, res, strict=True):
+                out[i] = r
+        return ks, out
+
+    def _verify_probs(self, batch: list[_Seq], drafts: list[Draft], ks: list[int],
+                      logits: torch.Tensor) -> list[list[int]]:
+        """The general path: per-row temperature/top_p probabilities, then `verify_drafts`."""
         reps = torch.tensor([k + 1 for k in ks])
         temps = torch.repeat_interleave(torch.tensor([s.sampling.temperature for s in batch]), reps)
         top_ps = torch.repeat_interleave(torch.tensor([s.sampling.top_p for s in batch]), reps)
@@ -492,9 +545,8 @@ class Engine:
             draft_probs = torch.cat(parts) if parts else None
         greedy = [s.sampling.temperature == 0 for s in batch]
         gens = {i: s.sampling.generator for i, s in enumerate(batch) if s.sampling.generator is not None}
-        out = verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
-                            generator=gens or None).tolist()
-        return ks, out
+        return verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
+                             generator=gens or None).tolist()
 
     def _commit(self, batch: list[_Seq], ks: list[int], out: list[list[int]]) -> None:
         """Commit verified tokens, apply stops, stream."""

@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from adaptspec.errors import RequestError
-from adaptspec.worker.engine import Engine, GenRequest
+from adaptspec.worker import engine as engine_module
+from adaptspec.worker.engine import Engine, GenRequest, greedy_verify
+from adaptspec.worker.sampling import logits_to_probs
+from adaptspec.worker.verify import verify_drafts
 
 ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
 
@@ -155,3 +158,66 @@ def test_step_error_fails_only_the_request_that_causes_it(engine, reference, cap
     assert "retrying each request alone" in caplog.text
     # the engine loop is alive and serves the next request
     assert engine.generate_sync([_req("after", _ids(engine, GOOD_PROMPTS[0]))])["after"] == reference[0]
+
+
+# ---------------------------------------------------------------- the greedy fast path
+def test_greedy_verify_matches_the_general_verifier():
+    """Random logits with ties, drafts agreeing with the argmax for a random prefix then (maybe) not."""
+    gen = torch.Generator().manual_seed(7)
+    vocab = 50
+    for _ in range(30):
+        b = int(torch.randint(1, 7, (1,), generator=gen))
+        ks = torch.randint(0, 6, (b,), generator=gen).tolist()
+        # integer-valued logits in a small range: many exact ties (first index wins in both paths)
+        logits = torch.randint(-3, 4, (sum(ks) + b, vocab), generator=gen).float()
+        am = logits.argmax(-1).tolist()
+        drafts, o = [], 0
+        for k in ks:
+            keep = int(torch.randint(0, k + 1, (1,), generator=gen))
+            d = am[o:o + keep] + torch.randint(0, vocab, (k - keep,), generator=gen).tolist()
+            drafts.append(d)
+            o += k + 1
+        fast = greedy_verify(logits, drafts, ks)
+        probs = logits_to_probs(logits, 0.0).probs
+        general = verify_drafts(probs, torch.tensor([t for d in drafts for t in d], dtype=torch.long), ks,
+                                greedy=True).tolist()
+        assert fast == [[t for t in row if t >= 0] for row in general]
+    with pytest.raises(ValueError, match="rows"):
+        greedy_verify(torch.zeros(3, vocab), [[1]], [1])
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_fast_path_and_general_path_give_identical_tokens(engine, mixed, monkeypatch):
+    """The same greedy batch (every proposer, several k) through the argmax fast path and through the
+    probability path; with `mixed`, seeded sampled requests share the batch (they must match too: seeded
+    requests draw only from their own generators)."""
+    prompts = [_ids(engine, p) for p in GOOD_PROMPTS]
+    specs = [("none", 0), ("ngram", 2), ("ngram", 4), ("draft", 1), ("draft", 3)]
+
+    def batch():
+        reqs = [_req(f"g-{i}-{p}-{k}", ids, p, k, max_tokens=16)
+                for i, ids in enumerate(prompts) for p, k in specs]
+        if mixed:
+            reqs += [_req(f"s-{i}-{p}-{k}", ids, p, k, max_tokens=16, temperature=0.8, top_p=0.9, seed=11 + i)
+                     for i, ids in enumerate(prompts) for p, k in specs[::2]]
+        return reqs
+
+    calls = []
+
+    def spy(*args):  # the real function, counted: the fast path must actually run
+        calls.append(len(args[1]))
+        return greedy_verify(*args)
+
+    monkeypatch.setattr(engine_module, "greedy_verify", spy)
+    assert engine.greedy_fast_path
+    fast = engine.generate_sync(batch())
+    assert calls
+    n_fast = len(calls)
+    engine.greedy_fast_path = False
+    try:
+        general = engine.generate_sync(batch())
+    finally:
+        engine.greedy_fast_path = True
+    assert len(calls) == n_fast  # the general path never calls it
+    assert fast == general
+    assert all(len(v) == 16 for v in fast.values())
