@@ -221,3 +221,56 @@ def test_fast_path_and_general_path_give_identical_tokens(engine, mixed, monkeyp
     assert len(calls) == n_fast  # the general path never calls it
     assert fast == general
     assert all(len(v) == 16 for v in fast.values())
+
+
+# ---------------------------------------------------------------- prefill apart from decoding
+def test_prefill_runs_apart_from_decoding_and_stays_lossless(engine, reference, monkeypatch):
+    long_text = " ".join(GOOD_PROMPTS) * 3
+    long_ids = _ids(engine, long_text)
+    assert len(long_ids) > engine.prefill_split_tokens
+    long_ref = engine.generate_sync([_req("long-ref", long_ids)])["long-ref"]
+
+    calls: list[list[int]] = []
+    steps: list[int] = []
+    real_forward = engine.model.forward
+
+    def spy(chunks, *args, **kw):  # the real forward, with the chunk lengths of every call recorded
+        calls.append([len(c) for c in chunks])
+        steps.append(engine._m.num_steps)  # the step this forward belongs to (counted at commit)
+        return real_forward(chunks, *args, **kw)
+
+    monkeypatch.setattr(engine.model, "forward", spy)
+    results: dict[str, list[int]] = {}
+    done = threading.Event()
+    lock = threading.Lock()
+    started = threading.Event()
+    n = len(GOOD_PROMPTS) + 1
+
+    def make_sink(rid):
+        def sink(item):
+            assert not isinstance(item, BaseException), item
+            with lock:
+                results.setdefault(rid, []).extend(item.new_token_ids)
+                if rid.startswith("dec") and len(results[rid]) >= 2:
+                    started.set()
+                if item.finished and sum(1 for _ in results) == n and all(
+                        len(v) == 12 for v in results.values()):
+                    done.set()
+            return None
+        return sink
+
+    for i, p in enumerate(GOOD_PROMPTS):
+        engine.submit(_req(f"dec{i}", _ids(engine, p), "ngram", 2), make_sink(f"dec{i}"))
+    assert started.wait(60)  # the short requests are decoding when the long prompt arrives
+    engine.submit(_req("long", long_ids, "ngram", 2), make_sink("long"))
+    assert done.wait(120)
+    monkeypatch.undo()
+    assert results["long"] == long_ref
+    for i in range(len(GOOD_PROMPTS)):
+        assert results[f"dec{i}"] == reference[i]
+    limit = engine.prefill_split_tokens
+    long_call = next(i for i, c in enumerate(calls) if max(c) > limit)
+    # the long prompt was fed in a step that also had decoding requests, in a forward of its own
+    assert any(steps[j] == steps[long_call] and max(calls[j]) <= limit for j in range(len(calls)))
+    for c in calls:  # ... never in the same forward as a decoding request
+        assert all(x > limit for x in c) or all(x <= limit for x in c), c
