@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -192,6 +193,13 @@ class _CostModelPolicy:
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
+        # Per worker: content classes of its recent requests (the mix its running batch is made of), a
+        # version bumped as that mix is refreshed, and memoised batch-wide gammas:
+        # (worker, proposer, half-octave batch bucket) -> (gamma, mix version).
+        self._recent: dict[str, deque[str]] = {}
+        self._seen: dict[str, int] = {}
+        self._mix_version: dict[str, int] = {}
+        self._common: dict[tuple, tuple[int, int]] = {}
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -226,13 +234,62 @@ class _CostModelPolicy:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
             a, shown_p = self.alpha(alphas.get(w.name, p, content_class))
-            plan = self.cache.best(prof, p, a, batch, bound)
+            if w.load >= 1 and prof.draft(p).kind != "ngram":
+                # a draft model / head runs max(gamma) passes for the whole batch: one gamma per worker
+                g = self.batch_gamma(w, prof, p, alphas, batch, bound)
+                if g == 0:  # not worth its passes for this worker's batch
+                    continue
+                plan = self.cache.at(prof, p, a, batch, g)
+            else:
+                plan = self.cache.best(prof, p, a, batch, bound)
             if plan.speedup < self.margin:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
             elif plan.goodput > choice.goodput:
                 choice, shown = _named(plan, p), shown_p
         return choice, shown, missed
+
+    def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
+                    bound: int) -> int:
+        """One gamma for every request a draft model / head drafts for on this worker (0: do not use it).
+
+        Its passes are shared by the batch (a step runs max(gamma) of them), so per-class gammas make the
+        requests with short drafts wait for the long ones. Pick the gamma with the highest total goodput
+        over the worker's recent class mix (posterior-mean alphas), replanned when the mix is refreshed.
+        The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
+        proposer when the mix's total goodput without it beats the total with it (everyone paying its
+        passes) by the margin.
+        """
+        version = self._mix_version.get(w.name, 0)
+        key = (w.name, proposer, round(2.0 * math.log2(batch)))
+        hit = self._common.get(key)
+        if hit is not None and hit[1] == version:
+            return hit[0]
+        recent = self._recent.get(w.name) or ()
+        mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
+        alpha = {c: (lambda e: e.per_position or e.mean)(alphas.get(w.name, proposer, c)) for c in mix}
+        best_g, best_v = 1, -1.0
+        for g in range(1, bound + 1):
+            v = sum(n * self.cache.at(prof, proposer, alpha[c], batch, g).goodput for c, n in mix.items())
+            if v > best_v:
+                best_g, best_v = g, v
+        cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
+                 and prof.draft(q).kind == "ngram"]
+        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g).draft_time_s
+        with_v = without_v = 0.0
+        for c, n in mix.items():
+            alts = [self.cache.off(prof, batch)]
+            for q in cheap:
+                e = alphas.get(w.name, q, c)
+                alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound))
+            without_v += n * max(p.goodput for p in alts)
+            mine = self.cache.at(prof, proposer, alpha[c], batch, best_g).goodput
+            with_v += n * max([mine] + [p.expected_tokens / (p.draft_time_s + p.verify_time_s + pass_s)
+                                        for p in alts])
+        if without_v > with_v * self.margin:  # dropping the proposer must pay the margin too (no flapping)
+            best_g = 0
+        self._common[key] = (best_g, version)
+        return best_g
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         best = None
@@ -249,6 +306,10 @@ class _CostModelPolicy:
                 best = (score, w, choice, shown, missed)
         assert best is not None
         _, w, plan, shown, missed = best
+        self._recent.setdefault(w.name, deque(maxlen=_MIX_WINDOW)).append(content_class)
+        seen = self._seen[w.name] = self._seen.get(w.name, 0) + 1
+        if seen in (4, 8, 16) or seen % _REFRESH == 0:  # the mix moved: replan (often while history is short)
+            self._mix_version[w.name] = self._mix_version.get(w.name, 0) + 1
         b = f"{w.load + 1:g}"
         if plan.gamma == 0:
             note = f" (best {missed.proposer} g={missed.gamma} x{missed.speedup:.2f} < margin {self.margin:g})" \
@@ -257,6 +318,10 @@ class _CostModelPolicy:
         else:
             reason = f"{self.name}: {plan.proposer} g={plan.gamma} alpha={shown} batch={b} x{plan.speedup:.2f}"
         return Decision(w.name, plan.proposer, plan.gamma, content_class, self.name, reason, plan.speedup)
+
+
+_MIX_WINDOW = 256  # recent requests per worker that describe its class mix
+_REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
 
 
 def _named(plan: costmodel.Plan, proposer: str) -> costmodel.Plan:
