@@ -19,14 +19,16 @@ def _ask(client, model="tiny"):
 
 
 def test_saturated_worker_turns_speculation_off_and_back_on(upstreams, proxies):
+    # A GPU profile: there a full batch is compute-bound and speculation must stop. (The tiny pair on this
+    # CPU never gets there below batch ~128: attention over the context dominates its big-batch steps.)
     up = upstreams("w0")
-    px = proxies({"pools": [pool("spec", [up], profile="cpu-tiny")], "server": FAST})
+    px = proxies({"pools": [pool("spec", [up], profile="h200-llama3-70b")], "server": FAST})
     client = px.client()
     h = _ask(client)
     assert h["x-adaptspec-proposer"] != "none" and int(h["x-adaptspec-gamma"]) > 0
 
-    up.set(running_offset=64)  # the worker now reports a 64-request running batch on /metrics
-    eventually(lambda: metric(px.metrics(), "adaptspec_worker_running", worker="w0") == 64)
+    up.set(running_offset=256)  # the worker now reports a 256-request running batch on /metrics
+    eventually(lambda: metric(px.metrics(), "adaptspec_worker_running", worker="w0") == 256)
     h = _ask(client)
     assert (h["x-adaptspec-proposer"], h["x-adaptspec-gamma"]) == ("none", "0")
     assert up.requests()[-1]["body"]["speculation"]["proposer"] == "none"
