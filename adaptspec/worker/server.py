@@ -170,6 +170,15 @@ async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
     raise _ClientGone
 
 
+async def _collect_unless_gone(request: Request, worker: Any, job: Any) -> Any:
+    """A non-stream job's result, or None when the client left first (generation cancelled)."""
+    try:
+        return await _until_disconnect(request.receive, worker.collect(job))
+    except _ClientGone:
+        log.info("client disconnected before %s finished; generation cancelled", job.request_id)
+        return None
+
+
 class _SSEResponse(Response):
     """Server-sent events from an async iterator of strings; closes the iterator however the stream ends."""
 
@@ -455,10 +464,8 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
 
         if req.stream:
             return _SSEResponse(_stream(worker, job, req, chunk, created, "text_completion"))
-        try:
-            res = await _until_disconnect(request.receive, worker.collect(job))
-        except _ClientGone:
-            log.info("client disconnected before %s finished; generation cancelled", job.request_id)
+        res = await _collect_unless_gone(request, worker, job)
+        if res is None:
             return Response(status_code=499)
         body = chunk(res.text, res.finish_reason)
         body["usage"] = worker.usage(job)
@@ -480,10 +487,8 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
 
         if req.stream:
             return _SSEResponse(_stream(worker, job, req, chunk, created, "chat.completion.chunk"))
-        try:
-            res = await _until_disconnect(request.receive, worker.collect(job))
-        except _ClientGone:
-            log.info("client disconnected before %s finished; generation cancelled", job.request_id)
+        res = await _collect_unless_gone(request, worker, job)
+        if res is None:
             return Response(status_code=499)
         return _json({
             "id": job.request_id, "object": "chat.completion", "created": created,
