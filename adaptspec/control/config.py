@@ -12,6 +12,7 @@ worker). Any error raises `ConfigError` naming the file, the dotted key (`pools[
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -272,17 +273,24 @@ def parse_config(data: object, source: str = "<config>", base_dir: Path | None =
     return cfg
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a YAML config / policy file."""
+def load_config(path: str | Path, text_filter: Callable[[str], str] | None = None) -> Config:
+    """Read and validate a YAML config / policy file.
+
+    `text_filter` rewrites the file's text before YAML parsing (the proxy's `${VAR}` expansion), so
+    filtered files get the same checks (duplicate keys, relative profile paths) as plain ones.
+    """
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", file=str(path)) from None
+    raw, text = text, (text_filter(text) if text_filter is not None else text)
+    filtered = text != raw
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
+        after = " (after ${VAR} expansion)" if filtered else ""
+        raise ConfigError(f"not valid YAML{after}: {exc}", file=str(path)) from None
     return parse_config(data, str(path), path.resolve().parent)
 
 

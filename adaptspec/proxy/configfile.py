@@ -7,7 +7,8 @@
 
 Expansion happens in the text before YAML parsing, so any value can come from the environment; an
 unset variable without a default is a ConfigError naming the file and the variable. `$$` is a literal
-`$`. Files without `${` go straight to `adaptspec.control.config.load_config`.
+`$`. Files without `${` are read as they are. Either way `adaptspec.control.config.load_config` parses
+and checks the result (duplicate keys, relative profile paths) exactly as for any config file.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import os
 import re
 from pathlib import Path
 
-import yaml
-
-from adaptspec.control.config import Config, load_config, parse_config
+from adaptspec.control.config import Config, load_config
 from adaptspec.errors import ConfigError
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -44,16 +43,5 @@ def expand_env(text: str, source: str, env: dict[str, str] | None = None) -> str
 
 
 def load_config_file(path: str | Path) -> Config:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config: {exc.strerror}", file=str(path)) from None
-    if "${" not in text:
-        return load_config(path)
-    expanded = expand_env(text, str(path))
-    try:
-        data = yaml.safe_load(expanded)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML (after ${{VAR}} expansion): {exc}", file=str(path)) from None
-    return parse_config(data, str(path))
+    source = str(path)
+    return load_config(path, lambda text: expand_env(text, source) if "${" in text else text)

@@ -9,7 +9,7 @@ import pytest
 from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.errors import ConfigError, RequestError, UpstreamError
-from adaptspec.proxy.configfile import expand_env
+from adaptspec.proxy.configfile import expand_env, load_config_file
 from adaptspec.proxy.feedback import Feedback, spec_stats
 from adaptspec.proxy.handlers import _parse, _take_usage
 from adaptspec.proxy.metrics import ProxyMetrics
@@ -24,6 +24,18 @@ def test_expand_env():
     with pytest.raises(ConfigError) as exc:
         expand_env("a: 1\nurl: ${NOPE}\n", "f.yaml", env)
     assert "f.yaml" in str(exc.value) and "${NOPE}" in str(exc.value) and "line 2" in str(exc.value)
+
+
+def test_config_file_with_env_vars_gets_the_same_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADAPTSPEC_TEST_URL", "http://127.0.0.1:9")
+    pools = "pools:\n  - {name: p, engine: openai, workers: [{name: w, url: \"${ADAPTSPEC_TEST_URL}\"}]}\n"
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(pools)
+    assert str(load_config_file(ok).pools[0].workers[0].url).startswith("http://127.0.0.1:9")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("state: {backend: memory}\n" + pools + "state: {backend: memory}\n")
+    with pytest.raises(ConfigError, match="dup.yaml"):
+        load_config_file(dup)
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [
