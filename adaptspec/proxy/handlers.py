@@ -287,6 +287,7 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
     events = 0
     usage_payloads: list[dict] = []
     strip = plan.strip_usage
+    accounted = False
     while True:
         try:
             chunk = await up.content.readany()
@@ -300,7 +301,8 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
                 await resp.write_eof()
             except ConnectionResetError:
                 pass  # the client is gone too; nothing left to tell it
-            _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
+            if not accounted:
+                _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
             return resp, 502  # the client saw 200 + an error event; metrics count the failure
         if not chunk:
             break
@@ -321,6 +323,11 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
                 if strip:
                     out = complete
         events += out.count(b"data:")
+        if not accounted and b"data: [DONE]" in out:
+            # account before the client can see the end of its stream, so anything it reads next
+            # (metrics, the next decision's alpha) already includes this request
+            _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
+            accounted = True
         if out:
             try:
                 await resp.write(out)
@@ -329,8 +336,9 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
                 return resp, 499
     if tail and strip:
         await resp.write(tail)
+    if not accounted:
+        _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
     await resp.write_eof()
-    _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
     return resp, 200
 
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from .conftest import metric
+from .conftest import eventually, metric
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,9 +29,10 @@ def test_serve_without_config_starts_and_stops_the_reference_worker(proxies):
     chunks = list(stream)
     assert chunks[-1].choices[0].finish_reason == "length"
     assert all(c.usage is None for c in chunks)  # the proxy's own usage request is not passed on
+    # tokens are accounted before the proxy forwards [DONE]; the request's status once its handler returns
+    assert metric(px.metrics(), "adaptspec_output_tokens_total", worker="embedded-0") == 12 + 6
+    eventually(lambda: metric(px.metrics(), "adaptspec_requests_total", worker="embedded-0", code="200") == 2)
     text = px.metrics()
-    assert metric(text, "adaptspec_output_tokens_total", worker="embedded-0") == 12 + 6
-    assert metric(text, "adaptspec_requests_total", worker="embedded-0", code="200") == 2
 
     # per-request feedback from the real worker: its usage.speculative lands in the proxy's counters and alpha
     cls = raw.headers["x-adaptspec-class"]

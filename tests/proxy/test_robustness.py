@@ -76,8 +76,7 @@ def test_worker_dying_mid_stream_ends_the_stream_with_an_error_event(upstreams, 
     # the proxy is still up and knows the worker is gone
     status, _, health = http_json("GET", px.url + "/health")
     assert status == 503 and health["workers"] == {"w0": False}
-    text = px.metrics()
-    assert metric(text, "adaptspec_requests_total", code="502") == 1
+    eventually(lambda: metric(px.metrics(), "adaptspec_requests_total", code="502") == 1)
 
 
 def _send_and_drop(port: int, body: dict, wait_s: float) -> bytes:
