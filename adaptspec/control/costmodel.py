@@ -235,9 +235,12 @@ class Plan:
 
 
 def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batch: float,
-             summarise: bool = True) -> Plan:
+             summarise: bool = True, propose_rate: float = 1.0) -> Plan:
     """Predicted goodput of drafting gamma tokens with `proposer` for a request in a batch of `batch`.
 
+    `propose_rate` (pi): the share of steps that find a draft at all (n-gram lookup needs the context to
+    repeat). A step without one verifies and emits a single token, so E = 1 + pi * (E(alpha, gamma) - 1) and
+    a step verifies batch * (1 + pi * gamma) tokens; the proposer's own cost is paid every step.
     `summarise=False` skips the scalar summary of per-position alphas (Plan.alpha = 0), for inner loops.
     """
     batch = max(float(batch), 1.0)
@@ -246,19 +249,23 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     if gamma <= 0 or proposer == "none":
         return Plan("none", 0, 0.0, 1.0, 0.0, base, base, 1.0 / base, 1.0, batch)
     cost = profile.draft(proposer)
+    pi = _clip01(propose_rate)
     e = expected_tokens_any(alpha, gamma)
+    if pi < 1.0:
+        e = 1.0 + pi * (e - 1.0)
     draft = cost.time(gamma, batch, kv, profile.target)
-    verify = profile.target.time(batch * (gamma + 1), kv)
+    verify = profile.target.time(batch * (1.0 + pi * gamma), kv)
     goodput = e / (draft + verify)
     a = scalar_alpha(alpha, gamma) if summarise or isinstance(alpha, (int, float)) else 0.0
     return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)
 
 
-def best_gamma(profile: Profile, proposer: str, alpha: AlphaLike, batch: float, max_gamma: int) -> Plan:
+def best_gamma(profile: Profile, proposer: str, alpha: AlphaLike, batch: float, max_gamma: int,
+               propose_rate: float = 1.0) -> Plan:
     """The gamma in 1..max_gamma with the highest goodput for one proposer (may still lose to off)."""
-    best = evaluate(profile, proposer, alpha, 1, batch, summarise=False)
+    best = evaluate(profile, proposer, alpha, 1, batch, summarise=False, propose_rate=propose_rate)
     for g in range(2, max_gamma + 1):
-        p = evaluate(profile, proposer, alpha, g, batch, summarise=False)
+        p = evaluate(profile, proposer, alpha, g, batch, summarise=False, propose_rate=propose_rate)
         if p.goodput > best.goodput:
             best = p
     if not isinstance(alpha, (int, float)):

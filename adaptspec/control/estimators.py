@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from adaptspec.control.types import AlphaEstimate
 
 ANY_CLASS = "*"  # key for engine-wide counters that carry no content class
+_PROPOSE_PRIOR_STEPS = 8.0  # pseudo-steps (all drafting) behind every propose-rate estimate
 
 # Prior per-token acceptance by proposer and content class. Draft-model numbers follow published
 # per-task acceptance (code ~0.78, structured/JSON ~0.86, summarisation ~0.72); n-gram prompt lookup
@@ -104,12 +105,16 @@ class KeyStats:
     pos_n: list[float] = field(default_factory=list)  # trials at draft position i (0-based)
     pos_a: list[float] = field(default_factory=list)  # accepted at draft position i
     t: float | None = None  # time of the last update (seconds, the table's clock)
+    steps: float = 0.0  # verification steps seen with per-request stats (propose rate = drafts / steps)
+    drafts: float = 0.0  # those that drafted
 
     def scale(self, factor: float) -> None:
         if factor >= 1.0:
             return
         self.s *= factor
         self.f *= factor
+        self.steps *= factor
+        self.drafts *= factor
         self.pos_n = [x * factor for x in self.pos_n]
         self.pos_a = [x * factor for x in self.pos_a]
 
@@ -124,7 +129,8 @@ class KeyStats:
             self.pos_a[i] += a
 
     def to_dict(self) -> dict:
-        return {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t}
+        return {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t,
+                "steps": self.steps, "drafts": self.drafts}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> KeyStats:
@@ -132,7 +138,8 @@ class KeyStats:
         if len(pos_n) != len(pos_a):
             raise ValueError("pos_n and pos_a differ in length")
         t = d.get("t")
-        return cls(float(d.get("s", 0.0)), float(d.get("f", 0.0)), pos_n, pos_a, None if t is None else float(t))
+        return cls(float(d.get("s", 0.0)), float(d.get("f", 0.0)), pos_n, pos_a, None if t is None else float(t),
+                   float(d.get("steps", 0.0)), float(d.get("drafts", 0.0)))
 
 
 def merge_stats(a: Mapping, b: Mapping) -> dict:
@@ -143,6 +150,8 @@ def merge_stats(a: Mapping, b: Mapping) -> dict:
     pad = [0.0] * n
     out.pos_n, out.pos_a = (out.pos_n + pad)[:n], (out.pos_a + pad)[:n]
     out.add(other.s, other.f, other.pos_n, other.pos_a)
+    out.steps += other.steps
+    out.drafts += other.drafts
     ts = [t for t in (out.t, other.t) if t is not None]
     out.t = max(ts) if ts else None
     return out.to_dict()
@@ -215,11 +224,18 @@ class AlphaTable:
         *,
         draft_tokens: float | None = None,
         now: float | None = None,
+        steps: float = 0.0,
+        drafts: float = 0.0,
     ) -> None:
-        """Add Bernoulli counts to a key, after discounting its history by the tokens and time passed."""
+        """Add Bernoulli counts to a key, after discounting its history by the tokens and time passed.
+
+        `steps` / `drafts`: verification steps of the requests counted, and how many of them drafted (for
+        the propose rate of proposers that do not always find a draft, like n-gram lookup)."""
         if successes < 0 or failures < 0:
             raise ValueError(f"negative counts: successes={successes}, failures={failures}")
-        if successes + failures <= 0 and not any(pos_trials):
+        if steps < 0 or not 0 <= drafts <= steps + 1e-9:
+            raise ValueError(f"bad step counts: steps={steps}, drafts={drafts}")
+        if successes + failures <= 0 and not any(pos_trials) and steps <= 0:
             return
         now = self.clock() if now is None else now
         key = (worker, proposer, content_class)
@@ -230,6 +246,8 @@ class AlphaTable:
         self._decay_to(st, now, successes + failures if draft_tokens is None else draft_tokens)
         k = self.max_positions
         st.add(successes, failures, list(pos_trials)[:k], list(pos_accepted)[:k])
+        st.steps += steps
+        st.drafts += drafts
         st.t = now
 
     def observe(
@@ -360,7 +378,13 @@ class AlphaTable:
                     break
                 rates.append((pa * d + mean * k) / (pn * d + k))
             per_pos = tuple(rates) or None
-        return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos)
+        rate = 1.0
+        if st is not None and st.steps * d > 0:
+            # Beta(drafts + 1, misses) shrunk toward "always drafts" (1.0, the cautious side for the cost):
+            # a few steps cannot make a proposer look cheaper than the data says
+            k = _PROPOSE_PRIOR_STEPS
+            rate = (st.drafts * d + k) / (st.steps * d + k)
+        return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos, propose_rate=rate)
 
     def keys(self) -> list[tuple[str, str, str]]:
         return list(self._stats)

@@ -73,6 +73,11 @@ def _alpha_bucket(alpha: costmodel.AlphaLike) -> costmodel.AlphaLike:
     return tuple([int(min(max(a, 0.0), 1.0) * 100.0 + 0.5) / 100.0 for a in alpha])
 
 
+def _rate_bucket(rate: float) -> float:
+    """Propose rates to 0.01 (1.0 = every step drafts)."""
+    return min(max(int(rate * 100.0 + 0.5) / 100.0, 0.01), 1.0)
+
+
 class PlanCache:
     """Memoised gamma search: (profile, proposer, batch bucket, alpha bucket, gamma bound) -> Plan."""
 
@@ -81,27 +86,27 @@ class PlanCache:
         self._plans: dict[tuple, costmodel.Plan] = {}
 
     def best(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
-             max_gamma: int) -> costmodel.Plan:
-        """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0)."""
-        a, b = _alpha_bucket(alpha), _batch_bucket(batch)
-        key = (profile.name, proposer, b, a, max_gamma, None)
+             max_gamma: int, rate: float = 1.0) -> costmodel.Plan:
+        """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0); `rate`: the propose rate."""
+        a, b, r = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate)
+        key = (profile.name, proposer, b, a, max_gamma, None, r)
         plan = self._plans.get(key)
         if plan is None:
             if max_gamma <= 0:
                 plan = costmodel.evaluate(profile, "none", 0.0, 0, b)
             else:
-                plan = costmodel.best_gamma(profile, proposer, a, b, max_gamma)
+                plan = costmodel.best_gamma(profile, proposer, a, b, max_gamma, propose_rate=r)
             self._store(key, plan)
         return plan
 
     def at(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
-           gamma: int) -> costmodel.Plan:
+           gamma: int, rate: float = 1.0) -> costmodel.Plan:
         """The plan of a fixed (proposer, gamma)."""
-        a, b = _alpha_bucket(alpha), _batch_bucket(batch)
-        key = (profile.name, proposer, b, a, None, gamma)
+        a, b, r = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate)
+        key = (profile.name, proposer, b, a, None, gamma, r)
         plan = self._plans.get(key)
         if plan is None:
-            plan = costmodel.evaluate(profile, proposer, a, gamma, b)
+            plan = costmodel.evaluate(profile, proposer, a, gamma, b, propose_rate=r)
             self._store(key, plan)
         return plan
 
@@ -226,22 +231,27 @@ class _CostModelPolicy:
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
-                a, shown = self.alpha(alphas.get(w.name, p, content_class))
-                choice = _named(self.cache.at(prof, p, a, batch, g), p)
+                est = alphas.get(w.name, p, content_class)
+                a, shown = self.alpha(est)
+                choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate), p)
             return choice, shown, None
         bound = min(w.max_gamma, self.max_gamma)
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
-            a, shown_p = self.alpha(alphas.get(w.name, p, content_class))
+            est = alphas.get(w.name, p, content_class)
+            a, shown_p = self.alpha(est)
+            rate = est.propose_rate
+            if rate < 0.995:
+                shown_p = f"{shown_p} pi={rate:.2f}"
             if w.load >= 1 and prof.draft(p).kind != "ngram":
                 # a draft model / head runs max(gamma) passes for the whole batch: one gamma per worker
                 g = self.batch_gamma(w, prof, p, alphas, batch, bound)
                 if g == 0:  # not worth its passes for this worker's batch
                     continue
-                plan = self.cache.at(prof, p, a, batch, g)
+                plan = self.cache.at(prof, p, a, batch, g, rate)
             else:
-                plan = self.cache.best(prof, p, a, batch, bound)
+                plan = self.cache.best(prof, p, a, batch, bound, rate)
             if plan.speedup < self.margin:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
@@ -267,10 +277,12 @@ class _CostModelPolicy:
             return hit[0]
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
-        alpha = {c: (lambda e: e.per_position or e.mean)(alphas.get(w.name, proposer, c)) for c in mix}
+        ests = {c: alphas.get(w.name, proposer, c) for c in mix}
+        alpha = {c: e.per_position or e.mean for c, e in ests.items()}
+        rate = {c: e.propose_rate for c, e in ests.items()}
         best_g, best_v = 1, -1.0
         for g in range(1, bound + 1):
-            v = sum(n * self.cache.at(prof, proposer, alpha[c], batch, g).goodput for c, n in mix.items())
+            v = sum(n * self.cache.at(prof, proposer, alpha[c], batch, g, rate[c]).goodput for c, n in mix.items())
             if v > best_v:
                 best_g, best_v = g, v
         cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
@@ -281,9 +293,9 @@ class _CostModelPolicy:
             alts = [self.cache.off(prof, batch)]
             for q in cheap:
                 e = alphas.get(w.name, q, c)
-                alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound))
+                alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate))
             without_v += n * max(p.goodput for p in alts)
-            mine = self.cache.at(prof, proposer, alpha[c], batch, best_g).goodput
+            mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c]).goodput
             with_v += n * max([mine] + [p.expected_tokens / (p.draft_time_s + p.verify_time_s + pass_s)
                                         for p in alts])
         if without_v > with_v * self.margin:  # dropping the proposer must pay the margin too (no flapping)

@@ -45,6 +45,9 @@ class AlphaEstimate:
     std: float
     n: float  # effective number of draft tokens behind the estimate (0 = prior only)
     per_position: tuple[float, ...] | None = None  # conditional rates alpha_1..alpha_k when known
+    # share of verification steps that had a draft at all: an n-gram lookup proposes only when the context
+    # repeats; the steps without a match verify one token and emit one (1.0 = every step drafts)
+    propose_rate: float = 1.0
 
 
 class AlphaSource(Protocol):

@@ -4,7 +4,8 @@ Which source wins, per worker:
 
 1. per-request stats in the response (exact, attributed to this request's proposer, gamma and class,
    and naturally split between proxy replicas, since each sees only its own responses):
-   `usage.speculative {draft_tokens, accepted_tokens, steps}` (adaptspec worker) or
+   `usage.speculative {draft_tokens, accepted_tokens, steps}` (adaptspec worker; with its
+   `tried_per_position` / `accepted_per_position` the per-position conditional rates are counted exactly) or
    `metrics.speculative_decoding {num_draft_tokens, num_accepted_draft_tokens, num_spec_steps}` (vLLM
    0.32 with per-request spec-decode metrics, as `adaptspec launch vllm` sets). Workers of engine `adaptspec` always use these; any other worker
    switches to them for good once one of its responses carries them.
@@ -62,13 +63,35 @@ def spec_stats(payload: dict) -> tuple[float, float, float | None] | None:
     return draft, min(accepted, draft), _num(spec, "steps", "num_spec_steps", "num_drafts")
 
 
+def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
+    """(tried, accepted) per draft position from an adaptspec worker's `usage.speculative`, when present and
+    consistent (accepted[j] <= tried[j], and position j+1 is tried only after position j was accepted)."""
+    usage = payload.get("usage")
+    spec = usage.get("speculative") if isinstance(usage, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    tried, acc = spec.get("tried_per_position"), spec.get("accepted_per_position")
+    if not (isinstance(tried, list) and isinstance(acc, list)) or len(tried) != len(acc) or not tried:
+        return None
+    try:
+        t = [float(x) for x in tried]
+        a = [float(x) for x in acc]
+    except (TypeError, ValueError):
+        return None
+    if any(not 0.0 <= y <= x for x, y in zip(t, a, strict=True)) or any(
+            x > y for x, y in zip(t[1:], a, strict=False)):
+        return None
+    return t, a
+
+
 class Feedback:
     def __init__(self, proxy) -> None:
         self.proxy = proxy
         self._trackers: dict[str, CounterTracker] = {}
 
     def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
-                    stats: tuple[float, float, float | None] | None) -> None:
+                    stats: tuple[float, float, float | None] | None,
+                    positions: tuple[list[float], list[float]] | None = None) -> None:
         m = self.proxy.metrics
         if output_tokens > 0:
             m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
@@ -84,6 +107,16 @@ class Feedback:
             return
         m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
         m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
+        if positions is not None and abs(sum(positions[1]) - accepted) < 0.5:
+            # exact conditional rates per position, whatever length each draft had (n-gram drafts vary)
+            tried, acc = positions
+            succ = sum(acc)
+            kw: dict = {"draft_tokens": draft}
+            if steps and steps >= tried[0]:  # position 0 is tried by every draft: the propose rate's numerator
+                kw.update(steps=steps, drafts=tried[0])
+            self.proxy.state.apply("observe_counts",
+                                   (worker.name, proposer, content_class, succ, sum(tried) - succ, tried, acc), kw)
+            return
         kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
         if steps:
             kwargs["steps"] = steps

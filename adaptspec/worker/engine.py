@@ -102,6 +102,11 @@ class StepOutput:
     draft_tokens: int  # cumulative for this request
     accepted_tokens: int
     steps: int
+    drafts: int = 0  # steps that drafted (k > 0)
+    # per draft position j: drafts that tried it (drafted >= j+1 tokens, positions < j accepted), and
+    # drafts that accepted it: exact conditional acceptance rates even when draft lengths vary
+    tried_per_position: tuple[int, ...] = ()
+    accepted_per_position: tuple[int, ...] = ()
 
 
 @dataclass
@@ -139,7 +144,8 @@ def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) 
 
 class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
-                 "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls")
+                 "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
+                 "pos_accepted")
 
     def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink):
         self.req = req
@@ -152,8 +158,14 @@ class _Seq:
         self.sampling = SamplingParams(req.temperature, req.top_p, gen)
         self.stop_ids = stop_ids
         self.sink = sink  # callable(StepOutput | BaseException), thread-safe
-        self.draft_tokens = self.accepted_tokens = self.steps = self.generated = 0
+        self.draft_tokens = self.accepted_tokens = self.steps = self.generated = self.drafts = 0
+        self.pos_tried: list[int] = []
+        self.pos_accepted: list[int] = []
         self.cls = req.content_class or "unknown"
+
+    def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
+        return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
+                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted))
 
 
 class Engine:
@@ -403,7 +415,7 @@ class Engine:
                 for s in batch:
                     self._emit(s, RuntimeError(f"engine step failed: {e}"))
         for s in pending:
-            self._emit(s, StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+            self._emit(s, s.output([], True, "abort"))
         with self._lock:
             for s in list(self._running):
                 self._finish_locked(s)
@@ -414,10 +426,10 @@ class Engine:
         ids, self._aborts = self._aborts, set()
         for s in [s for s in self._running if s.req.request_id in ids]:
             self._finish_locked(s)
-            self._emit(s, StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+            self._emit(s, s.output([], True, "abort"))
         for s in [s for s in self._waiting if s.req.request_id in ids]:
             self._waiting.remove(s)
-            self._emit(s, StepOutput([], True, "abort", s.draft_tokens, s.accepted_tokens, s.steps))
+            self._emit(s, s.output([], True, "abort"))
 
     def _admit_locked(self) -> None:
         budget = self.max_prefill_tokens
@@ -593,6 +605,16 @@ class Engine:
                 if k:
                     s.draft_tokens += k
                     s.accepted_tokens += accepted
+                    s.drafts += 1
+                    reached = min(k, accepted + 1)  # positions tried: the accepted ones and the first rejection
+                    if len(s.pos_tried) < k:
+                        grow = k - len(s.pos_tried)
+                        s.pos_tried += [0] * grow
+                        s.pos_accepted += [0] * grow
+                    for j in range(reached):
+                        s.pos_tried[j] += 1
+                    for j in range(accepted):
+                        s.pos_accepted[j] += 1
                     m.spec_num_drafts += 1
                     m.spec_num_draft_tokens += k
                     m.spec_num_accepted_tokens += accepted
@@ -620,8 +642,7 @@ class Engine:
                 if reason is not None:
                     finished.append(s)
                     self._finish_locked(s)
-                outputs.append((s, StepOutput(new, reason is not None, reason, s.draft_tokens,
-                                              s.accepted_tokens, s.steps)))
+                outputs.append((s, s.output(new, reason is not None, reason)))
         for s, o in outputs:
             self._emit(s, o)
 

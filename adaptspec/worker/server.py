@@ -3,7 +3,9 @@
 Endpoints: POST /v1/completions, POST /v1/chat/completions (stream and not), GET /v1/models, /health,
 /metrics (vLLM names, see `_metrics.py`). Per request, the body field
 `speculation: {"proposer", "num_speculative_tokens", "content_class"}` picks the proposer and k for that
-request only; the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps"}`
+request only; the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
+"tried_per_position", "accepted_per_position"}` (drafts: steps that drafted; per draft position j, the drafts
+that tried it and those that accepted it, so accepted[j] / tried[j] is the conditional acceptance rate)
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
 `continuous_usage_stats` too, every chunk carries the running usage).
 
@@ -114,9 +116,14 @@ class _Result:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     steps: int = 0
+    drafts: int = 0
+    tried_per_position: tuple[int, ...] = ()
+    accepted_per_position: tuple[int, ...] = ()
 
-    def speculative(self) -> dict[str, int]:
-        return {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps}
+    def speculative(self) -> dict:
+        return {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
+                "drafts": self.drafts, "tried_per_position": list(self.tried_per_position),
+                "accepted_per_position": list(self.accepted_per_position)}
 
 
 @dataclass(slots=True)
@@ -359,8 +366,9 @@ class _Worker:
             async for out in gen:
                 new = list(out.new_token_ids)[: job.max_tokens - res.completion_tokens]
                 res.completion_tokens += len(new)
-                res.draft_tokens, res.accepted_tokens, res.steps = (
-                    int(out.draft_tokens), int(out.accepted_tokens), int(out.steps))
+                res.draft_tokens, res.accepted_tokens, res.steps, res.drafts = (
+                    int(out.draft_tokens), int(out.accepted_tokens), int(out.steps), int(out.drafts))
+                res.tried_per_position, res.accepted_per_position = out.tried_per_position, out.accepted_per_position
                 delta = tracker.add(new)
                 if tracker.stopped:
                     res.finish_reason = "stop"

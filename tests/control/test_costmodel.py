@@ -153,3 +153,22 @@ def test_fit_step_time_recovers_a_roofline():
     assert flat.time(1) == pytest.approx(0.01) and flat.compute_s_per_token == 0
     with pytest.raises(ValueError):
         cm.fit_step_time([(1, 0, 0.1)])
+
+
+def test_propose_rate_mixes_drafting_and_plain_steps():
+    """With propose rate pi a step is a drafting step with probability pi and a plain one otherwise:
+    E = pi * E(alpha, g) + (1 - pi), and on a compute-bound step only the drafting requests verify g + 1."""
+    m = cm.StepTimeModel(overhead_s=0.002, memory_floor_s=0.0, kv_s_per_token=0.0, compute_s_per_token=1e-4)
+    prof = Profile("compute", m, 0.0, {"ngram": cm.DraftCost("ngram")}, {}, "compute-bound")
+    for pi in (0.2, 0.5, 1.0):
+        plan = cm.evaluate(prof, "ngram", 0.8, 4, 32, propose_rate=pi)
+        assert plan.expected_tokens == pytest.approx(pi * cm.expected_tokens(0.8, 4) + (1 - pi))
+        assert plan.verify_time_s == pytest.approx(0.002 + 1e-4 * 32 * (1 + pi * 4))
+    # the same acceptance when drafting, found on fewer steps: a compute-bound batch affords longer drafts
+    slow = dataclasses.replace(prof, target=dataclasses.replace(m, overhead_s=0.01))
+    assert cm.best_gamma(slow, "ngram", 0.8, 32, 8, propose_rate=0.3).gamma > cm.best_gamma(
+        slow, "ngram", 0.8, 32, 8).gamma
+    # memory-bound: pi scales the gain and not the cost
+    lev = Profile.memory_bound(0.0)
+    plan = cm.evaluate(lev, "draft", 0.7, 3, 1, propose_rate=0.4)
+    assert plan.speedup == pytest.approx(1 + 0.4 * (cm.expected_tokens(0.7, 3) - 1))

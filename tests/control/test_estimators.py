@@ -204,8 +204,9 @@ def test_sufficient_statistics_roundtrip_and_merge():
     assert sm["pos_n"] == pytest.approx(sb["pos_n"]) and sm["t"] == sb["t"]
     d = est.decay_stats(sb, 0.5)
     assert d["s"] == pytest.approx(sb["s"] / 2) and d["pos_a"] == pytest.approx([x / 2 for x in sb["pos_a"]])
-    m = est.merge_stats({"s": 1, "f": 2, "pos_n": [3], "pos_a": [1], "t": 5}, {"s": 1, "f": 0, "t": None})
-    assert m == {"s": 2.0, "f": 2.0, "pos_n": [3.0], "pos_a": [1.0], "t": 5.0}
+    m = est.merge_stats({"s": 1, "f": 2, "pos_n": [3], "pos_a": [1], "t": 5, "steps": 4, "drafts": 3},
+                        {"s": 1, "f": 0, "t": None, "steps": 6, "drafts": 1})
+    assert m == {"s": 2.0, "f": 2.0, "pos_n": [3.0], "pos_a": [1.0], "t": 5.0, "steps": 10.0, "drafts": 4.0}
     roundtrip = est.AlphaTable.from_dict(both.to_dict(), half_life_tokens=None)
     assert roundtrip.get("w", "draft", "math") == both.get("w", "draft", "math")
 
@@ -238,3 +239,23 @@ def test_mixed_gamma_per_position_counters_fall_back_to_the_step_estimator():
     e = table.get("w", "draft", "chat")
     assert e.per_position is None
     assert e.mean == pytest.approx(0.7, abs=0.05)  # gamma = D/S = 4 stands in for the mix
+
+
+def test_propose_rate_from_steps_and_drafts():
+    """n-gram lookup drafts only on some steps: drafts / steps, shrunk toward 1 by a few pseudo-steps."""
+    t = est.AlphaTable(half_life_tokens=None)
+    assert t.get("w", "ngram", "chat").propose_rate == 1.0  # no data: every step drafts (cautious)
+    rng = np.random.default_rng(3)
+    steps = drafts = 0
+    for _ in range(300):
+        s_i = 40
+        d_i = int(rng.binomial(s_i, 0.35))
+        steps, drafts = steps + s_i, drafts + d_i
+        t.observe_counts("w", "ngram", "chat", 0.8 * d_i, 0.2 * d_i, [d_i], [0.8 * d_i], steps=s_i, drafts=d_i)
+    e = t.get("w", "ngram", "chat")
+    assert e.propose_rate == pytest.approx((drafts + 8) / (steps + 8))
+    sd = np.sqrt(0.35 * 0.65 / steps)
+    assert abs(e.propose_rate - 0.35) < 6 * sd + 8 / steps
+    assert est.AlphaTable.from_dict(t.to_dict(), half_life_tokens=None).get("w", "ngram", "chat") == e
+    with pytest.raises(ValueError, match="step counts"):
+        t.observe_counts("w", "ngram", "chat", 1, 0, steps=2, drafts=3)

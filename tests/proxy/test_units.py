@@ -10,7 +10,7 @@ from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.errors import ConfigError, RequestError, UpstreamError
 from adaptspec.proxy.configfile import expand_env, load_config_file
-from adaptspec.proxy.feedback import Feedback, spec_stats
+from adaptspec.proxy.feedback import Feedback, position_stats, spec_stats
 from adaptspec.proxy.handlers import _parse, _take_usage
 from adaptspec.proxy.metrics import ProxyMetrics
 from adaptspec.proxy.scrape import parse_metrics
@@ -73,6 +73,35 @@ def test_spec_stats_reads_both_dialects():
                                                  "num_spec_steps": 3, "mean_acceptance_length": 3.3}}}
     assert spec_stats(vllm) == (10.0, 7.0, 3.0)
     assert spec_stats({"usage": {"completion_tokens": 3}}) is None
+
+
+def test_position_stats_only_when_consistent():
+    spec = {"draft_tokens": 11, "accepted_tokens": 7, "steps": 5, "drafts": 4,
+            "tried_per_position": [4, 3, 2, 1], "accepted_per_position": [3, 2, 1, 1]}
+    assert position_stats({"usage": {"speculative": spec}}) == ([4.0, 3.0, 2.0, 1.0], [3.0, 2.0, 1.0, 1.0])
+    bad = [{**spec, "accepted_per_position": [5, 2, 1, 1]},  # more accepted than tried
+           {**spec, "tried_per_position": [4, 3, 3, 1]},  # position 2 tried more often than position 1 accepted
+           {**spec, "tried_per_position": [4, 3]},  # lengths differ
+           {**spec, "tried_per_position": ["x", 3, 2, 1]},
+           {k: v for k, v in spec.items() if k != "tried_per_position"}]
+    for b in bad:
+        assert position_stats({"usage": {"speculative": b}}) is None, b
+
+
+def test_per_position_feedback_gives_exact_conditional_rates():
+    """Drafts of different lengths (n-gram): rates from tried/accepted per position, not from D / gamma."""
+    proxy = _Proxy()
+    fb = Feedback(proxy)
+    w = Worker("w0", "http://h:1", "p", engine="adaptspec", per_request=True, proposers=("ngram",))
+    tried, acc = [400.0, 300.0, 150.0], [300.0, 150.0, 120.0]
+    for _ in range(20):
+        fb.on_response(w, "summarize", "ngram", 6, 10, (sum(tried), sum(acc), 500.0), (tried, acc))
+    est = proxy.state.alphas.get("w0", "ngram", "summarize")
+    assert est.per_position is not None and len(est.per_position) == 3
+    for rate, want in zip(est.per_position, (0.75, 0.5, 0.8), strict=True):
+        assert rate == pytest.approx(want, abs=0.01)
+    # the scalar mean pools every tried position: successes / trials
+    assert est.mean == pytest.approx(570 / 850, abs=0.01)
 
 
 class _Proxy:

@@ -96,6 +96,27 @@ async def test_generate_streams_and_reports_usage(engine, reference):
     assert last.steps + last.accepted_tokens == MAX_NEW or last.steps + last.accepted_tokens > MAX_NEW
 
 
+@pytest.mark.parametrize(("proposer", "k"), [("ngram", 5), ("draft", 3)])
+async def test_per_position_stats_of_a_request_match_the_engine_counters(engine, proposer, k):
+    """A request alone: its tried/accepted per position agree with the engine-wide per-position counters,
+    and every draft is accounted for (n-gram drafts may be shorter than k)."""
+    before = engine.metrics()
+    outs = await collect(engine, req(f"pos-{proposer}", ids_of(engine, PROMPTS[0][1]), proposer, k,
+                                     max_tokens=48))
+    after, last = engine.metrics(), outs[-1]
+    tried, acc = last.tried_per_position, last.accepted_per_position
+    assert last.drafts == after.spec_num_drafts - before.spec_num_drafts > 0
+    assert tried[0] == last.drafts and len(tried) == len(acc) <= k
+    engine_acc = [a - (before.spec_accepted_per_pos[j] if j < len(before.spec_accepted_per_pos) else 0)
+                  for j, a in enumerate(after.spec_accepted_per_pos)]
+    assert list(acc) == engine_acc[:len(acc)] and not any(engine_acc[len(acc):])
+    assert sum(acc) == last.accepted_tokens
+    # position j+1 is tried exactly by the drafts that accepted position j and drafted past it
+    assert all(t1 <= a0 for t1, a0 in zip(tried[1:], acc, strict=False))
+    if proposer == "draft":  # a draft model drafts k except in the last steps (room before max_tokens)
+        assert sum(a0 - t1 for t1, a0 in zip(tried[1:], acc, strict=False)) <= k
+
+
 async def test_continuous_batching_join_and_leave(engine, reference):
     """A request joins while another runs, leaves first; both stay exact."""
     (c0, t0), (c1, t1) = PROMPTS[0], PROMPTS[1]

@@ -67,9 +67,17 @@ def client(worker_url):
 
 def _spec(usage) -> dict:
     spec = (usage.model_extra or {}).get("speculative")
-    assert set(spec) == {"draft_tokens", "accepted_tokens", "steps"}
+    assert set(spec) == {"draft_tokens", "accepted_tokens", "steps", "drafts", "tried_per_position",
+                         "accepted_per_position"}
     assert 0 <= spec["accepted_tokens"] <= spec["draft_tokens"]
     assert 1 <= spec["steps"] <= usage.completion_tokens + 1  # the step that emits EOS shows no token
+    tried, acc = spec["tried_per_position"], spec["accepted_per_position"]
+    # per position: every accepted draft token was tried; position 0 is tried by every draft; the accepted
+    # tokens add up; each draft past position 0 was reached only through an accepted position before it
+    assert len(tried) == len(acc) and all(0 <= a <= t for t, a in zip(tried, acc, strict=True))
+    assert sum(acc) == spec["accepted_tokens"] and spec["drafts"] <= spec["steps"]
+    assert (tried[0] if tried else 0) == spec["drafts"]
+    assert all(t <= a for t, a in zip(tried[1:], acc, strict=False))
     return spec
 
 
