@@ -118,6 +118,11 @@ def proxy_dashboard() -> dict:
         panel("alpha estimate uncertainty (std)",
               [(f"adaptspec_alpha_estimate_std{w}", "{{worker}} {{proposer}} {{content_class}}")],
               unit="percentunit"),
+        panel("Propose rate (steps that had a draft)",
+              [(f"adaptspec_propose_rate_estimate{w}", "{{worker}} {{proposer}} {{content_class}}")],
+              unit="percentunit", minmax=(0, 1),
+              description="n-gram lookup drafts only when the context repeats; the cost model prices the "
+                          "steps without a draft as plain decode steps."),
         panel("Engine-reported acceptance rate (vLLM counters)",
               [(f"sum by (instance) (rate(vllm:spec_decode_num_accepted_tokens_total[{RI}])) "
                 f"/ sum by (instance) (rate(vllm:spec_decode_num_draft_tokens_total[{RI}]))", "{{instance}}")],
@@ -132,6 +137,10 @@ def proxy_dashboard() -> dict:
         panel("Occupancy per worker (running / waiting)",
               [(f"adaptspec_worker_running{w}", "{{worker}} running"),
                (f"adaptspec_worker_waiting{w}", "{{worker}} waiting")]),
+        panel("Prefill per generated token",
+              [(f"adaptspec_worker_prefill_ratio{w}", "{{worker}}")],
+              description="Prompt tokens prefilled per generated token in recent traffic: prefill shares the "
+                          "decode steps, so a high ratio leaves less spare compute for speculation."),
         panel("Proxy in-flight per worker",
               [(f"adaptspec_worker_inflight{w}", "{{worker}}")]),
         panel("KV cache usage per worker",

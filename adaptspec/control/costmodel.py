@@ -234,18 +234,42 @@ class Plan:
         return asdict(self)
 
 
+def step_time_with_prefill(model: StepTimeModel, tokens: float, kv_tokens: float, prefill_tokens: float,
+                           chunk: float = 0.0) -> float:
+    """Mean step time when `prefill_tokens` of prompt prefill per step (on average) share the steps.
+
+    Prefill arrives in chunks of `chunk` tokens (a request's prompt, or the engine's chunk size): a share
+    q = min(1, prefill_tokens / chunk) of the steps carries one, the others keep their spare compute.
+    `chunk <= 0` spreads the prefill evenly over every step."""
+    if prefill_tokens <= 0.0:
+        return model.time(tokens, kv_tokens)
+    q = 1.0 if chunk <= 0.0 else min(1.0, prefill_tokens / chunk)
+    with_prefill = model.time(tokens + prefill_tokens / q, kv_tokens)
+    if q >= 1.0:
+        return with_prefill
+    return q * with_prefill + (1.0 - q) * model.time(tokens, kv_tokens)
+
+
 def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batch: float,
-             summarise: bool = True, propose_rate: float = 1.0) -> Plan:
+             summarise: bool = True, propose_rate: float = 1.0, prefill_ratio: float = 0.0,
+             prefill_chunk: float = 0.0) -> Plan:
     """Predicted goodput of drafting gamma tokens with `proposer` for a request in a batch of `batch`.
 
     `propose_rate` (pi): the share of steps that find a draft at all (n-gram lookup needs the context to
     repeat). A step without one verifies and emits a single token, so E = 1 + pi * (E(alpha, gamma) - 1) and
     a step verifies batch * (1 + pi * gamma) tokens; the proposer's own cost is paid every step.
+    `prefill_ratio` (rho): prompt tokens prefilled per generated token on the worker (its recent traffic).
+    Prompts are prefilled in the same steps as decodes (continuous batching, chunked prefill): amortised,
+    a step that emits E tokens per request also prefills batch * rho * E tokens, in chunks of
+    `prefill_chunk` tokens (`step_time_with_prefill`). Prefill takes the steps' spare compute (speculation
+    stops being free sooner) and, once steps are compute-bound, dilutes the relative cost of drafted tokens.
     `summarise=False` skips the scalar summary of per-position alphas (Plan.alpha = 0), for inner loops.
     """
     batch = max(float(batch), 1.0)
     kv = batch * profile.context_tokens
-    base = profile.target.time(batch, kv)
+    rho = max(float(prefill_ratio), 0.0)
+    chunk = max(float(prefill_chunk), 0.0)
+    base = step_time_with_prefill(profile.target, batch, kv, batch * rho, chunk)
     if gamma <= 0 or proposer == "none":
         return Plan("none", 0, 0.0, 1.0, 0.0, base, base, 1.0 / base, 1.0, batch)
     cost = profile.draft(proposer)
@@ -254,18 +278,19 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     if pi < 1.0:
         e = 1.0 + pi * (e - 1.0)
     draft = cost.time(gamma, batch, kv, profile.target)
-    verify = profile.target.time(batch * (1.0 + pi * gamma), kv)
+    verify = step_time_with_prefill(profile.target, batch * (1.0 + pi * gamma), kv, batch * rho * e, chunk)
     goodput = e / (draft + verify)
     a = scalar_alpha(alpha, gamma) if summarise or isinstance(alpha, (int, float)) else 0.0
     return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)
 
 
 def best_gamma(profile: Profile, proposer: str, alpha: AlphaLike, batch: float, max_gamma: int,
-               propose_rate: float = 1.0) -> Plan:
+               propose_rate: float = 1.0, prefill_ratio: float = 0.0, prefill_chunk: float = 0.0) -> Plan:
     """The gamma in 1..max_gamma with the highest goodput for one proposer (may still lose to off)."""
-    best = evaluate(profile, proposer, alpha, 1, batch, summarise=False, propose_rate=propose_rate)
+    kw = {"propose_rate": propose_rate, "prefill_ratio": prefill_ratio, "prefill_chunk": prefill_chunk}
+    best = evaluate(profile, proposer, alpha, 1, batch, summarise=False, **kw)
     for g in range(2, max_gamma + 1):
-        p = evaluate(profile, proposer, alpha, g, batch, summarise=False, propose_rate=propose_rate)
+        p = evaluate(profile, proposer, alpha, g, batch, summarise=False, **kw)
         if p.goodput > best.goodput:
             best = p
     if not isinstance(alpha, (int, float)):

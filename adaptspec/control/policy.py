@@ -78,6 +78,21 @@ def _rate_bucket(rate: float) -> float:
     return min(max(int(rate * 100.0 + 0.5) / 100.0, 0.01), 1.0)
 
 
+def _sqrt_bucket(x: float, top: float) -> float:
+    """0 for ~0, else a grid that is ~6% apart around 64 (finer below, coarser above), capped at top."""
+    if x <= 0.01:
+        return 0.0
+    return round(min(x, top) ** 0.5 * 8.0) ** 2 / 64.0
+
+
+def _prefill_bucket(prefill: tuple[float, float]) -> tuple[float, float]:
+    """(prompt tokens per generated token, mean prompt tokens per request), bucketed."""
+    return _sqrt_bucket(prefill[0], 256.0), _sqrt_bucket(prefill[1], 1e6)
+
+
+_NO_PREFILL = (0.0, 0.0)
+
+
 class PlanCache:
     """Memoised gamma search: (profile, proposer, batch bucket, alpha bucket, gamma bound) -> Plan."""
 
@@ -86,35 +101,40 @@ class PlanCache:
         self._plans: dict[tuple, costmodel.Plan] = {}
 
     def best(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
-             max_gamma: int, rate: float = 1.0) -> costmodel.Plan:
-        """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0); `rate`: the propose rate."""
-        a, b, r = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate)
-        key = (profile.name, proposer, b, a, max_gamma, None, r)
+             max_gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
+        """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0); `rate`: the propose rate,
+        `prefill`: the worker's (prompt tokens per generated token, prompt tokens per request)."""
+        a, b, r, f = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate), _prefill_bucket(prefill)
+        key = (profile.name, proposer, b, a, max_gamma, None, r, f)
         plan = self._plans.get(key)
         if plan is None:
             if max_gamma <= 0:
-                plan = costmodel.evaluate(profile, "none", 0.0, 0, b)
+                plan = costmodel.evaluate(profile, "none", 0.0, 0, b, prefill_ratio=f[0], prefill_chunk=f[1])
             else:
-                plan = costmodel.best_gamma(profile, proposer, a, b, max_gamma, propose_rate=r)
+                plan = costmodel.best_gamma(profile, proposer, a, b, max_gamma, propose_rate=r, prefill_ratio=f[0],
+                                            prefill_chunk=f[1])
             self._store(key, plan)
         return plan
 
     def at(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
-           gamma: int, rate: float = 1.0) -> costmodel.Plan:
+           gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
         """The plan of a fixed (proposer, gamma)."""
-        a, b, r = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate)
-        key = (profile.name, proposer, b, a, None, gamma, r)
+        a, b, r, f = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate), _prefill_bucket(prefill)
+        key = (profile.name, proposer, b, a, None, gamma, r, f)
         plan = self._plans.get(key)
         if plan is None:
-            plan = costmodel.evaluate(profile, proposer, a, gamma, b, propose_rate=r)
+            plan = costmodel.evaluate(profile, proposer, a, gamma, b, propose_rate=r, prefill_ratio=f[0],
+                                      prefill_chunk=f[1])
             self._store(key, plan)
         return plan
 
-    def off(self, profile: Profile, batch: float) -> costmodel.Plan:
-        key = (profile.name, batch)
+    def off(self, profile: Profile, batch: float, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
+        f = _prefill_bucket(prefill)
+        key = (profile.name, batch, f)
         plan = self._plans.get(key)
         if plan is None:
-            plan = costmodel.evaluate(profile, "none", 0.0, 0, _batch_bucket(batch))
+            plan = costmodel.evaluate(profile, "none", 0.0, 0, _batch_bucket(batch), prefill_ratio=f[0],
+                                      prefill_chunk=f[1])
             self._store(key, plan)
         return plan
 
@@ -227,13 +247,14 @@ class _CostModelPolicy:
         best plan that missed the margin (for the reason)."""
         prof = self.profile(w.profile)
         batch = w.load + 1.0
-        choice, shown, missed = self.cache.off(prof, batch), "", None
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        choice, shown, missed = self.cache.off(prof, batch, rho), "", None
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
                 est = alphas.get(w.name, p, content_class)
                 a, shown = self.alpha(est)
-                choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate), p)
+                choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
             return choice, shown, None
         bound = min(w.max_gamma, self.max_gamma)
         for p in w.proposers:
@@ -249,9 +270,9 @@ class _CostModelPolicy:
                 g = self.batch_gamma(w, prof, p, alphas, batch, bound)
                 if g == 0:  # not worth its passes for this worker's batch
                     continue
-                plan = self.cache.at(prof, p, a, batch, g, rate)
+                plan = self.cache.at(prof, p, a, batch, g, rate, rho)
             else:
-                plan = self.cache.best(prof, p, a, batch, bound, rate)
+                plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
             if plan.speedup < self.margin:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
@@ -271,7 +292,8 @@ class _CostModelPolicy:
         passes) by the margin.
         """
         version = self._mix_version.get(w.name, 0)
-        key = (w.name, proposer, round(2.0 * math.log2(batch)))
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        key = (w.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))
         hit = self._common.get(key)
         if hit is not None and hit[1] == version:
             return hit[0]
@@ -282,20 +304,21 @@ class _CostModelPolicy:
         rate = {c: e.propose_rate for c, e in ests.items()}
         best_g, best_v = 1, -1.0
         for g in range(1, bound + 1):
-            v = sum(n * self.cache.at(prof, proposer, alpha[c], batch, g, rate[c]).goodput for c, n in mix.items())
+            v = sum(n * self.cache.at(prof, proposer, alpha[c], batch, g, rate[c], rho).goodput
+                    for c, n in mix.items())
             if v > best_v:
                 best_g, best_v = g, v
         cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
                  and prof.draft(q).kind == "ngram"]
-        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g).draft_time_s
+        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g, 1.0, rho).draft_time_s
         with_v = without_v = 0.0
         for c, n in mix.items():
-            alts = [self.cache.off(prof, batch)]
+            alts = [self.cache.off(prof, batch, rho)]
             for q in cheap:
                 e = alphas.get(w.name, q, c)
-                alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate))
+                alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate, rho))
             without_v += n * max(p.goodput for p in alts)
-            mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c]).goodput
+            mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
             with_v += n * max([mine] + [p.expected_tokens / (p.draft_time_s + p.verify_time_s + pass_s)
                                         for p in alts])
         if without_v > with_v * self.margin:  # dropping the proposer must pay the margin too (no flapping)

@@ -30,6 +30,10 @@ class WorkerState:
     kv_usage: float = 0.0  # 0..1 (scraped)
     inflight: int = 0  # this proxy's own in-flight requests to the worker (exact, instant)
     healthy: bool = True
+    # prompt tokens prefilled per generated token in the worker's recent traffic (0 = unknown): prefill
+    # shares the decode steps, see costmodel.evaluate
+    prefill_ratio: float = 0.0
+    prompt_tokens: float = 0.0  # mean prompt tokens prefilled per request (the size of a prefill chunk)
 
     @property
     def load(self) -> float:

@@ -127,9 +127,10 @@ class Proxy:
             "adaptspec_worker_inflight": (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
                                                          for w in workers]),
             "adaptspec_worker_healthy": (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
+            "adaptspec_worker_prefill_ratio": (("worker",), [((w.name,), w.prefill_ratio) for w in workers]),
             "adaptspec_state_backend_up": (("backend",), [((self.state.backend,), float(self.state.up))]),
         }
-        means, stds = [], []
+        means, stds, rates = [], [], []
         for w in workers:
             proposers = [p for p in w.proposers if p != "none"]
             for p in proposers:
@@ -137,9 +138,11 @@ class Proxy:
                     est = self.state.alphas.get(w.name, p, cls)
                     means.append(((w.name, p, cls), est.mean))
                     stds.append(((w.name, p, cls), est.std))
+                    rates.append(((w.name, p, cls), est.propose_rate))
         labels = ("worker", "proposer", "content_class")
         out["adaptspec_alpha_estimate"] = (labels, means)
         out["adaptspec_alpha_estimate_std"] = (labels, stds)
+        out["adaptspec_propose_rate_estimate"] = (labels, rates)
         return out
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -164,6 +167,8 @@ _GAUGE_DOCS = {
     "adaptspec_state_backend_up": "1 when the state backend answers (always 1 for memory)",
     "adaptspec_alpha_estimate": "Posterior mean of the acceptance rate alpha",
     "adaptspec_alpha_estimate_std": "Posterior standard deviation of alpha",
+    "adaptspec_worker_prefill_ratio": "Prompt tokens prefilled per generated token in the worker's recent traffic",
+    "adaptspec_propose_rate_estimate": "Share of verification steps that had a draft (n-gram: a match was found)",
 }
 
 

@@ -63,6 +63,19 @@ def spec_stats(payload: dict) -> tuple[float, float, float | None] | None:
     return draft, min(accepted, draft), _num(spec, "steps", "num_spec_steps", "num_drafts")
 
 
+def prompt_tokens(usage: dict) -> float | None:
+    """Prompt tokens the engine had to prefill: `prompt_tokens` less `prompt_tokens_details.cached_tokens`
+    (prefix-cache hits cost no prefill)."""
+    n = usage.get("prompt_tokens")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= n:
+        n -= cached
+    return float(n)
+
+
 def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     """(tried, accepted) per draft position from an adaptspec worker's `usage.speculative`, when present and
     consistent (accepted[j] <= tried[j], and position j+1 is tried only after position j was accepted)."""
@@ -91,10 +104,13 @@ class Feedback:
 
     def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
                     stats: tuple[float, float, float | None] | None,
-                    positions: tuple[list[float], list[float]] | None = None) -> None:
+                    positions: tuple[list[float], list[float]] | None = None,
+                    prompt: float | None = None) -> None:
         m = self.proxy.metrics
         if output_tokens > 0:
             m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
+            if prompt is not None:
+                worker.note_usage(prompt, output_tokens)
         if stats is None:
             return
         if not worker.request_feedback:

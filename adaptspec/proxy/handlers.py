@@ -20,11 +20,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.proxy.errors import error_response, sse_error_event
-from adaptspec.proxy.feedback import position_stats, spec_stats
+from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 
 log = logging.getLogger(__name__)
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
 _STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError)
 _FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
@@ -253,7 +254,7 @@ def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, 
 def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, cls: str, t0: float) -> web.Response:
     now = time.perf_counter()
     worker = plan.worker
-    tokens, stats, positions = 0.0, None, None
+    tokens, stats, positions, prompt = 0.0, None, None, None
     if up.status == 200:
         if plan.scan:
             try:
@@ -264,12 +265,15 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
                 usage = payload.get("usage")
                 if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
                     tokens = float(usage["completion_tokens"])
+                    prompt = prompt_tokens(usage)
                 stats = spec_stats(payload)
                 positions = position_stats(payload) if stats is not None else None
         else:
             m = _COMPLETION_TOKENS.search(data)
             tokens = float(m.group(1)) if m else 0.0
-        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions)
+            m = _PROMPT_TOKENS.search(data)
+            prompt = float(m.group(1)) if m else None
+        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
         e2e = now - t0
         proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
         proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
@@ -367,17 +371,18 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
 def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | None, events: int,
                     usage_payloads: list[dict]) -> None:
     now = time.perf_counter()
-    tokens, stats, positions = None, None, None
+    tokens, stats, positions, prompt = None, None, None, None
     for p in usage_payloads:
         u = p.get("usage") or {}
         if isinstance(u.get("completion_tokens"), int):
             tokens = float(u["completion_tokens"])
+            prompt = prompt_tokens(u)
         s = spec_stats(p)
         if s is not None:
             stats, positions = s, position_stats(p)
     if tokens is None:
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
-    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions)
+    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
     m = proxy.metrics
     m.child(m.e2e, cls, plan.proposer).observe(now - t0)
     if t_first is not None:

@@ -172,3 +172,40 @@ def test_propose_rate_mixes_drafting_and_plain_steps():
     lev = Profile.memory_bound(0.0)
     plan = cm.evaluate(lev, "draft", 0.7, 3, 1, propose_rate=0.4)
     assert plan.speedup == pytest.approx(1 + 0.4 * (cm.expected_tokens(0.7, 3) - 1))
+
+
+def test_prefill_shares_the_steps():
+    """rho prompt tokens per generated token, prefilled in chunks of C tokens: a share q = b rho E / C of the
+    steps carries a chunk. Closed forms on a roofline with a memory floor (spare compute below it)."""
+    m = cm.StepTimeModel(overhead_s=0.001, memory_floor_s=0.02, kv_s_per_token=0.0, compute_s_per_token=1e-4)
+
+    def t(n):
+        return 0.001 + max(0.02, 1e-4 * n)
+
+    # spread evenly (chunk 0): every step carries its share
+    assert cm.step_time_with_prefill(m, 32, 0, 0) == m.time(32) == t(32)
+    assert cm.step_time_with_prefill(m, 32, 0, 296) == pytest.approx(t(328))
+    # chunks of 1000 tokens, 100 prefill tokens per step on average: 10% of the steps carry 1000 tokens
+    assert cm.step_time_with_prefill(m, 32, 0, 100, 1000) == pytest.approx(0.1 * t(1032) + 0.9 * t(32))
+    prof = Profile("roof", m, 0.0, {"ngram": cm.DraftCost("ngram")}, {}, "roofline")
+    plan = cm.evaluate(prof, "ngram", 0.8, 3, 64, prefill_ratio=2.0)
+    e = cm.expected_tokens(0.8, 3)
+    assert plan.expected_tokens == pytest.approx(e)
+    assert plan.baseline_time_s == pytest.approx(t(64 * 3))
+    assert plan.verify_time_s == pytest.approx(t(64 * 4 + 64 * 2 * e))
+    # prefill takes the spare compute that made drafted tokens free: speculation is worth less
+    assert plan.speedup < cm.evaluate(prof, "ngram", 0.8, 3, 64).speedup
+    # rho = 0 is the plain model, whatever the chunk
+    assert cm.evaluate(prof, "ngram", 0.8, 3, 16, prefill_chunk=500) == cm.evaluate(prof, "ngram", 0.8, 3, 16)
+
+
+def test_long_prompts_turn_speculation_off_sooner_on_a_gpu_profile():
+    """RAG-like traffic (4000-token prompts, 200-token replies) on H200 + 70B: the batch at which the best plan
+    stops paying is lower than for chat-like traffic (200 / 200)."""
+    p = load_profile("h200-llama3-70b")
+
+    def last_batch_worth_it(rho, chunk):
+        return max(b for b in range(1, 257) if cm.best_plan({"draft": 0.8}, p, b, 8, margin=1.1).gamma > 0
+                   and cm.best_gamma(p, "draft", 0.8, b, 8, prefill_ratio=rho, prefill_chunk=chunk).speedup > 1.1)
+
+    assert last_batch_worth_it(20.0, 4000.0) < last_batch_worth_it(1.0, 200.0) <= last_batch_worth_it(0.0, 0.0)

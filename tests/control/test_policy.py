@@ -200,3 +200,25 @@ def test_goodput_default_profile_for_workers_without_one():
     prof = load_profile("h100-llama3-8b")
     want = costmodel.best_plan({"ngram": 0.45, "draft": 0.86}, prof, 1, 8, margin=1.05)
     assert (d.proposer, d.gamma) == (want.proposer, want.gamma)
+
+
+def test_goodput_prices_the_propose_rate_and_the_prefill_load():
+    """The plan follows the cost model with the estimate's propose rate and the worker's prefill traffic."""
+    prof = load_profile("h200-llama3-70b")
+    p = policy(kind="goodput", margin=1.05)
+    rare = Fixed(ngram=AlphaEstimate(0.8, 0.01, 1e4, per_position=(0.8,), propose_rate=0.3))
+    for load, rho, prompt in ((0, 0.0, 0.0), (31, 0.0, 0.0), (31, 5.0, 1000.0), (15, 20.0, 4000.0)):
+        w = per_request("a", load=load, proposers=("ngram",), prefill_ratio=rho, prompt_tokens=prompt)
+        d = p.decide("summarize", [w], rare)
+        want = costmodel.best_gamma(prof, "ngram", (0.8,), load + 1, 8, propose_rate=0.3, prefill_ratio=rho,
+                                    prefill_chunk=prompt)
+        if want.speedup >= 1.05:
+            assert (d.proposer, d.gamma) == ("ngram", want.gamma), (load, rho)
+            assert d.expected_speedup == pytest.approx(want.speedup, rel=1e-2)
+            assert "pi=0.30" in d.reason
+        else:
+            assert d.gamma == 0, (load, rho)
+    # long prompts at batch 32 (RAG): the same estimate is worth less than with no prefill
+    busy = per_request("a", load=31, proposers=("ngram",), prefill_ratio=20.0, prompt_tokens=4000.0)
+    idle = per_request("a", load=31, proposers=("ngram",))
+    assert p.decide("summarize", [busy], rare).expected_speedup < p.decide("summarize", [idle], rare).expected_speedup

@@ -10,7 +10,7 @@ from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.errors import ConfigError, RequestError, UpstreamError
 from adaptspec.proxy.configfile import expand_env, load_config_file
-from adaptspec.proxy.feedback import Feedback, position_stats, spec_stats
+from adaptspec.proxy.feedback import Feedback, position_stats, prompt_tokens, spec_stats
 from adaptspec.proxy.handlers import _parse, _take_usage
 from adaptspec.proxy.metrics import ProxyMetrics
 from adaptspec.proxy.scrape import parse_metrics
@@ -102,6 +102,24 @@ def test_per_position_feedback_gives_exact_conditional_rates():
         assert rate == pytest.approx(want, abs=0.01)
     # the scalar mean pools every tried position: successes / trials
     assert est.mean == pytest.approx(570 / 850, abs=0.01)
+
+
+def test_prefill_ratio_follows_the_traffic():
+    assert prompt_tokens({"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 600}}) == 300.0
+    assert prompt_tokens({"prompt_tokens": 50, "prompt_tokens_details": None}) == 50.0
+    assert prompt_tokens({"prompt_tokens": 50, "prompt_tokens_details": {"cached_tokens": 80}}) == 50.0
+    assert prompt_tokens({"completion_tokens": 5}) is None
+    proxy = _Proxy()
+    fb = Feedback(proxy)
+    w = Worker("w0", "http://h:1", "p")
+    assert w.state().prefill_ratio == 0.0  # nothing seen: the cost model ignores prefill
+    fb.on_response(w, "chat", "none", 0, 100, None, prompt=200.0)
+    assert w.state().prefill_ratio == pytest.approx(2.0) and w.state().prompt_tokens == pytest.approx(200.0)
+    for _ in range(400):  # the traffic turns RAG-like: long prompts, short replies
+        fb.on_response(w, "summarize", "ngram", 4, 50, (8.0, 6.0, 2.0), prompt=2000.0)
+    assert w.state().prefill_ratio == pytest.approx(40.0, rel=1e-3)
+    fb.on_response(w, "chat", "none", 0, 0, None, prompt=10_000.0)  # no tokens generated: not counted
+    assert w.state().prompt_tokens == pytest.approx(2000.0, rel=1e-3)
 
 
 class _Proxy:
