@@ -105,26 +105,33 @@ class StepTimeModel:
 
     `memory_floor_s`: reading the weights once; `kv_s_per_token`: reading one cached token's K/V;
     `compute_s_per_token`: 2 * params FLOPs of one batched token at the effective FLOP/s.
+    `additive=True` sums the two terms instead: on a CPU the attention over the cache is arithmetic done by
+    the same cores as the matmuls, not a memory read that overlaps them (the `cpu-tiny` profile).
     """
 
     overhead_s: float = 0.0
     memory_floor_s: float = 0.0
     kv_s_per_token: float = 0.0
     compute_s_per_token: float = 0.0
+    additive: bool = False
 
     def time(self, tokens: float, kv_tokens: float = 0.0) -> float:
         memory = self.memory_floor_s + self.kv_s_per_token * kv_tokens
         compute = self.compute_s_per_token * tokens
+        if self.additive:
+            return self.overhead_s + memory + compute
         return self.overhead_s + (memory if memory > compute else compute)
 
     def crossover_tokens(self, kv_tokens: float = 0.0) -> float:
-        """Batched tokens at which compute time overtakes memory time (inf if never)."""
-        if self.compute_s_per_token <= 0:
+        """Batched tokens at which compute time overtakes memory time (inf if never, or additive)."""
+        if self.compute_s_per_token <= 0 or self.additive:
             return math.inf
         return (self.memory_floor_s + self.kv_s_per_token * kv_tokens) / self.compute_s_per_token
 
     def compute_bound_batch(self, context_tokens: float) -> float:
         """Smallest batch (one token per request, each with `context_tokens` of KV) that is compute-bound."""
+        if self.additive:
+            return math.inf
         slope = self.compute_s_per_token - self.kv_s_per_token * context_tokens
         return self.memory_floor_s / slope if slope > 0 else math.inf
 
@@ -151,8 +158,11 @@ class StepTimeModel:
         )
 
 
-def fit_step_time(points: Sequence[tuple[float, float, float]], iterations: int = 30) -> StepTimeModel:
+def fit_step_time(points: Sequence[tuple[float, float, float]], iterations: int = 30,
+                  additive: bool = False) -> StepTimeModel:
     """Fit a roofline StepTimeModel to measured (batched tokens, kv tokens, seconds) points.
+
+    `additive=True`: least squares of t = o + c*tokens + k*kv (no floor), for CPUs.
 
     Alternating least squares on the hinge t = o + max(F + k*kv, c*tokens): points go to the branch that
     predicts the larger time, each branch is refit (compute branch: intercept o and slope c; memory branch:
@@ -165,6 +175,11 @@ def fit_step_time(points: Sequence[tuple[float, float, float]], iterations: int 
     if pts.ndim != 2 or pts.shape[1] != 3 or len(pts) < 3:
         raise ValueError("need at least 3 (tokens, kv_tokens, seconds) points")
     n, kv, t = pts[:, 0], pts[:, 1], pts[:, 2]
+    if additive:
+        design = np.stack([np.ones_like(n), n, kv], axis=1)
+        o, c, k = (float(x) for x in np.linalg.lstsq(design, t, rcond=None)[0])
+        return StepTimeModel(overhead_s=max(o, 0.0), kv_s_per_token=max(k, 0.0), compute_s_per_token=max(c, 0.0),
+                             additive=True)
 
     def line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         if len(x) < 2 or np.ptp(x) == 0:

@@ -12,6 +12,9 @@ or directly from measurement (what `cpu-tiny` does; `costmodel.fit_step_time` tu
 
     target: {overhead_s: 0.004, memory_floor_s: 0.006, kv_s_per_token: 0.0, compute_s_per_token: 0.0008}
 
+(`combine: sum` adds the memory and compute terms instead of taking their max: CPUs, where attention over
+the cache is arithmetic on the same cores as the matmuls.)
+
 Draft options (`proposers:`) are `kind: draft` (a model, same two forms, defaults from `hardware`),
 `kind: eagle` (`fraction` of a target step per drafted token) or `kind: ngram` (`step_s`, `request_s`).
 `aliases:` maps the generic proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
@@ -63,6 +66,8 @@ class ModelSpec(_Strict):
     memory_floor_s: float | None = Field(default=None, ge=0)
     kv_s_per_token: float | None = Field(default=None, ge=0)
     compute_s_per_token: float | None = Field(default=None, ge=0)
+    # how memory and compute time combine: max (roofline, GPUs) or sum (CPUs, where both are arithmetic)
+    combine: Literal["max", "sum"] = "max"
 
     def _check_form(self) -> None:
         direct = self.memory_floor_s is not None or self.compute_s_per_token is not None
@@ -80,9 +85,11 @@ class ModelSpec(_Strict):
     def step_model(self, hw: HardwareSpec | None) -> StepTimeModel:
         if self.params is None:
             return StepTimeModel(self.overhead_s, self.memory_floor_s or 0.0, self.kv_s_per_token or 0.0,
-                                 self.compute_s_per_token or 0.0)
+                                 self.compute_s_per_token or 0.0, additive=self.combine == "sum")
         if hw is None:
             raise ValueError("physical form needs a hardware section")
+        if self.combine != "max":
+            raise ValueError("combine: sum is for the direct (measured) form; the physical form is a roofline")
         gpus = self.gpus or hw.gpus
         return StepTimeModel.from_hardware(
             params=self.params,

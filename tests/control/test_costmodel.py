@@ -209,3 +209,15 @@ def test_long_prompts_turn_speculation_off_sooner_on_a_gpu_profile():
                    and cm.best_gamma(p, "draft", 0.8, b, 8, prefill_ratio=rho, prefill_chunk=chunk).speedup > 1.1)
 
     assert last_batch_worth_it(20.0, 4000.0) < last_batch_worth_it(1.0, 200.0) <= last_batch_worth_it(0.0, 0.0)
+
+
+def test_fit_step_time_additive_recovers_a_cpu_model():
+    true = cm.StepTimeModel(overhead_s=0.005, kv_s_per_token=1.3e-6, compute_s_per_token=1.9e-4, additive=True)
+    pts = [(b * k, b * 200, true.time(b * k, b * 200)) for b in (1, 4, 16, 32, 64) for k in (1, 3, 5)]
+    fit = cm.fit_step_time(pts, additive=True)
+    assert fit.additive and fit.memory_floor_s == 0.0
+    for got, want in ((fit.overhead_s, 0.005), (fit.kv_s_per_token, 1.3e-6), (fit.compute_s_per_token, 1.9e-4)):
+        assert got == pytest.approx(want, rel=1e-6)
+    # sum, not max: both terms count, and nothing is ever "compute-bound" in the roofline sense
+    assert true.time(100, 1000) == pytest.approx(0.005 + 1.3e-3 + 1.9e-2)
+    assert true.compute_bound_batch(256) == math.inf and true.crossover_tokens() == math.inf

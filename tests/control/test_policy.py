@@ -157,7 +157,7 @@ def test_bandit_is_reproducible_with_a_seed():
 
 def test_thompson_choice_probability_matches_beta_tail():
     beta = pytest.importorskip("scipy.stats").beta
-    margin, n = 1.3, 65_536
+    margin, n = 1.25, 65_536
     prof = load_profile("cpu-tiny")
     table = AlphaTable(prior={"ngram": {"chat": 0.15}}, prior_strength=20)  # Beta(3, 17), no data
     ws = [per_request("a", proposers=("ngram",), profile="cpu-tiny", max_gamma=8)]
