@@ -8,7 +8,9 @@ through `Featurizer.grouped`, the same vector packed differently) share this cod
 Groups of n-grams:
 - word unigrams and bigrams (lower-cased; a token is a run of word characters or a run of punctuation, so
   `):`, `{"`, `=>` and ``` are tokens too) over the prompt's head and tail: the instruction sits at one end
-  of a long context;
+  of a long context. The unigrams also hold one lead token, LEAD_MARK + the prompt's first token
+  (`^summarize`, `^translate`, `^def`, `^return`): a short request is often nothing but a lead verb and
+  its argument, and the same word inside a passage says much less than at the start;
 - byte 4-grams over the first BYTE_SPAN bytes of the lower-cased UTF-8 text (code punctuation, sub-words of
   unseen words, scripts without spaces). A byte 4-gram *is* a uint32, so these need no hashing: numpy
   reads them with one strided view and looks them up with `searchsorted` in the sorted known codes.
@@ -41,9 +43,12 @@ BYTE_SPAN = 128
 
 GROUPS: tuple[str, ...] = ("word1", "word2", "byte4")
 # Bump when extract() changes: an artifact trained on other features then refuses to load.
-VERSION = 5
+VERSION = 6
 PARAMS = {"head_chars": HEAD_CHARS, "tail_chars": TAIL_CHARS, "byte_span": BYTE_SPAN}
 
+# "^" + a word is never a token of _TOKEN_RE (punctuation and word characters form separate tokens); "^" +
+# a punctuation run ("^```") could in principle collide with a real token, which is harmless and rare.
+LEAD_MARK = "^"
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]+")
 _SPEAKER_RE = re.compile(r"^[A-Z][\w.' -]{0,24}: ", re.M)
 _OPERATORS = frozenset(["+", "-", "*", "/", "=", "^", "%", "$", "×", "÷", "<", ">", "+/-", "==", "!=", "<=", ">="])
@@ -90,12 +95,13 @@ def byte_ngrams(data: bytes) -> np.ndarray:
 
 
 def extract(text: str) -> tuple[tuple[list[str], list[str], bytes], list[float]]:
-    """((unigrams, bigrams, head bytes for the byte 4-grams), structural features) of `text`."""
+    """((unigrams + lead token, bigrams, head bytes for the byte 4-grams), structural features) of `text`."""
     n = len(text)
     low = text.lower()
     win = _window(low)
     toks = _TOKEN_RE.findall(win)
     bigrams = list(map(" ".join, zip(toks, toks[1:], strict=False)))
+    unigrams = [*toks, LEAD_MARK + toks[0]] if toks else toks
     head = win[:BYTE_SPAN].encode("utf-8", "replace")[:BYTE_SPAN]
 
     m = max(len(win), 1)
@@ -123,7 +129,7 @@ def extract(text: str) -> tuple[tuple[list[str], list[str], bytes], list[float]]
         min(1.0, (win.count("\n- ") + win.count("\n* ") + win.count("\n1.")) / 5.0),
         min(1.0, len(_SPEAKER_RE.findall(text, 0, HEAD_CHARS)) / 6.0) if lines > 3 else 0.0,
     ]
-    return (toks, bigrams, head), struct
+    return (unigrams, bigrams, head), struct
 
 
 class Featurizer:
