@@ -66,6 +66,34 @@ CLEAR_PROMPTS: dict[str, list[str]] = {
     ],
 }
 
+# Short, instruction-led requests (written for these tests): a lead verb and a short argument. The data rows of
+# summarize and structured are all long, which once made every one of the first five below read as chat.
+SHORT_PROMPTS: list[tuple[str, str]] = [
+    ("summarize", "Summarize this passage: the cat sat on the mat. The cat sat on the mat."),
+    ("summarize", "Summarize: the meeting moved to Friday because the room was booked."),
+    ("summarize", "Please summarize in one line: Our quarterly revenue grew 8% while marketing costs dropped."),
+    ("summarize", "Give me the short version: the train was late, so we missed the start of the concert and went home."),
+    ("summarize", "tl;dr the new policy lets staff work from home two days a week starting in May."),
+    ("translate", "Translate to French: good morning"),
+    ("translate", "Translate 'where is the station' into Italian."),
+    ("structured", "Return JSON with fields name and age for: Bob, 31"),
+    ("structured", "Give me a JSON object with title and year: The Matrix, 1999"),
+    ("structured", "Extract name and email as JSON: Contact Jane Doe at jane@example.com"),
+    ("code", "def add(a, b):"),
+    ("code", "def fizzbuzz(n: int) -> list[str]:"),
+    ("code", "public static int max(int[] xs) {"),
+    ("code", "Reverse a linked list in Java."),
+    ("code", "Fix this: for i in range(10) print(i)"),
+    ("math", "What is 17 * 23?"),
+    ("math", "Solve for x: 3x - 7 = 20"),
+    ("math", "What is 12% of 250?"),
+    ("math", "How much is 1.5 + 2.75?"),
+    ("chat", "hi"),
+    ("chat", "Tell me a joke about cats."),
+    ("chat", "What should I cook for dinner tonight?"),
+    ("chat", "Who wrote Pride and Prejudice?"),
+]
+
 
 def _load_trainer():
     spec = importlib.util.spec_from_file_location("train_classifier", REPO / "scripts" / "train_classifier.py")
@@ -82,7 +110,7 @@ def model() -> Classifier:
 def test_artifact_is_small_plain_data_and_describes_itself(model):
     files = sorted(p.name for p in ARTIFACT_DIR.iterdir())
     assert files == ["meta.json", "vocabulary.json.gz", "weights.npz"]
-    assert sum(p.stat().st_size for p in ARTIFACT_DIR.iterdir()) < 6 * 2**20
+    assert sum(p.stat().st_size for p in ARTIFACT_DIR.iterdir()) < 300 * 2**10
     assert model.classes == CONTENT_CLASSES
     meta = model.meta
     assert meta["metrics"]["test"]["macro_f1"] >= 0.9
@@ -112,6 +140,24 @@ def test_clear_prompts(model, expected, text):
     assert tuple(scores) == CONTENT_CLASSES
     assert math.isclose(sum(scores.values()), 1.0, rel_tol=1e-9)
     assert scores[cls] == max(scores.values())
+
+
+def test_short_instruction_prompts_are_all_right(model):
+    wrong = [(expected, got, text) for expected, text in SHORT_PROMPTS if (got := model.predict(text)[0]) != expected]
+    assert not wrong, wrong
+    assert {c for c, _ in SHORT_PROMPTS} == set(CONTENT_CLASSES)
+    # The trainer's own score on short prompts cut from held-out rows, recorded with the artifact.
+    assert model.meta["metrics"]["short_test"]["macro_f1"] >= 0.95
+    assert model.meta["metrics"]["short_test"]["n"] >= 500
+
+
+def test_lead_token_marks_the_first_token_only():
+    (unigrams, _, _), _ = _features.extract("Summarize: summarize this")
+    assert unigrams == ["summarize", ":", "summarize", "this", _features.LEAD_MARK + "summarize"]
+    assert _features.extract("")[0][0] == []
+    # A long prompt keeps its lead token although the lead is outside the tail window.
+    (unigrams, _, _), _ = _features.extract("Translate " + "x " * 2000)
+    assert unigrams.count(_features.LEAD_MARK + "translate") == 1
 
 
 def test_degenerate_texts_still_give_a_distribution(model):
