@@ -259,6 +259,9 @@ def simulate(
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     free = list(range(slots - 1, -1, -1))
     prefilling: deque[int] = deque()
+    # what the proxy learns from finished requests' usage: mean prompt and output tokens (EWMA, as in
+    # adaptspec.proxy.upstream.Worker.note_usage), for the policy's prefill term
+    traffic = [0.0, 0.0]
 
     waiting: deque[tuple[int, float]] = deque()
     t = 0.0
@@ -293,7 +296,7 @@ def simulate(
             r, ta = waiting.popleft()
             s = free.pop()
             cname = cls_names[wl_cls[r]]
-            state = _with_load(base_worker, n_active, len(waiting))
+            state = _with_load(base_worker, n_active, len(waiting), traffic)
             d = policy.decide(cname, [state], alphas)
             g = min(int(d.gamma), G) if d.proposer != "none" else 0
             p = d.proposer if g > 0 else "none"
@@ -409,6 +412,7 @@ def simulate(
         for s in finished:
             s = int(s)
             completed += 1
+            _note_usage(traffic, float(wl_prompt[rid[s]]), float(gen[s]))
             pname = PROPOSERS[prop[s]]
             cname = CONTENT_CLASSES[cls_of[s]]
             if observe is not None and gamma[s] > 0 and d_tok[s] > 0:
@@ -452,11 +456,23 @@ def simulate(
     )
 
 
-def _with_load(w: WorkerState, running: int, waiting: int) -> WorkerState:
+def _note_usage(traffic: list[float], prompt: float, output: float) -> None:
+    if output <= 0:
+        return
+    if traffic[1] <= 0:
+        traffic[0], traffic[1] = prompt, output
+    else:
+        traffic[0] += (prompt - traffic[0]) / 32.0
+        traffic[1] += (output - traffic[1]) / 32.0
+
+
+def _with_load(w: WorkerState, running: int, waiting: int, traffic: list[float] | None = None) -> WorkerState:
+    prompt, output = traffic if traffic is not None else (0.0, 0.0)
     return WorkerState(
         name=w.name, engine=w.engine, per_request=w.per_request, proposers=w.proposers, gamma=w.gamma,
         max_gamma=w.max_gamma, profile=w.profile, running=float(running), waiting=float(waiting),
         kv_usage=w.kv_usage, inflight=running + waiting, healthy=w.healthy,
+        prefill_ratio=prompt / output if output > 0 else 0.0, prompt_tokens=prompt,
     )
 
 
