@@ -71,6 +71,12 @@ class GoodputPolicy(_Strict):
     default_profile: str = "cpu-tiny"  # for workers whose pool names no profile
     risk: float = Field(default=0.0, ge=0.0)  # plan with alpha = mean - risk * std
     tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)  # goodputs this close: least loaded wins
+    # probes: a request whose plan is off while a proposer's evidence for its class is thin (fewer than
+    # explore_below_tokens drafted tokens, e.g. never tried, or forgotten) drafts with that proposer with
+    # probability `explore`, so a pessimistic prior or a stale estimate cannot keep it off for good
+    explore: float = Field(default=0.05, ge=0.0, le=1.0)
+    explore_below_tokens: float = Field(default=256.0, ge=0.0)
+    seed: int | None = 0
 
 
 class BanditPolicy(_Strict):

@@ -213,8 +213,13 @@ class _CostModelPolicy:
 
     name = "goodput"
 
+    explore = 0.0  # probe probability (goodput); the bandit explores through its posterior draws instead
+    explore_below = 0.0
+
     def __init__(self, margin: float, max_gamma: int, default_profile: str, tie_tolerance: float) -> None:
         self.margin, self.max_gamma, self.tie_tolerance = margin, max_gamma, tie_tolerance
+        self._thin: tuple[costmodel.Plan, float] | None = None
+        self._probe_rng = random.Random(0)
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
@@ -244,11 +249,13 @@ class _CostModelPolicy:
     def options(self, w: WorkerState, content_class: str, alphas: AlphaSource
                 ) -> tuple[costmodel.Plan, str, costmodel.Plan | None]:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, and the
-        best plan that missed the margin (for the reason)."""
+        best plan that missed the margin (for the reason). Sets `self._thin`: the best missed plan whose
+        proposer has thin evidence for this class (a probe candidate), else None."""
         prof = self.profile(w.profile)
         batch = w.load + 1.0
         rho = (w.prefill_ratio, w.prompt_tokens)
         choice, shown, missed = self.cache.off(prof, batch, rho), "", None
+        self._thin = None
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
@@ -276,6 +283,8 @@ class _CostModelPolicy:
             if plan.speedup < self.margin:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
+                if est.n < self.explore_below and (self._thin is None or plan.speedup > self._thin[0].speedup):
+                    self._thin = (_named(plan, p), est.n)
             elif plan.goodput > choice.goodput:
                 choice, shown = _named(plan, p), shown_p
         return choice, shown, missed
@@ -330,21 +339,26 @@ class _CostModelPolicy:
         best = None
         for w in _healthy(workers):
             choice, shown, missed = self.options(w, content_class, alphas)
+            thin = self._thin
             # speculation must beat plain decoding by the margin, across workers too
             score = choice.goodput / self.margin if choice.gamma else choice.goodput
             if best is None:
-                best = (score, w, choice, shown, missed)
+                best = (score, w, choice, shown, missed, thin)
                 continue
             s0, load0 = best[0], best[1].load
             if score > s0 * (1.0 + self.tie_tolerance) or (
                     score >= s0 * (1.0 - self.tie_tolerance) and w.load < load0):
-                best = (score, w, choice, shown, missed)
+                best = (score, w, choice, shown, missed, thin)
         assert best is not None
-        _, w, plan, shown, missed = best
-        self._recent.setdefault(w.name, deque(maxlen=_MIX_WINDOW)).append(content_class)
-        seen = self._seen[w.name] = self._seen.get(w.name, 0) + 1
-        if seen in (4, 8, 16) or seen % _REFRESH == 0:  # the mix moved: replan (often while history is short)
-            self._mix_version[w.name] = self._mix_version.get(w.name, 0) + 1
+        _, w, plan, shown, missed, thin = best
+        if plan.gamma == 0 and thin is not None and self.explore > 0 and self._probe_rng.random() < self.explore:
+            probe, n = thin
+            self._note(w, content_class)
+            return Decision(w.name, probe.proposer, probe.gamma, content_class, self.name,
+                            f"{self.name}: probe {probe.proposer} g={probe.gamma} batch={w.load + 1:g} "
+                            f"(evidence {n:.0f} tokens < {self.explore_below:g}; expected x{probe.speedup:.2f})",
+                            probe.speedup)
+        self._note(w, content_class)
         b = f"{w.load + 1:g}"
         if plan.gamma == 0:
             note = f" (best {missed.proposer} g={missed.gamma} x{missed.speedup:.2f} < margin {self.margin:g})" \
@@ -353,6 +367,13 @@ class _CostModelPolicy:
         else:
             reason = f"{self.name}: {plan.proposer} g={plan.gamma} alpha={shown} batch={b} x{plan.speedup:.2f}"
         return Decision(w.name, plan.proposer, plan.gamma, content_class, self.name, reason, plan.speedup)
+
+    def _note(self, w: WorkerState, content_class: str) -> None:
+        """Record the request in the worker's recent class mix (what its running batch is made of)."""
+        self._recent.setdefault(w.name, deque(maxlen=_MIX_WINDOW)).append(content_class)
+        seen = self._seen[w.name] = self._seen.get(w.name, 0) + 1
+        if seen in (4, 8, 16) or seen % _REFRESH == 0:  # the mix moved: replan (often while history is short)
+            self._mix_version[w.name] = self._mix_version.get(w.name, 0) + 1
 
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
@@ -375,6 +396,8 @@ class Goodput(_CostModelPolicy):
         super().__init__(cfg.margin, cfg.max_gamma, cfg.default_profile, cfg.tie_tolerance)
         self.name = "goodput"
         self.risk = cfg.risk
+        self.explore, self.explore_below = cfg.explore, cfg.explore_below_tokens
+        self._probe_rng = random.Random(cfg.seed)
 
     def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
         if not self.risk:

@@ -222,3 +222,29 @@ def test_goodput_prices_the_propose_rate_and_the_prefill_load():
     busy = per_request("a", load=31, proposers=("ngram",), prefill_ratio=20.0, prompt_tokens=4000.0)
     idle = per_request("a", load=31, proposers=("ngram",))
     assert p.decide("summarize", [busy], rare).expected_speedup < p.decide("summarize", [idle], rare).expected_speedup
+
+
+def test_goodput_probes_thin_keys_that_the_prior_keeps_off():
+    """A pessimistic prior (n-gram on chat: 0.15) keeps the plan off at batch 17 on cpu-tiny; with no evidence
+    the policy drafts anyway on a share `explore` of those requests (binomial, 6 sigma), and stops once the
+    key has evidence. Without probes the estimate could never improve."""
+    table = AlphaTable()
+    w = per_request("a", load=16, proposers=("ngram",), profile="cpu-tiny")
+    off = policy(kind="goodput", explore=0.0).decide("chat", [w], table)
+    assert off.gamma == 0
+    p = policy(kind="goodput", explore=0.1, explore_below_tokens=256, seed=3)
+    n = 20_000
+    decisions = [p.decide("chat", [w], table) for _ in range(n)]
+    probes = [d for d in decisions if d.gamma > 0]
+    sd = (n * 0.1 * 0.9) ** 0.5
+    assert abs(len(probes) - n * 0.1) <= 6 * sd
+    assert all(d.proposer == "ngram" and re.match(r"goodput: probe ngram g=\d+ batch=17 \(evidence 0 tokens", d.reason)
+               for d in probes)
+    # evidence arrives (n-gram accepts well on this traffic): probing stops, the plan follows the estimate
+    table.observe_counts("a", "ngram", "chat", 800.0, 200.0, [500.0, 300.0], [300.0, 200.0], steps=1250.0,
+                         drafts=500.0)
+    later = [p.decide("chat", [w], table) for _ in range(2_000)]
+    assert not any("probe" in d.reason for d in later)
+    # keys with evidence that really loses are never probed either
+    table.observe_counts("a", "ngram", "math", 10.0, 990.0, steps=1000.0, drafts=1000.0)
+    assert all(p.decide("math", [w], table).gamma == 0 for _ in range(2_000))
