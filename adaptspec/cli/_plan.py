@@ -3,6 +3,8 @@
     adaptspec plan --alpha 0.8 --draft-cost 0.1 --max-gamma 8          # Leviathan memory-bound limit
     adaptspec plan --profile h200-llama3-70b --batch 1,16,64 --proposer draft-8b --alpha 0.8
     adaptspec plan --profile h100-llama3-8b --batch 8 --class code      # alpha from the built-in prior
+    adaptspec plan --profile h200-llama3-70b --batch 16 --proposer ngram --alpha 0.8 --propose-rate 0.4 \
+        --prefill-ratio 20 --prompt-tokens 4000                        # RAG-like traffic
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ def register(subparsers) -> None:
                    help="proposer option(s) of the profile (repeatable; default: all)")
     p.add_argument("--class", dest="content_class", default="chat", help="content class for the prior")
     p.add_argument("--margin", type=float, default=1.0, help="a plan must beat off by this factor")
+    p.add_argument("--propose-rate", type=float, default=1.0,
+                   help="share of steps on which n-gram lookup finds a draft (n-gram options only; default 1)")
+    p.add_argument("--prefill-ratio", type=float, default=0.0,
+                   help="prompt tokens prefilled per generated token in the traffic (default 0)")
+    p.add_argument("--prompt-tokens", type=float, default=0.0,
+                   help="mean prompt tokens per request, the size of a prefill chunk (default 0: spread)")
     p.add_argument("--list-profiles", action="store_true", help="print the built-in profile names")
     p.set_defaults(func=run)
 
@@ -60,6 +68,10 @@ def run(args) -> int:
             raise ValueError("--batch must be >= 1")
         if args.max_gamma < 0:
             raise ValueError("--max-gamma must be >= 0")
+        if not 0.0 < args.propose_rate <= 1.0:
+            raise ValueError(f"--propose-rate must be in (0, 1], got {args.propose_rate}")
+        if args.prefill_ratio < 0 or args.prompt_tokens < 0:
+            raise ValueError("--prefill-ratio and --prompt-tokens must be >= 0")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -92,13 +104,18 @@ def run(args) -> int:
         return 2
     alphas = {n: alpha if alpha is not None else prior_alpha(profile.draft(n).kind, args.content_class)
               for n in names}
+    traffic = {"prefill_ratio": args.prefill_ratio, "prefill_chunk": args.prompt_tokens}
     out = []
     for b in batches:
-        plan = costmodel.best_plan(alphas, profile, b, args.max_gamma, args.margin)
+        plan = costmodel.evaluate(profile, "none", 0.0, 0, b, **traffic)
         candidates = {}
         for n, a in alphas.items():
-            c = costmodel.best_gamma(profile, n, a, b, args.max_gamma) if args.max_gamma else None
+            rate = args.propose_rate if profile.draft(n).kind == "ngram" else 1.0
+            c = costmodel.best_gamma(profile, n, a, b, args.max_gamma, propose_rate=rate, **traffic) \
+                if args.max_gamma else None
             candidates[n] = {"gamma": c.gamma, "speedup": round(c.speedup, 4)} if c else None
+            if c is not None and c.speedup >= args.margin and c.goodput > plan.goodput:
+                plan = c
         row = {"profile": profile.name, "batch": b, "proposer": plan.proposer, "gamma": plan.gamma,
                "speedup": plan.speedup, "alpha": plan.alpha, "expected_tokens": plan.expected_tokens,
                "goodput_tokens_s": plan.goodput, "step_ms": plan.baseline_time_s * 1e3,

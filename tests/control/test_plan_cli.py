@@ -59,3 +59,21 @@ def test_plan_console_script():
     out = subprocess.run([sys.executable, "-m", "adaptspec", "plan", "--alpha", "0.7", "--draft-cost", "0.05"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["gamma"] > 0
+
+
+def test_plan_traffic_terms(capsys):
+    """--propose-rate / --prefill-ratio / --prompt-tokens reach the cost model: the same numbers as best_gamma."""
+    from adaptspec.control.costmodel import best_gamma
+    from adaptspec.control.profiles import load_profile
+
+    base = ["--profile", "h200-llama3-70b", "--batch", "16", "--proposer", "ngram", "--alpha", "0.8"]
+    rc, out = _plan(capsys, *base)
+    plain = json.loads(out.out)
+    rc, out = _plan(capsys, *base, "--propose-rate", "0.4", "--prefill-ratio", "20", "--prompt-tokens", "4000")
+    rag = json.loads(out.out)
+    assert rc == 0 and rag["speedup"] < plain["speedup"]
+    want = best_gamma(load_profile("h200-llama3-70b"), "ngram", 0.8, 16, 8, propose_rate=0.4, prefill_ratio=20,
+                      prefill_chunk=4000)
+    assert (rag["gamma"], rag["speedup"]) == (want.gamma, round(want.speedup, 4))
+    rc, out = _plan(capsys, *base, "--propose-rate", "0")
+    assert rc == 2 and "--propose-rate must be in (0, 1]" in out.err
