@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import pytest
+from engine_requests import chat_ids, greedy_request
 
 from adaptspec.errors import RequestError
 from adaptspec.worker.engine import Engine, GenRequest, StepOutput
@@ -30,27 +32,19 @@ def engine():
     e.stop()
 
 
-def ids_of(engine: Engine, text: str) -> list[int]:
-    return engine.encode(engine.apply_chat_template([{"role": "user", "content": text}]))
-
-
-def req(rid, ids, proposer="none", k=0, **kw) -> GenRequest:
-    kw.setdefault("max_tokens", MAX_NEW)
-    kw.setdefault("temperature", 0.0)
-    kw.setdefault("ignore_eos", True)
-    return GenRequest(rid, ids, proposer=proposer, num_speculative_tokens=k, **kw)
+req = functools.partial(greedy_request, max_tokens=MAX_NEW)
 
 
 @pytest.fixture(scope="module")
 def reference(engine) -> dict[str, list[int]]:
     """Greedy output without speculation, each prompt alone."""
-    return {cls: engine.generate_sync([req(f"ref-{cls}", ids_of(engine, text))])[f"ref-{cls}"]
+    return {cls: engine.generate_sync([req(f"ref-{cls}", chat_ids(engine, text))])[f"ref-{cls}"]
             for cls, text in PROMPTS}
 
 
 def test_lossless_alone(engine, reference):
     for cls, text in PROMPTS:
-        ids = ids_of(engine, text)
+        ids = chat_ids(engine, text)
         for proposer, k in SPECS:
             rid = f"alone-{cls}-{proposer}-{k}"
             out = engine.generate_sync([req(rid, ids, proposer, k, content_class=cls)])[rid]
@@ -63,7 +57,7 @@ def test_lossless_mixed_in_one_batch(engine, reference):
     reqs = []
     for i, (proposer, k) in enumerate(SPECS):
         cls, text = PROMPTS[i % len(PROMPTS)]
-        reqs.append(req(f"mix-{i}-{cls}", ids_of(engine, text), proposer, k, content_class=cls))
+        reqs.append(req(f"mix-{i}-{cls}", chat_ids(engine, text), proposer, k, content_class=cls))
     out = engine.generate_sync(reqs)
     for r in reqs:
         assert out[r.request_id] == reference[r.content_class], r.request_id
@@ -87,7 +81,7 @@ async def collect(engine, r: GenRequest) -> list[StepOutput]:
 
 async def test_generate_streams_and_reports_usage(engine, reference):
     cls, text = PROMPTS[0]
-    outs = await collect(engine, req("stream", ids_of(engine, text), "ngram", 3))
+    outs = await collect(engine, req("stream", chat_ids(engine, text), "ngram", 3))
     assert [t for o in outs for t in o.new_token_ids] == reference[cls]
     assert [o.finished for o in outs] == [False] * (len(outs) - 1) + [True]
     last = outs[-1]
@@ -101,7 +95,7 @@ async def test_per_position_stats_of_a_request_match_the_engine_counters(engine,
     """A request alone: its tried/accepted per position agree with the engine-wide per-position counters,
     and every draft is accounted for (n-gram drafts may be shorter than k)."""
     before = engine.metrics()
-    outs = await collect(engine, req(f"pos-{proposer}", ids_of(engine, PROMPTS[0][1]), proposer, k,
+    outs = await collect(engine, req(f"pos-{proposer}", chat_ids(engine, PROMPTS[0][1]), proposer, k,
                                      max_tokens=48))
     after, last = engine.metrics(), outs[-1]
     tried, acc = last.tried_per_position, last.accepted_per_position
@@ -120,7 +114,7 @@ async def test_per_position_stats_of_a_request_match_the_engine_counters(engine,
 async def test_continuous_batching_join_and_leave(engine, reference):
     """A request joins while another runs, leaves first; both stay exact."""
     (c0, t0), (c1, t1) = PROMPTS[0], PROMPTS[1]
-    long_req = req("long", ids_of(engine, t0), "draft", 3, max_tokens=MAX_NEW)
+    long_req = req("long", chat_ids(engine, t0), "draft", 3, max_tokens=MAX_NEW)
     seen_running = []
 
     async def run_long():
@@ -135,7 +129,7 @@ async def test_continuous_batching_join_and_leave(engine, reference):
     started = asyncio.Event()
     task = asyncio.create_task(run_long())
     await started.wait()
-    short = await collect(engine, req("short", ids_of(engine, t1), "ngram", 2, max_tokens=5))
+    short = await collect(engine, req("short", chat_ids(engine, t1), "ngram", 2, max_tokens=5))
     long_outs = await task
     assert [t for o in short for t in o.new_token_ids] == reference[c1][:5]
     assert [t for o in long_outs for t in o.new_token_ids] == reference[c0]
@@ -143,7 +137,7 @@ async def test_continuous_batching_join_and_leave(engine, reference):
 
 
 async def test_closing_the_iterator_aborts_and_frees_the_slot(engine):
-    ids = ids_of(engine, PROMPTS[2][1])
+    ids = chat_ids(engine, PROMPTS[2][1])
     gen = engine.generate(req("gone", ids, "draft", 4, max_tokens=400))
     first = await gen.__anext__()
     assert not first.finished
@@ -160,7 +154,7 @@ async def test_closing_the_iterator_aborts_and_frees_the_slot(engine):
 
 
 async def test_abort_by_id(engine):
-    ids = ids_of(engine, PROMPTS[0][1])
+    ids = chat_ids(engine, PROMPTS[0][1])
     outs = []
     async for o in engine.generate(req("byid", ids, max_tokens=400)):
         outs.append(o)
@@ -172,7 +166,7 @@ async def test_abort_by_id(engine):
 
 
 def test_seeded_sampling_is_reproducible(engine):
-    ids = ids_of(engine, PROMPTS[1][1])
+    ids = chat_ids(engine, PROMPTS[1][1])
 
     def run(extra: list[GenRequest], tag: str) -> list[list[int]]:
         reqs = [req(f"seed-{tag}-{p}", ids, p, 3, temperature=0.9, top_p=0.95, seed=7) for p in ("draft", "ngram")]
@@ -180,7 +174,7 @@ def test_seeded_sampling_is_reproducible(engine):
         return [out[r.request_id] for r in reqs]
 
     alone = run([], "a")
-    mixed = run([req(f"noise-{i}", ids_of(engine, PROMPTS[i % 3][1]), "draft", 2, temperature=1.0)
+    mixed = run([req(f"noise-{i}", chat_ids(engine, PROMPTS[i % 3][1]), "draft", 2, temperature=1.0)
                  for i in range(3)], "b")
     assert alone == mixed
     other = engine.generate_sync([req("seed-other", ids, "draft", 3, temperature=0.9, top_p=0.95, seed=8)])
@@ -189,7 +183,7 @@ def test_seeded_sampling_is_reproducible(engine):
 
 def test_stop_token_and_limits(engine, reference):
     cls, text = PROMPTS[0]
-    ids = ids_of(engine, text)
+    ids = chat_ids(engine, text)
     stop = reference[cls][3]
     out = engine.generate_sync([GenRequest("stop", ids, max_tokens=MAX_NEW, temperature=0.0,
                                            stop_token_ids=[stop], proposer="ngram", num_speculative_tokens=4)])

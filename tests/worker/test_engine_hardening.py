@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from pathlib import Path
 
 import pytest
 import torch
+from engine_requests import chat_ids, greedy_request
 
 from adaptspec.errors import RequestError
 from adaptspec.worker import engine as engine_module
@@ -26,10 +28,6 @@ def engine():
     e.stop()
 
 
-def _ids(engine: Engine, text: str) -> list[int]:
-    return engine.encode(engine.apply_chat_template([{"role": "user", "content": text}]))
-
-
 def _threads_seen_by_step_thread(engine: Engine) -> int:
     """torch.get_num_threads() as seen by the engine's step thread (the sink runs on it)."""
     seen: list[int] = []
@@ -40,7 +38,7 @@ def _threads_seen_by_step_thread(engine: Engine) -> int:
         if isinstance(item, BaseException) or item.finished:
             done.set()
 
-    engine.submit(GenRequest("threads", _ids(engine, "Hi"), max_tokens=2, temperature=0.0, ignore_eos=True), sink)
+    engine.submit(GenRequest("threads", chat_ids(engine, "Hi"), max_tokens=2, temperature=0.0, ignore_eos=True), sink)
     assert done.wait(60)
     return seen[0]
 
@@ -69,16 +67,12 @@ GOOD_PROMPTS = ["Tom has 3 apples and buys 5 more. How many apples does he have?
                 "Summarize: the council met on Tuesday to discuss the new park."]
 
 
-def _req(rid, ids, proposer="none", k=0, **kw) -> GenRequest:
-    kw.setdefault("max_tokens", 12)
-    kw.setdefault("temperature", 0.0)
-    kw.setdefault("ignore_eos", True)
-    return GenRequest(rid, ids, proposer=proposer, num_speculative_tokens=k, **kw)
+_req = functools.partial(greedy_request, max_tokens=12)
 
 
 @pytest.fixture(scope="module")
 def reference(engine) -> dict[int, list[int]]:
-    return {i: engine.generate_sync([_req(f"ref{i}", _ids(engine, p))])[f"ref{i}"]
+    return {i: engine.generate_sync([_req(f"ref{i}", chat_ids(engine, p))])[f"ref{i}"]
             for i, p in enumerate(GOOD_PROMPTS)}
 
 
@@ -91,7 +85,7 @@ def reference(engine) -> dict[int, list[int]]:
     ("temperature", "0.7"), ("seed", 2**64), ("seed", 1.5)])
 def test_bad_sampling_values_are_refused_at_admission(engine, field, value):
     with pytest.raises(RequestError, match=field) as e:
-        engine.submit(_req("bad", _ids(engine, "Hi"), **{field: value}), lambda item: None)
+        engine.submit(_req("bad", chat_ids(engine, "Hi"), **{field: value}), lambda item: None)
     assert e.value.param == field
 
 
@@ -99,8 +93,8 @@ async def test_bad_request_next_to_good_ones(engine, reference):
     async def run(r):
         return [t async for o in engine.generate(r) for t in o.new_token_ids]
 
-    good = [_req(f"good{i}", _ids(engine, p), "ngram", 3) for i, p in enumerate(GOOD_PROMPTS)]
-    bad = _req("bad-top-p", _ids(engine, GOOD_PROMPTS[0]), temperature=0.7, top_p=1e-300)
+    good = [_req(f"good{i}", chat_ids(engine, p), "ngram", 3) for i, p in enumerate(GOOD_PROMPTS)]
+    bad = _req("bad-top-p", chat_ids(engine, GOOD_PROMPTS[0]), temperature=0.7, top_p=1e-300)
     results = await asyncio.gather(*(run(r) for r in [good[0], bad, *good[1:]]), return_exceptions=True)
     assert isinstance(results[1], RequestError) and results[1].param == "top_p"
     assert [results[0], *results[2:]] == [reference[i] for i in range(len(GOOD_PROMPTS))]
@@ -130,8 +124,8 @@ def test_step_error_fails_only_the_request_that_causes_it(engine, reference, cap
         results: dict[str, list] = {}
         done = threading.Event()
         lock = threading.Lock()
-        reqs = [_req(f"good{i}", _ids(engine, p), "ngram", 2) for i, p in enumerate(GOOD_PROMPTS)]
-        reqs.insert(1, _req("boom", _ids(engine, GOOD_PROMPTS[1]), "ngram", 2))
+        reqs = [_req(f"good{i}", chat_ids(engine, p), "ngram", 2) for i, p in enumerate(GOOD_PROMPTS)]
+        reqs.insert(1, _req("boom", chat_ids(engine, GOOD_PROMPTS[1]), "ngram", 2))
 
         def make_sink(rid):
             def sink(item):
@@ -157,7 +151,7 @@ def test_step_error_fails_only_the_request_that_causes_it(engine, reference, cap
         assert outs[-1].finish_reason == "length"
     assert "retrying each request alone" in caplog.text
     # the engine loop is alive and serves the next request
-    assert engine.generate_sync([_req("after", _ids(engine, GOOD_PROMPTS[0]))])["after"] == reference[0]
+    assert engine.generate_sync([_req("after", chat_ids(engine, GOOD_PROMPTS[0]))])["after"] == reference[0]
 
 
 # ---------------------------------------------------------------- the greedy fast path
@@ -191,7 +185,7 @@ def test_fast_path_and_general_path_give_identical_tokens(engine, mixed, monkeyp
     """The same greedy batch (every proposer, several k) through the argmax fast path and through the
     probability path; with `mixed`, seeded sampled requests share the batch (they must match too: seeded
     requests draw only from their own generators)."""
-    prompts = [_ids(engine, p) for p in GOOD_PROMPTS]
+    prompts = [chat_ids(engine, p) for p in GOOD_PROMPTS]
     specs = [("none", 0), ("ngram", 2), ("ngram", 4), ("draft", 1), ("draft", 3)]
 
     def batch():
@@ -226,7 +220,7 @@ def test_fast_path_and_general_path_give_identical_tokens(engine, mixed, monkeyp
 # ---------------------------------------------------------------- prefill apart from decoding
 def test_prefill_runs_apart_from_decoding_and_stays_lossless(engine, reference, monkeypatch):
     long_text = " ".join(GOOD_PROMPTS) * 3
-    long_ids = _ids(engine, long_text)
+    long_ids = chat_ids(engine, long_text)
     assert len(long_ids) > engine.prefill_split_tokens
     long_ref = engine.generate_sync([_req("long-ref", long_ids)])["long-ref"]
 
@@ -260,7 +254,7 @@ def test_prefill_runs_apart_from_decoding_and_stays_lossless(engine, reference, 
         return sink
 
     for i, p in enumerate(GOOD_PROMPTS):
-        engine.submit(_req(f"dec{i}", _ids(engine, p), "ngram", 2), make_sink(f"dec{i}"))
+        engine.submit(_req(f"dec{i}", chat_ids(engine, p), "ngram", 2), make_sink(f"dec{i}"))
     assert started.wait(60)  # the short requests are decoding when the long prompt arrives
     engine.submit(_req("long", long_ids, "ngram", 2), make_sink("long"))
     assert done.wait(120)
