@@ -36,6 +36,7 @@ from typing import Protocol
 import numpy as np
 
 from adaptspec.bench.workloads import AlphaModel, Workload
+from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.profiles import Profile
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
 
@@ -259,9 +260,7 @@ def simulate(
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     free = list(range(slots - 1, -1, -1))
     prefilling: deque[int] = deque()
-    # what the proxy learns from finished requests' usage: mean prompt and output tokens (EWMA, as in
-    # adaptspec.proxy.upstream.Worker.note_usage), for the policy's prefill term
-    traffic = [0.0, 0.0]
+    traffic = TrafficShape()  # what the proxy learns from finished requests' usage, for the prefill term
 
     waiting: deque[tuple[int, float]] = deque()
     t = 0.0
@@ -412,7 +411,7 @@ def simulate(
         for s in finished:
             s = int(s)
             completed += 1
-            _note_usage(traffic, float(wl_prompt[rid[s]]), float(gen[s]))
+            traffic.note(float(wl_prompt[rid[s]]), float(gen[s]))
             pname = PROPOSERS[prop[s]]
             cname = CONTENT_CLASSES[cls_of[s]]
             if observe is not None and gamma[s] > 0 and d_tok[s] > 0:
@@ -456,23 +455,13 @@ def simulate(
     )
 
 
-def _note_usage(traffic: list[float], prompt: float, output: float) -> None:
-    if output <= 0:
-        return
-    if traffic[1] <= 0:
-        traffic[0], traffic[1] = prompt, output
-    else:
-        traffic[0] += (prompt - traffic[0]) / 32.0
-        traffic[1] += (output - traffic[1]) / 32.0
-
-
-def _with_load(w: WorkerState, running: int, waiting: int, traffic: list[float] | None = None) -> WorkerState:
-    prompt, output = traffic if traffic is not None else (0.0, 0.0)
+def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None) -> WorkerState:
+    traffic = traffic or TrafficShape()
     return WorkerState(
         name=w.name, engine=w.engine, per_request=w.per_request, proposers=w.proposers, gamma=w.gamma,
         max_gamma=w.max_gamma, profile=w.profile, running=float(running), waiting=float(waiting),
         kv_usage=w.kv_usage, inflight=running + waiting, healthy=w.healthy,
-        prefill_ratio=prompt / output if output > 0 else 0.0, prompt_tokens=prompt,
+        prefill_ratio=traffic.prefill_ratio, prompt_tokens=traffic.prompt_tokens,
     )
 
 

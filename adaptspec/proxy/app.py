@@ -127,7 +127,8 @@ class Proxy:
             "adaptspec_worker_inflight": (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
                                                          for w in workers]),
             "adaptspec_worker_healthy": (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
-            "adaptspec_worker_prefill_ratio": (("worker",), [((w.name,), w.prefill_ratio) for w in workers]),
+            "adaptspec_worker_prefill_ratio": (("worker",), [((w.name,), w.traffic.prefill_ratio)
+                                                               for w in workers]),
             "adaptspec_state_backend_up": (("backend",), [((self.state.backend,), float(self.state.up))]),
         }
         means, stds, rates = [], [], []

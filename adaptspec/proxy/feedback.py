@@ -110,7 +110,7 @@ class Feedback:
         if output_tokens > 0:
             m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
             if prompt is not None:
-                worker.note_usage(prompt, output_tokens)
+                worker.traffic.note(prompt, output_tokens)
         if stats is None:
             return
         if not worker.request_feedback:

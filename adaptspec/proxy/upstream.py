@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.types import WorkerState
 from adaptspec.errors import RequestError, UpstreamError
 
@@ -22,9 +23,6 @@ log = logging.getLogger(__name__)
 
 # engines whose workers take per-request speculation (adaptspec: `speculation`; vllm + plugin: `vllm_xargs`)
 PER_REQUEST_ENGINES = frozenset({"adaptspec", "vllm"})
-
-
-_USAGE_WEIGHT = 1.0 / 32.0
 
 
 @dataclass(eq=False)
@@ -47,9 +45,7 @@ class Worker:
     kv_usage: float = 0.0
     sampled_at: float = 0.0
     request_feedback: bool = False  # has delivered per-request speculation stats (see feedback.py)
-    # recent prompt tokens prefilled and tokens generated per request (exponential moving averages)
-    prompt_ewma: float = 0.0
-    completion_ewma: float = 0.0
+    traffic: TrafficShape = field(default_factory=TrafficShape)  # recent prompt / generated tokens per request
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -66,27 +62,12 @@ class Worker:
             self.kv_usage = sample.kv_usage
         self.sampled_at = time.monotonic()
 
-    def note_usage(self, prompt: float, completion: float) -> None:
-        """One finished request's prefilled prompt tokens and generated tokens (weight 1/32 each)."""
-        if completion <= 0 or prompt < 0:
-            return
-        if self.completion_ewma <= 0:
-            self.prompt_ewma, self.completion_ewma = prompt, completion
-        else:
-            self.prompt_ewma += (prompt - self.prompt_ewma) * _USAGE_WEIGHT
-            self.completion_ewma += (completion - self.completion_ewma) * _USAGE_WEIGHT
-
-    @property
-    def prefill_ratio(self) -> float:
-        """Prompt tokens prefilled per generated token in recent traffic (0 until a response was seen)."""
-        return self.prompt_ewma / self.completion_ewma if self.completion_ewma > 0 else 0.0
-
     def state(self, other_inflight: int = 0) -> WorkerState:
         return WorkerState(name=self.name, engine=self.engine, per_request=self.per_request,
                            proposers=self.proposers, gamma=self.gamma, max_gamma=self.max_gamma,
                            profile=self.profile, running=self.running, waiting=self.waiting,
                            kv_usage=self.kv_usage, inflight=self.inflight + other_inflight, healthy=self.healthy,
-                           prefill_ratio=self.prefill_ratio, prompt_tokens=self.prompt_ewma)
+                           prefill_ratio=self.traffic.prefill_ratio, prompt_tokens=self.traffic.prompt_tokens)
 
     def fixed_plan(self) -> tuple[str, int]:
         """(proposer, gamma) a fixed-speculation worker applies to every request."""

@@ -8,7 +8,6 @@ import pytest
 from adaptspec.bench.simulator import (
     ProfileCost,
     SimConfig,
-    _note_usage,
     _uniforms,
     _with_load,
     accept_counts,
@@ -22,6 +21,7 @@ from adaptspec.control.costmodel import (
     expected_tokens_per_position,
     leviathan_speedup,
 )
+from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.types import CONTENT_CLASSES, Decision, WorkerState
 
@@ -172,12 +172,12 @@ def test_draft_passes_are_shared_by_the_step():
 
 
 def test_the_simulated_proxy_learns_the_prefill_ratio_from_finished_requests():
-    """The policy sees what the real proxy would: EWMAs of finished requests' prompt and output tokens."""
-    traffic = [0.0, 0.0]
+    """The policy sees what the real proxy would: moving averages of finished requests' prompt and output tokens."""
+    traffic = TrafficShape()
     assert _with_load(WorkerState("w"), 3, 1, traffic).prefill_ratio == 0.0  # nothing finished yet
-    _note_usage(traffic, 1000.0, 100.0)
+    traffic.note(1000.0, 100.0)
     w = _with_load(WorkerState("w"), 3, 1, traffic)
     assert (w.prefill_ratio, w.prompt_tokens, w.load) == (10.0, 1000.0, 4.0)
     for _ in range(1000):
-        _note_usage(traffic, 200.0, 200.0)
+        traffic.note(200.0, 200.0)
     assert _with_load(WorkerState("w"), 0, 0, traffic).prefill_ratio == pytest.approx(1.0, rel=1e-6)
