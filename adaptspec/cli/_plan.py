@@ -105,17 +105,15 @@ def run(args) -> int:
     alphas = {n: alpha if alpha is not None else prior_alpha(profile.draft(n).kind, args.content_class)
               for n in names}
     traffic = {"prefill_ratio": args.prefill_ratio, "prefill_chunk": args.prompt_tokens}
+    rates = {n: args.propose_rate if profile.draft(n).kind == "ngram" else 1.0 for n in names}
     out = []
     for b in batches:
-        plan = costmodel.evaluate(profile, "none", 0.0, 0, b, **traffic)
+        plan = costmodel.best_plan(alphas, profile, b, args.max_gamma, args.margin, rates, **traffic)
         candidates = {}
         for n, a in alphas.items():
-            rate = args.propose_rate if profile.draft(n).kind == "ngram" else 1.0
-            c = costmodel.best_gamma(profile, n, a, b, args.max_gamma, propose_rate=rate, **traffic) \
+            c = costmodel.best_gamma(profile, n, a, b, args.max_gamma, propose_rate=rates[n], **traffic) \
                 if args.max_gamma else None
             candidates[n] = {"gamma": c.gamma, "speedup": round(c.speedup, 4)} if c else None
-            if c is not None and c.speedup >= args.margin and c.goodput > plan.goodput:
-                plan = c
         row = {"profile": profile.name, "batch": b, "proposer": plan.proposer, "gamma": plan.gamma,
                "speedup": plan.speedup, "alpha": plan.alpha, "expected_tokens": plan.expected_tokens,
                "goodput_tokens_s": plan.goodput, "step_ms": plan.baseline_time_s * 1e3,

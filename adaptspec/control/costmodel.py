@@ -319,15 +319,21 @@ def best_plan(
     batch: float,
     max_gamma: int = 8,
     margin: float = 1.0,
+    propose_rates: Mapping[str, float] | None = None,
+    prefill_ratio: float = 0.0,
+    prefill_chunk: float = 0.0,
 ) -> Plan:
-    """Maximise goodput over proposers and gamma (0 = off). A plan must beat off by `margin` (x speedup)."""
-    best = evaluate(profile, "none", 0.0, 0, batch)
+    """Maximise goodput over proposers and gamma (0 = off). A plan must beat off by `margin` (x speedup).
+    `propose_rates` per proposer (default 1.0) and the prefill terms are `evaluate`'s."""
+    traffic = {"prefill_ratio": prefill_ratio, "prefill_chunk": prefill_chunk}
+    best = evaluate(profile, "none", 0.0, 0, batch, **traffic)
     if max_gamma <= 0:
         return best
     for proposer, alpha in alpha_by_proposer.items():
         if proposer == "none":
             continue
-        p = best_gamma(profile, proposer, alpha, batch, max_gamma)
+        rate = (propose_rates or {}).get(proposer, 1.0)
+        p = best_gamma(profile, proposer, alpha, batch, max_gamma, propose_rate=rate, **traffic)
         if p.speedup >= margin and p.goodput > best.goodput:
             best = p
     return best

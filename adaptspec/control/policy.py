@@ -218,7 +218,6 @@ class _CostModelPolicy:
 
     def __init__(self, margin: float, max_gamma: int, default_profile: str, tie_tolerance: float) -> None:
         self.margin, self.max_gamma, self.tie_tolerance = margin, max_gamma, tie_tolerance
-        self._thin: tuple[costmodel.Plan, float] | None = None
         self._probe_rng = random.Random(0)
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
@@ -247,22 +246,21 @@ class _CostModelPolicy:
         raise NotImplementedError
 
     def options(self, w: WorkerState, content_class: str, alphas: AlphaSource
-                ) -> tuple[costmodel.Plan, str, costmodel.Plan | None]:
-        """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, and the
-        best plan that missed the margin (for the reason). Sets `self._thin`: the best missed plan whose
-        proposer has thin evidence for this class (a probe candidate), else None."""
+                ) -> tuple[costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None]:
+        """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
+        plan that missed the margin (for the reason), and the best missed plan whose proposer has thin
+        evidence for this class with that evidence (a probe candidate), else None."""
         prof = self.profile(w.profile)
         batch = w.load + 1.0
         rho = (w.prefill_ratio, w.prompt_tokens)
-        choice, shown, missed = self.cache.off(prof, batch, rho), "", None
-        self._thin = None
+        choice, shown, missed, thin = self.cache.off(prof, batch, rho), "", None, None
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
                 est = alphas.get(w.name, p, content_class)
                 a, shown = self.alpha(est)
                 choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
-            return choice, shown, None
+            return choice, shown, None, None
         bound = min(w.max_gamma, self.max_gamma)
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
@@ -283,11 +281,11 @@ class _CostModelPolicy:
             if plan.speedup < self.margin:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
-                if est.n < self.explore_below and (self._thin is None or plan.speedup > self._thin[0].speedup):
-                    self._thin = (_named(plan, p), est.n)
+                if est.n < self.explore_below and (thin is None or plan.speedup > thin[0].speedup):
+                    thin = (_named(plan, p), est.n)
             elif plan.goodput > choice.goodput:
                 choice, shown = _named(plan, p), shown_p
-        return choice, shown, missed
+        return choice, shown, missed, thin
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
                     bound: int) -> int:
@@ -338,8 +336,7 @@ class _CostModelPolicy:
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         best = None
         for w in _healthy(workers):
-            choice, shown, missed = self.options(w, content_class, alphas)
-            thin = self._thin
+            choice, shown, missed, thin = self.options(w, content_class, alphas)
             # speculation must beat plain decoding by the margin, across workers too
             score = choice.goodput / self.margin if choice.gamma else choice.goodput
             if best is None:
