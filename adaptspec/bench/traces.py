@@ -21,16 +21,19 @@ Stable API (the recorder, `adaptspec trace record`, writes through it):
     dump(requests, path) -> Path                   write JSONL that load_traces reads back unchanged
     TraceRequest.to_dict() -> dict                 one line's JSON object
     synthesize(workload, n, seed=0, max_k=8) -> list[TraceRequest]    a synthetic trace (tests, demos)
+    TraceWorkload(requests) / TraceWorkload.from_files(paths)          what `simulate` replays
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
@@ -183,8 +186,6 @@ def synthesize(workload: Workload, n: int, *, seed: int = 0, max_k: int = 8, con
     keeps that table's per-position decay. Runs are capped at the output left (as a recorder does). For
     tests and for replay demos; measured traces come from `adaptspec trace record`.
     """
-    import numpy as np
-
     from adaptspec.bench.workloads import ACCEPTANCE
 
     rng = np.random.default_rng([seed, 7])
@@ -204,3 +205,35 @@ def synthesize(workload: Workload, n: int, *, seed: int = 0, max_k: int = 8, con
             runs[p] = tuple(int(x) for x in run)
         out.append(TraceRequest(f"synth-{seed}-{r}", cls, int(prompt[r]), n_out, max_k, runs))
     return out
+
+
+class TraceWorkload:
+    """Traces as a simulator workload: request r of a run is trace request r mod n, in file order.
+
+    Has the `Workload` surface the simulator uses (`name`, `classes`, `sample`), plus the runs: the same
+    requests come in the same order for every policy (common random numbers without any coin).
+    """
+
+    def __init__(self, requests: Sequence[TraceRequest], name: str = "trace") -> None:
+        if not requests:
+            raise ConfigError("trace has no requests", key="--trace")
+        self.name = name
+        self.requests = list(requests)
+        self.classes = CONTENT_CLASSES
+        self.max_output = max(r.output_tokens for r in self.requests)
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path]) -> TraceWorkload:
+        """Every file's requests, files mixed in the order given."""
+        reqs = [r for p in paths for r in load_traces(p)]
+        return cls(reqs, name="+".join(Path(p).stem for p in paths))
+
+    def request(self, r: int) -> TraceRequest:
+        return self.requests[r % len(self.requests)]
+
+    def sample(self, rng: object, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(class index into `classes`, prompt tokens, output tokens) of pool requests 0..n-1 (`rng` unused)."""
+        reqs = [self.request(r) for r in range(n)]
+        cls_idx = np.array([CONTENT_CLASSES.index(q.content_class) for q in reqs], dtype=np.int64)
+        return (cls_idx, np.array([q.prompt_tokens for q in reqs], dtype=np.int64),
+                np.array([q.output_tokens for q in reqs], dtype=np.int64))
