@@ -82,7 +82,9 @@ class ProfileCost:
         cost = self._drafts[proposer]
         n = len(gammas)
         if cost.kind == "ngram":  # one lookup per step, whatever gamma
-            return cost.time(1, n, kv_tokens, self.profile.target)
+            return cost.time(1, n, kv_tokens, self.profile.target, verify_s=verify_s)
+        if cost.per_step:  # measured EAGLE form: a cost per step, not per pass
+            return cost.overhead_s + cost.per_token_s * float(gammas.sum()) + cost.kv_s_per_token * kv_tokens
         # a draft model / head runs max(gamma) sequential passes; pass k carries the requests with gamma >= k
         reach = np.cumsum(np.bincount(gammas)[::-1])[::-1][1:]  # reach[k-1] = #(gamma >= k)
         return sum(cost.time(1, int(b), kv_tokens * b / n, self.profile.target) for b in reach)
