@@ -47,6 +47,7 @@ from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
 from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.profiles import Profile
+from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
 
 WORKER = "sim0"
@@ -148,6 +149,7 @@ class SimResult:
     mean_running: float
     sim_time_s: float
     extra: dict = field(default_factory=dict)
+    counters: StepCounters | None = None  # the engine's cumulative step telemetry at the end (with `telemetry`)
 
     def row(self) -> dict:
         n = len(self.e2e_s)
@@ -237,11 +239,18 @@ def simulate(
     on_step: Callable[[float], None] | None = None,
     fast: bool = True,
     t0: float = 0.0,
+    telemetry: Callable[[float, StepCounters], None] | None = None,
+    telemetry_interval_s: float = 0.25,
+    counters: StepCounters | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
 
     `t0`: the clock reading at the start of the point (estimates and `on_step` see t0 + simulated time), so
     an AlphaTable can carry over from one point to the next with its time-based forgetting intact.
+
+    `telemetry(now, counters)`: the engine's cumulative step counters (adaptspec.control.telemetry), from the
+    truth cost of every step, at most every `telemetry_interval_s` simulated seconds (and once at the end);
+    they start from `counters` (e.g. the previous point's `SimResult.counters`) or zero.
     """
     truth = truth or AlphaModel()
     replay = workload if isinstance(workload, TraceWorkload) else None
@@ -297,6 +306,8 @@ def simulate(
     a_tok = np.zeros(slots, dtype=np.int64)
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
+    tele = _Telemetry(counters) if telemetry is not None else None
+    next_report = t0 + telemetry_interval_s
     # trace replay: the chosen proposer's run per output position of the request in each slot
     runs = np.ones((slots, replay.max_output if replay else 1), dtype=np.int64)
     free = list(range(slots - 1, -1, -1))
@@ -425,11 +436,13 @@ def simulate(
             for pname, gs, kvp, prev in drafting:
                 dt += cost.draft_time(pname, gs, kvp + int(prev[j]), verify_s=verify)
             dt += verify
+            if tele is not None:
+                tele.step(dt, step_tokens, kv0 + int(prev_tot[j]), drafting)
             running_area += dt * n_active
             t += dt
             steps += 1
-            if t >= next_arrival and j < h - 1:
-                h = j + 1
+            if j < h - 1 and (t >= next_arrival or (tele is not None and t0 + t >= next_report)):
+                h = j + 1  # stop the span at the arrival / the telemetry report (same coins either way)
                 break
 
         # apply the h steps: acceptance per token, emitted = accepted + 1 (the last one capped by max_tokens)
@@ -465,6 +478,9 @@ def simulate(
         tokens_total += emitted_step
         if on_step is not None:
             on_step(t0 + t)
+        if tele is not None and t0 + t >= next_report:
+            telemetry(t0 + t, tele.snapshot())
+            next_report = t0 + t + telemetry_interval_s
 
         # completions
         for s in finished:
@@ -498,6 +514,8 @@ def simulate(
                 t_warm, tokens_at_warm, steps_at_warm = t, tokens_total, steps
 
     t_warm = t_warm if t_warm is not None else 0.0
+    if tele is not None:
+        telemetry(t0 + t, tele.snapshot())
     return SimResult(
         output_tokens=tokens_total - tokens_at_warm,
         window_s=t - t_warm,
@@ -511,7 +529,30 @@ def simulate(
         steps=steps - steps_at_warm,
         mean_running=running_area / t if t > 0 else 0.0,
         sim_time_s=t,
+        counters=tele.snapshot() if tele is not None else None,
     )
+
+
+class _Telemetry:
+    """The simulated engine's step counters, accumulated in place (a StepCounters is made per report)."""
+
+    def __init__(self, start: StepCounters | None) -> None:
+        c = start or StepCounters()
+        self.steps, self.seconds, self.tokens, self.kv = c.steps, c.step_seconds, c.batched_tokens, c.kv_tokens
+        self.drafted, self.passes = dict(c.drafted_tokens), dict(c.draft_passes)
+
+    def step(self, seconds: float, tokens: int, kv_tokens: int, drafting: list) -> None:
+        self.steps += 1
+        self.seconds += seconds
+        self.tokens += tokens
+        self.kv += kv_tokens
+        for pname, gs, _, _ in drafting:
+            self.drafted[pname] = self.drafted.get(pname, 0.0) + float(gs.sum())
+            if pname != "ngram":  # a draft model / head runs max(gamma) sequential batched passes
+                self.passes[pname] = self.passes.get(pname, 0.0) + float(gs.max())
+
+    def snapshot(self) -> StepCounters:
+        return StepCounters(self.steps, self.seconds, self.tokens, self.kv, dict(self.drafted), dict(self.passes))
 
 
 def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None) -> WorkerState:
@@ -598,6 +639,7 @@ def sweep(
     proposers: Sequence[str] | None = None,
     progress: bool = True,
     warm_start: bool = True,
+    telemetry: Callable[[float, StepCounters], None] | None = None,
 ) -> list[dict]:
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
@@ -605,6 +647,8 @@ def sweep(
     engine costs (default: the same). Each point starts from a fresh policy object. Its AlphaTable carries over from the policy's previous
     point (`warm_start`, like a proxy that has been serving: estimates learnt at one load are valid at the
     next) or starts from the priors at every point (`warm_start=False`, a cold start each time).
+    `telemetry(now, counters)`: the engine's step counters (see `simulate`), continued from point to point
+    of a policy; a new policy is a new engine (its counters start from zero: a reset to the consumer).
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
@@ -632,6 +676,7 @@ def sweep(
             clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
             alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
             oracle = Oracle(cost, max_gamma) if spec.hindsight else None  # stateless: one per sweep
+            counters = None
             for kind, value in loads:
                 bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
                 cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
@@ -642,7 +687,8 @@ def sweep(
                     clock = _SimClock()
                     alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
                 res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
-                               on_step=clock.set, t0=clock.t)
+                               on_step=clock.set, t0=clock.t, telemetry=telemetry, counters=counters)
+                counters = res.counters
                 row = {"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,
                        "seed": seed}
                 if truth_profile is not None:
