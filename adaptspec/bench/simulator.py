@@ -666,9 +666,9 @@ def sweep(
         if bad:
             raise ConfigError(f"profile {truth_name!r} offers {list(worker.proposers)}", key="--proposers",
                               value=bad)
+        worker = _with_proposers(worker, tuple(proposers))
     if any(s.hindsight for s in specs) and not isinstance(workload, TraceWorkload):
         raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies", value="oracle")
-        worker = _with_proposers(worker, tuple(proposers))
     truth = AlphaModel(aliases=cost.truth_aliases())
     rows = []
     with progress_bar(len(specs) * len(loads), "simulate", progress) as bar:

@@ -116,3 +116,13 @@ def test_truth_changes_costs_not_acceptance():
         assert b["truth_profile"] == "h200-llama3-70b" and "truth_profile" not in a
         assert a["acceptance_rate"] == b["acceptance_rate"] and a["tokens_per_step"] == b["tokens_per_step"]
         assert b["output_tokens_per_s"] < 0.5 * a["output_tokens_per_s"]  # 70B on TP2 is much slower than 8B
+
+
+def test_proposers_restrict_what_the_worker_offers():
+    specs = [parse_policy(s, "h100-llama3-8b") for s in ("adaptive", "oracle")]
+    kw = {"requests": 16, "warmup": 4, "progress": False}
+    wl = TraceWorkload(TRACE)
+    free = sweep(specs, "h100-llama3-8b", wl, [("concurrency", 1)], **kw)
+    only = sweep(specs, "h100-llama3-8b", wl, [("concurrency", 1)], proposers=["ngram"], **kw)
+    assert all(r["proposer_mix"]["eagle"] > 0.3 for r in free)
+    assert all(r["proposer_mix"]["eagle"] == 0 and r["proposer_mix"]["ngram"] > 0 for r in only)

@@ -31,6 +31,9 @@ def test_trace_replay_cli_rows_and_oracle_column(tmp_path, capsys):
     # the chat trace has no eagle runs: those requests are not offered eagle, so static:eagle:3 runs off for them
     by = {(r["policy"], r["concurrency"]): r for r in rows}
     assert 0 < by[("static:eagle:3", 1)]["proposer_mix"]["eagle"] < 1
+    # --proposers ngram,eagle: the truth profile's draft model is not offered, to any policy
+    assert all(r["proposer_mix"]["draft"] == 0 for r in rows)
+    assert by[("adaptive", 1)]["speculation_share"] > 0.5 and by[("oracle", 1)]["speculation_share"] > 0.5
     text = capsys.readouterr().out
     assert "adaptive / oracle" in text and "x oracle at the lowest load" in text
     t = check_targets(rows)
