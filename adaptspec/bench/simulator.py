@@ -19,6 +19,12 @@ What it models, one engine step at a time (vLLM-v1-like scheduling):
   Uniforms come from a counter-based hash of (seed, request id, output position, k), so two policies run
   on the same seed see the same requests *and* the same coin at the same place: their difference is the
   policy, not the noise (common random numbers).
+* Trace replay (:class:`~adaptspec.bench.traces.TraceWorkload`, `adaptspec simulate --trace`): requests are
+  the trace's, in file order (cycled), with its class and lengths; a step of a request at output position i
+  that drafts gamma tokens with proposer p emits ``min(accept_runs[p][i], gamma + 1)``, i being the tokens
+  generated so far (the prefill emits token 0, so decoding starts at index 1). A request is offered only the
+  proposers its trace has runs for (the worker does not offer the others to it). `oracle`
+  (:mod:`adaptspec.bench.oracle`) decides with hindsight from the request's runs.
 
 Metrics per point: output tokens/s over the measured window (after ``warmup`` completions), requests/s,
 TTFT / TPOT / end-to-end percentiles of the measured requests, the share of requests that speculated, mean
@@ -27,6 +33,7 @@ gamma, the proposer mix, mean running batch and the realised acceptance rate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -35,9 +42,12 @@ from typing import Protocol
 
 import numpy as np
 
+from adaptspec.bench.oracle import LiveBatch, Oracle
+from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
 from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.profiles import Profile
+from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
 
 WORKER = "sim0"
@@ -53,8 +63,9 @@ class StepCost(Protocol):
         """One target forward over `tokens` batched tokens with `kv_tokens` of context in the KV cache."""
         ...
 
-    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int) -> float:
-        """Drafting `gammas[i]` tokens for each request (all > 0) that uses `proposer` in this step."""
+    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int, verify_s: float = 0.0) -> float:
+        """Drafting `gammas[i]` tokens for each request (all > 0) that uses `proposer` in this step, whose
+        verification takes `verify_s` (a proposer priced as a share of the verify step needs it)."""
         ...
 
 
@@ -68,18 +79,21 @@ class ProfileCost:
     def verify_time(self, tokens: int, kv_tokens: int) -> float:
         return self.profile.target.time(tokens, kv_tokens)
 
-    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int) -> float:
+    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int, verify_s: float = 0.0) -> float:
         cost = self._drafts[proposer]
         n = len(gammas)
         if cost.kind == "ngram":  # one lookup per step, whatever gamma
-            return cost.time(1, n, kv_tokens, self.profile.target)
+            return cost.time(1, n, kv_tokens, self.profile.target, verify_s=verify_s)
+        if cost.per_step:  # measured EAGLE form: a cost per step, not per pass
+            return cost.overhead_s + cost.per_token_s * float(gammas.sum()) + cost.kv_s_per_token * kv_tokens
         # a draft model / head runs max(gamma) sequential passes; pass k carries the requests with gamma >= k
         reach = np.cumsum(np.bincount(gammas)[::-1])[::-1][1:]  # reach[k-1] = #(gamma >= k)
         return sum(cost.time(1, int(b), kv_tokens * b / n, self.profile.target) for b in reach)
 
-    def worker(self, max_gamma: int = 8, name: str = "sim0") -> WorkerState:
+    def worker(self, max_gamma: int = 8, name: str = "sim0", profile: str | None = None) -> WorkerState:
+        """The simulated worker; `profile` is what its policy prices with (a name or path; default this one)."""
         return WorkerState(name=name, proposers=tuple(self._drafts), max_gamma=max_gamma,
-                           profile=self.profile.name)
+                           profile=profile or self.profile.name)
 
     def truth_aliases(self) -> dict[str, str]:
         """Which ground-truth acceptance row each proposer uses: a ~1B draft gets `draft-small`."""
@@ -135,6 +149,7 @@ class SimResult:
     mean_running: float
     sim_time_s: float
     extra: dict = field(default_factory=dict)
+    counters: StepCounters | None = None  # the engine's cumulative step telemetry at the end (with `telemetry`)
 
     def row(self) -> dict:
         n = len(self.e2e_s)
@@ -193,6 +208,25 @@ def accept_counts(u: np.ndarray, alpha: np.ndarray, gamma: np.ndarray) -> np.nda
     return np.cumprod(ok, axis=-1).sum(axis=-1)
 
 
+def replay_accepts(runs: np.ndarray, slots: np.ndarray, pos: np.ndarray, gamma: np.ndarray, h: int) -> np.ndarray:
+    """Accepted draft tokens of h consecutive steps from a trace: step j of slot i starts at its current output
+    position and emits min(run, gamma + 1). `runs` is [n_slots, L]; slots, pos, gamma are [n]; out is [n, h]."""
+    out = np.empty((len(slots), h), dtype=np.int64)
+    pos = pos.astype(np.int64).copy()
+    last = runs.shape[1] - 1
+    for j in range(h):
+        a = np.minimum(runs[slots, np.minimum(pos, last)], gamma + 1) - 1
+        out[:, j] = a
+        pos += a + 1
+    return out
+
+
+def _offering(w: WorkerState, req: TraceRequest) -> WorkerState:
+    """The worker as offered to a traced request: only the proposers its trace has runs for."""
+    offered = tuple(p for p in w.proposers if p in req.accept_runs)
+    return w if offered == w.proposers else dataclasses.replace(w, proposers=offered)
+
+
 def simulate(
     policy: Policy,
     cost: StepCost,
@@ -205,13 +239,27 @@ def simulate(
     on_step: Callable[[float], None] | None = None,
     fast: bool = True,
     t0: float = 0.0,
+    telemetry: Callable[[float, StepCounters], None] | None = None,
+    telemetry_interval_s: float = 0.25,
+    counters: StepCounters | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
 
     `t0`: the clock reading at the start of the point (estimates and `on_step` see t0 + simulated time), so
     an AlphaTable can carry over from one point to the next with its time-based forgetting intact.
+
+    `telemetry(now, counters)`: the engine's cumulative step counters (adaptspec.control.telemetry), from the
+    truth cost of every step, at most every `telemetry_interval_s` simulated seconds (and once at the end);
+    they start from `counters` (e.g. the previous point's `SimResult.counters`) or zero.
     """
     truth = truth or AlphaModel()
+    replay = workload if isinstance(workload, TraceWorkload) else None
+    hindsight = getattr(policy, "hindsight", None)
+    if hindsight is not None and replay is None:
+        from adaptspec.errors import ConfigError
+
+        raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies",
+                          value=getattr(policy, "name", "oracle"))
     if alphas is None:
         from adaptspec.control.estimators import AlphaTable
 
@@ -258,6 +306,10 @@ def simulate(
     a_tok = np.zeros(slots, dtype=np.int64)
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
+    tele = _Telemetry(counters) if telemetry is not None else None
+    next_report = t0 + telemetry_interval_s
+    # trace replay: the chosen proposer's run per output position of the request in each slot
+    runs = np.ones((slots, replay.max_output if replay else 1), dtype=np.int64)
     free = list(range(slots - 1, -1, -1))
     prefilling: deque[int] = deque()
     traffic = TrafficShape()  # what the proxy learns from finished requests' usage, for the prefill term
@@ -296,9 +348,23 @@ def simulate(
             s = free.pop()
             cname = cls_names[wl_cls[r]]
             state = _with_load(base_worker, n_active, len(waiting), traffic)
-            d = policy.decide(cname, [state], alphas)
+            req = replay.request(r) if replay is not None else None
+            if req is not None:
+                state = _offering(state, req)
+            if hindsight is not None:
+                on = np.flatnonzero(active)
+                live = LiveBatch([replay.request(int(x)) for x in rid[on]], [PROPOSERS[x] for x in prop[on]],
+                                 [int(x) for x in gamma[on]], float(ctx.sum()))
+                d = hindsight(req, state, live)
+            else:
+                d = policy.decide(cname, [state], alphas)
             g = min(int(d.gamma), G) if d.proposer != "none" else 0
             p = d.proposer if g > 0 else "none"
+            if req is not None and g:
+                runs[s] = 1  # a proposer the trace lacks for this request never gets a draft accepted
+                got = req.accept_runs.get(p)
+                if got is not None:
+                    runs[s, :len(got)] = got
             active[s] = True
             n_active += 1
             rid[s], cls_of[s], prop[s], gamma[s] = r, cls_global[r], _PROPOSER_INDEX[p], g
@@ -345,8 +411,11 @@ def simulate(
         spec = g_dec > 0
         if spec.any():
             si = dec_idx[spec]
-            u = _uniforms(config.seed, rid[si], nstep[si], H, G)  # [n_spec, H, G]
-            acc[spec] = accept_counts(u, alpha[si][:, None, :], gamma[si][:, None])
+            if replay is not None:
+                acc[spec] = replay_accepts(runs, si, gen[si], gamma[si], H)
+            else:
+                u = _uniforms(config.seed, rid[si], nstep[si], H, G)  # [n_spec, H, G]
+                acc[spec] = accept_counts(u, alpha[si][:, None, :], gamma[si][:, None])
         cum = np.cumsum(acc + 1, axis=1)  # [n_dec, H] tokens emitted by the end of each step
         ol = out_left[dec_idx]
         if n_dec:
@@ -363,14 +432,17 @@ def simulate(
         next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
         for j in range(h):
             dt = 0.0
+            verify = cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))
             for pname, gs, kvp, prev in drafting:
-                dt += cost.draft_time(pname, gs, kvp + int(prev[j]))
-            dt += cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))
+                dt += cost.draft_time(pname, gs, kvp + int(prev[j]), verify_s=verify)
+            dt += verify
+            if tele is not None:
+                tele.step(dt, step_tokens, kv0 + int(prev_tot[j]), drafting)
             running_area += dt * n_active
             t += dt
             steps += 1
-            if t >= next_arrival and j < h - 1:
-                h = j + 1
+            if j < h - 1 and (t >= next_arrival or (tele is not None and t0 + t >= next_report)):
+                h = j + 1  # stop the span at the arrival / the telemetry report (same coins either way)
                 break
 
         # apply the h steps: acceptance per token, emitted = accepted + 1 (the last one capped by max_tokens)
@@ -406,6 +478,9 @@ def simulate(
         tokens_total += emitted_step
         if on_step is not None:
             on_step(t0 + t)
+        if tele is not None and t0 + t >= next_report:
+            telemetry(t0 + t, tele.snapshot())
+            next_report = t0 + t + telemetry_interval_s
 
         # completions
         for s in finished:
@@ -439,6 +514,8 @@ def simulate(
                 t_warm, tokens_at_warm, steps_at_warm = t, tokens_total, steps
 
     t_warm = t_warm if t_warm is not None else 0.0
+    if tele is not None:
+        telemetry(t0 + t, tele.snapshot())
     return SimResult(
         output_tokens=tokens_total - tokens_at_warm,
         window_s=t - t_warm,
@@ -452,7 +529,30 @@ def simulate(
         steps=steps - steps_at_warm,
         mean_running=running_area / t if t > 0 else 0.0,
         sim_time_s=t,
+        counters=tele.snapshot() if tele is not None else None,
     )
+
+
+class _Telemetry:
+    """The simulated engine's step counters, accumulated in place (a StepCounters is made per report)."""
+
+    def __init__(self, start: StepCounters | None) -> None:
+        c = start or StepCounters()
+        self.steps, self.seconds, self.tokens, self.kv = c.steps, c.step_seconds, c.batched_tokens, c.kv_tokens
+        self.drafted, self.passes = dict(c.drafted_tokens), dict(c.draft_passes)
+
+    def step(self, seconds: float, tokens: int, kv_tokens: int, drafting: list) -> None:
+        self.steps += 1
+        self.seconds += seconds
+        self.tokens += tokens
+        self.kv += kv_tokens
+        for pname, gs, _, _ in drafting:
+            self.drafted[pname] = self.drafted.get(pname, 0.0) + float(gs.sum())
+            if pname != "ngram":  # a draft model / head runs max(gamma) sequential batched passes
+                self.passes[pname] = self.passes.get(pname, 0.0) + float(gs.max())
+
+    def snapshot(self) -> StepCounters:
+        return StepCounters(self.steps, self.seconds, self.tokens, self.kv, dict(self.drafted), dict(self.passes))
 
 
 def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None) -> WorkerState:
@@ -476,12 +576,14 @@ class PolicySpec:
     """A named policy for a sweep: its config section and the estimator config it learns with."""
 
     name: str
-    policy: object  # adaptspec.control.config.PolicyConfig
+    policy: object  # adaptspec.control.config.PolicyConfig (None for the oracle)
     estimator: object | None = None  # adaptspec.control.config.EstimatorConfig
+    hindsight: bool = False  # the bench-only oracle (adaptspec.bench.oracle), needs a trace
 
 
 def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
-    """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `bandit` (= `explore`)."""
+    """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `bandit` (= `explore`),
+    `oracle` (hindsight, trace replay only)."""
     from adaptspec.control.config import (
         BanditPolicy,
         GoodputPolicy,
@@ -507,7 +609,9 @@ def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
         return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile))
     if s in ("bandit", "explore"):
         return PolicySpec(s, BanditPolicy(kind="bandit", default_profile=profile, seed=seed))
-    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, bandit "
+    if s == "oracle":
+        return PolicySpec(s, None, hindsight=True)
+    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, bandit, oracle "
                       "(or --policy-file)", key="--policies", value=s)
 
 
@@ -523,9 +627,10 @@ def policy_from_file(path: str) -> PolicySpec:
 def sweep(
     specs: Sequence[PolicySpec],
     profile: str,
-    workload: Workload,
+    workload: Workload | TraceWorkload,
     loads: Sequence[tuple[str, float]],
     *,
+    truth_profile: str | None = None,
     seed: int = 0,
     requests: int | None = None,
     warmup: int | None = None,
@@ -534,47 +639,61 @@ def sweep(
     proposers: Sequence[str] | None = None,
     progress: bool = True,
     warm_start: bool = True,
+    telemetry: Callable[[float, StepCounters], None] | None = None,
 ) -> list[dict]:
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
-    Each point starts from a fresh policy object. Its AlphaTable carries over from the policy's previous
+    `profile` is what the policies believe (a profile name or YAML path); `truth_profile` what the simulated
+    engine costs (default: the same). Each point starts from a fresh policy object. Its AlphaTable carries over from the policy's previous
     point (`warm_start`, like a proxy that has been serving: estimates learnt at one load are valid at the
     next) or starts from the priors at every point (`warm_start=False`, a cold start each time).
+    `telemetry(now, counters)`: the engine's step counters (see `simulate`), continued from point to point
+    of a policy; a new policy is a new engine (its counters start from zero: a reset to the consumer).
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
     from adaptspec.control.estimators import AlphaTable
     from adaptspec.control.policy import build_policy
     from adaptspec.control.profiles import load_profile
+    from adaptspec.errors import ConfigError
 
-    cost = ProfileCost(load_profile(profile))
-    worker = cost.worker(max_gamma=max_gamma)
+    load_profile(profile)  # the belief must load too
+    truth_name = truth_profile or profile
+    cost = ProfileCost(load_profile(truth_name))
+    worker = cost.worker(max_gamma=max_gamma, profile=profile)
     if proposers is not None:
         bad = [p for p in proposers if p not in worker.proposers]
         if bad:
-            from adaptspec.errors import ConfigError
-
-            raise ConfigError(f"profile {profile!r} offers {list(worker.proposers)}", key="--proposers", value=bad)
+            raise ConfigError(f"profile {truth_name!r} offers {list(worker.proposers)}", key="--proposers",
+                              value=bad)
         worker = _with_proposers(worker, tuple(proposers))
+    if any(s.hindsight for s in specs) and not isinstance(workload, TraceWorkload):
+        raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies", value="oracle")
     truth = AlphaModel(aliases=cost.truth_aliases())
     rows = []
     with progress_bar(len(specs) * len(loads), "simulate", progress) as bar:
         for spec in specs:
             clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
             alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
+            oracle = Oracle(cost, max_gamma) if spec.hindsight else None  # stateless: one per sweep
+            counters = None
             for kind, value in loads:
                 bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
                 cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
                                 rate=value if kind == "rate" else None, requests=requests, warmup=warmup,
                                 max_batch=max_batch, max_gamma=max_gamma, seed=seed)
-                policy = build_policy(spec.policy)
+                policy = oracle or build_policy(spec.policy)
                 if not warm_start:
                     clock = _SimClock()
                     alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
                 res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
-                               on_step=clock.set, t0=clock.t)
-                rows.append({"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,
-                             "seed": seed, **res.row()})
+                               on_step=clock.set, t0=clock.t, telemetry=telemetry, counters=counters)
+                counters = res.counters
+                row = {"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,
+                       "seed": seed}
+                if truth_profile is not None:
+                    row["truth_profile"] = truth_profile
+                rows.append({**row, **res.row()})
                 bar.update(1)
     return rows
 

@@ -4,8 +4,15 @@
         --policies off,static:draft:4,static:ngram:4,threshold,adaptive \\
         --concurrency 1,2,4,8,16,32,64,128,256 --json sim.json --plot sim.png
 
+    adaptspec simulate --trace measured.jsonl --profile h100-llama3-8b-measured \\
+        --policies off,static:eagle:3,static:ngram:8,adaptive,oracle --concurrency 1,8,32,128
+
 Policies: `off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (the goodput policy), `bandit` (the
-exploring one), plus any policy YAML via `--policy-file` (named after the file). Closed-loop clients per
+exploring one), `oracle` (per-request hindsight optimum; needs `--trace`), plus any policy YAML via
+`--policy-file` (named after the file). `--trace FILE` (repeatable, mixed in file order) replays measured
+acceptance, classes and lengths from acceptance traces (format: adaptspec/bench/traces.py) instead of the
+synthetic `--workload`. `--profile` is what the policies believe, `--truth-profile` what the simulated
+engine costs (default: the same); both take a built-in name or a YAML path. Closed-loop clients per
 `--concurrency` point, or open-loop Poisson arrivals per `--rate` point. Deterministic under `--seed`.
 The engine model is documented in adaptspec/bench/simulator.py, the calibration in adaptspec/bench/workloads.py.
 """
@@ -23,7 +30,11 @@ DEFAULT_POLICIES = "off,static:draft:4,static:ngram:4,threshold,adaptive"
 def register(subparsers) -> None:
     p = subparsers.add_parser("simulate", help="discrete-event simulation of policies on a GPU profile",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", default="h200-llama3-70b", help="step-time profile (default h200-llama3-70b)")
+    p.add_argument("--profile", default="h200-llama3-70b",
+                   help="step-time profile the policies plan with: name or YAML path (default h200-llama3-70b)")
+    p.add_argument("--truth-profile", help="step-time profile the simulated engine costs (default: --profile)")
+    p.add_argument("--trace", action="append", default=[],
+                   help="acceptance trace JSONL to replay instead of --workload (repeatable)")
     p.add_argument("--workload", default="mixed", help="mixed | rag | agent | a class name (default mixed)")
     p.add_argument("--mix", help="class weights instead of the workload's, e.g. code=1,summarize=2")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
@@ -64,26 +75,37 @@ def _loads(args) -> list[tuple[str, float]]:
 def run(args) -> int:
     from adaptspec.bench import report
     from adaptspec.bench.simulator import parse_policy, policy_from_file, sweep
+    from adaptspec.bench.traces import TraceWorkload
     from adaptspec.bench.workloads import get_workload
     from adaptspec.control.profiles import load_profile
     from adaptspec.errors import ConfigError
 
     try:
         load_profile(args.profile)
+        if args.truth_profile:
+            load_profile(args.truth_profile)
         loads = _loads(args)
-        workload = get_workload(args.workload, args.mix)
+        if args.trace:
+            if args.mix:
+                raise ConfigError("--mix re-weights a synthetic workload; a trace has its own requests",
+                                  key="--mix", value=args.mix)
+            workload = TraceWorkload.from_files(args.trace)
+        else:
+            workload = get_workload(args.workload, args.mix)
         specs = [parse_policy(s, args.profile, args.seed) for s in args.policies.split(",") if s.strip()]
         specs += [policy_from_file(f) for f in args.policy_file]
         if not specs:
             raise ValueError("no policies given")
         proposers = [p.strip() for p in args.proposers.split(",")] if args.proposers else None
-        rows = sweep(specs, args.profile, workload, loads, seed=args.seed, requests=args.requests,
+        rows = sweep(specs, args.profile, workload, loads, truth_profile=args.truth_profile, seed=args.seed,
+                     requests=args.requests,
                      warmup=args.warmup, max_batch=args.max_batch, max_gamma=args.max_gamma,
                      proposers=proposers, progress=not args.no_progress, warm_start=not args.cold_start)
     except (ConfigError, ValueError) as exc:
         print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
         return 2
-    title = f"simulated {args.profile}, workload {workload.name}, seed {args.seed}"
+    truth = f" (truth {args.truth_profile})" if args.truth_profile else ""
+    title = f"simulated {args.profile}{truth}, workload {workload.name}, seed {args.seed}"
     text = "\n\n".join([f"### {title}: output tokens/s", report.throughput_table(rows),
                         report.detail_table(rows)])
     if any(r["policy"] == "adaptive" for r in rows):

@@ -206,11 +206,15 @@ def fit_step_time(points: Sequence[tuple[float, float, float]], iterations: int 
 
 @dataclass(frozen=True, slots=True)
 class DraftCost:
-    """What drafting gamma tokens costs, for one proposer.
+    """What drafting gamma tokens costs, for one proposer, in one verification step.
 
     kind "draft": a draft model, gamma sequential steps of `model` at the same batch;
-    kind "eagle": a head on the target's hidden states, each of gamma steps costs `fraction` of a target step;
-    kind "ngram": one lookup per verification step, `step_s + request_s * batch` whatever gamma.
+    kind "eagle", `fraction` form: a head on the target's hidden states, each of gamma steps costs `fraction`
+      of a target step; measured form (`fraction` 0): per step, whatever the number of head passes,
+      `overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV tokens` (the additive per-step draft
+      cost that measurement studies of vLLM publish);
+    kind "ngram": one lookup per verification step, `step_s + request_s * batch`, plus `verify_fraction` of
+      the verify step (its cost as a share of the step it feeds, as measured on real engines).
     """
 
     kind: str
@@ -218,16 +222,35 @@ class DraftCost:
     fraction: float = 0.0
     step_s: float = 0.0
     request_s: float = 0.0
+    overhead_s: float = 0.0
+    per_token_s: float = 0.0
+    kv_s_per_token: float = 0.0
+    verify_fraction: float = 0.0
 
-    def time(self, gamma: int, batch: float, kv_tokens: float, target: StepTimeModel) -> float:
+    @property
+    def per_step(self) -> bool:
+        """An EAGLE cost in the measured per-step form (not `fraction` of a target step per pass)."""
+        return self.kind == "eagle" and self.fraction == 0.0
+
+    def time(self, gamma: int, batch: float, kv_tokens: float, target: StepTimeModel,
+             verify_s: float | None = None) -> float:
+        """Seconds to draft gamma tokens for each of `batch` requests holding `kv_tokens` of context.
+
+        `verify_s`: the verify step this drafting feeds (for `verify_fraction`); default the target's time
+        over batch * (gamma + 1) tokens."""
         if gamma <= 0:
             return 0.0
         if self.kind == "draft":
             assert self.model is not None
             return gamma * self.model.time(batch, kv_tokens)
         if self.kind == "eagle":
+            if self.per_step:
+                return self.overhead_s + self.per_token_s * gamma * batch + self.kv_s_per_token * kv_tokens
             return gamma * self.fraction * target.time(batch, kv_tokens)
-        return self.step_s + self.request_s * batch
+        t = self.step_s + self.request_s * batch
+        if self.verify_fraction:
+            t += self.verify_fraction * (target.time(batch * (gamma + 1), kv_tokens) if verify_s is None else verify_s)
+        return t
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ or directly from measurement (what `cpu-tiny` does; `costmodel.fit_step_time` tu
 the cache is arithmetic on the same cores as the matmuls.)
 
 Draft options (`proposers:`) are `kind: draft` (a model, same two forms, defaults from `hardware`),
-`kind: eagle` (`fraction` of a target step per drafted token) or `kind: ngram` (`step_s`, `request_s`).
+`kind: eagle` (`fraction` of a target step per drafted token, or the measured per-step form
+`{overhead_s, per_token_s, kv_s_per_token}` = overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV
+tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a share of the verify step).
 `aliases:` maps the generic proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
 """
 
@@ -108,6 +110,8 @@ class DraftSpec(ModelSpec):
     fraction: float = Field(default=0.0, ge=0)
     step_s: float = Field(default=0.0, ge=0)
     request_s: float = Field(default=0.0, ge=0)
+    per_token_s: float | None = Field(default=None, ge=0)  # eagle, measured form: seconds per drafted token
+    verify_fraction: float = Field(default=0.0, ge=0, le=1)  # ngram: cost as a share of the verify step
 
     @model_validator(mode="after")
     def _kind_fields(self) -> DraftSpec:
@@ -115,8 +119,18 @@ class DraftSpec(ModelSpec):
             self._check_form()
         elif self.params is not None or self.memory_floor_s is not None:
             raise ValueError(f"kind {self.kind!r} takes no model (params / memory_floor_s)")
-        if self.kind == "eagle" and self.fraction <= 0:
-            raise ValueError("kind 'eagle' needs fraction > 0 (cost of one head step / target step)")
+        measured = self.per_token_s is not None
+        if self.kind == "eagle" and measured == (self.fraction > 0):
+            raise ValueError("kind 'eagle' needs either fraction > 0 (cost of one head step / target step) or "
+                             "the measured form {overhead_s, per_token_s, kv_s_per_token}")
+        if self.kind != "eagle" and measured:
+            raise ValueError("per_token_s is for kind 'eagle' (measured form)")
+        if self.kind != "ngram" and self.verify_fraction:
+            raise ValueError("verify_fraction is for kind 'ngram'")
+        if self.kind == "ngram" and (self.overhead_s or self.kv_s_per_token):
+            raise ValueError("kind 'ngram' takes step_s, request_s, verify_fraction")
+        if self.kind == "eagle" and not measured and (self.overhead_s or self.kv_s_per_token):
+            raise ValueError("overhead_s / kv_s_per_token go with per_token_s (eagle measured form)")
         return self
 
 
@@ -181,10 +195,14 @@ class Profile:
         for name, d in spec.proposers.items():
             if d.kind == "draft":
                 drafts[name] = DraftCost("draft", model=d.step_model(spec.hardware))
+            elif d.kind == "eagle" and d.per_token_s is not None:
+                drafts[name] = DraftCost("eagle", overhead_s=d.overhead_s, per_token_s=d.per_token_s,
+                                         kv_s_per_token=d.kv_s_per_token or 0.0)
             elif d.kind == "eagle":
                 drafts[name] = DraftCost("eagle", fraction=d.fraction)
             else:
-                drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s)
+                drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s,
+                                         verify_fraction=d.verify_fraction)
         return cls(spec.name, target, spec.context_tokens, drafts, dict(spec.aliases), spec.description,
                    spec.provisional)
 

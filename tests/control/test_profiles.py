@@ -10,7 +10,7 @@ def test_builtin_profiles_load():
     for n in names:
         p = load_profile(n)
         assert p.name == n
-        assert p.offers("ngram") and p.offers("draft")
+        assert p.offers("ngram") and (p.offers("draft") or p.offers("eagle"))
         assert p.target.time(1) > 0
 
 
@@ -76,3 +76,69 @@ def test_combine_sum_is_for_measured_models_only():
     with pytest.raises(ConfigError, match="combine"):
         parse_profile({"name": "x", "hardware": {"bandwidth_tb_s": 1, "tflops": 1},
                        "target": {"params": 1e9, "combine": "sum"}}, "p.yaml")
+
+
+def test_measured_form_costs_are_exact():
+    p = load_profile("h100-llama3-8b-measured")
+    t = p.target
+    assert t.additive and t.time(1, 0) == pytest.approx(0.007 + 2.1e-5)
+    assert t.time(300, 50_000) == pytest.approx(0.007 + 2.1e-5 * 300 + 1.5e-8 * 50_000, rel=1e-12)
+    eagle, ngram = p.draft("eagle"), p.draft("ngram")
+    assert eagle.per_step and not ngram.per_step
+    # eagle: per step, overhead + per drafted token + per KV token (gamma 3 for each of 8 requests = 24 tokens)
+    assert eagle.time(3, 8, 8192, t) == pytest.approx(6e-4 + 1.2e-5 * 24 + 2e-9 * 8192, rel=1e-12)
+    # ngram: a share of the verify step, given or the target's over batch * (gamma + 1) tokens
+    assert ngram.time(4, 8, 8192, t, verify_s=0.02) == pytest.approx(0.03 * 0.02, rel=1e-12)
+    assert ngram.time(4, 8, 8192, t) == pytest.approx(0.03 * t.time(40, 8192), rel=1e-12)
+    assert eagle.time(0, 8, 8192, t) == ngram.time(0, 8, 8192, t) == 0.0
+
+
+def test_simulator_prices_the_measured_forms_per_step():
+    import numpy as np
+
+    from adaptspec.bench.simulator import ProfileCost
+
+    cost = ProfileCost(load_profile("h100-llama3-8b-measured"))
+    # eagle per step: one overhead however many passes (max gamma 5) and requests
+    assert cost.draft_time("eagle", np.array([1, 5, 2]), 3000) == pytest.approx(6e-4 + 1.2e-5 * 8 + 2e-9 * 3000)
+    assert cost.draft_time("ngram", np.array([4, 4]), 3000, verify_s=0.05) == pytest.approx(0.03 * 0.05)
+
+
+def test_old_forms_stay_valid_and_forms_do_not_mix():
+    base = {"name": "x", "target": {"overhead_s": 0.001, "memory_floor_s": 0.004}}
+    old = parse_profile({**base, "proposers": {"eagle": {"kind": "eagle", "fraction": 0.05},
+                                                "ngram": {"kind": "ngram", "step_s": 1e-5, "request_s": 1e-6}}}, "x")
+    assert old.draft("eagle").fraction == 0.05 and not old.draft("eagle").per_step
+    assert old.draft("ngram").time(4, 10, 0, old.target) == pytest.approx(1e-5 + 1e-5)
+    for bad, words in [
+        ({"kind": "eagle", "fraction": 0.05, "per_token_s": 1e-5}, "either fraction"),
+        ({"kind": "eagle"}, "either fraction"),
+        ({"kind": "eagle", "fraction": 0.05, "overhead_s": 1e-3}, "go with per_token_s"),
+        ({"kind": "ngram", "per_token_s": 1e-5}, "for kind 'eagle'"),
+        ({"kind": "eagle", "per_token_s": 1e-5, "verify_fraction": 0.1}, "for kind 'ngram'"),
+        ({"kind": "ngram", "verify_fraction": 1.5}, "less than or equal"),
+        ({"kind": "ngram", "overhead_s": 1e-3}, "takes step_s"),
+    ]:
+        with pytest.raises(ConfigError, match=words) as err:
+            parse_profile({**base, "proposers": {"p": bad}}, "f.yaml")
+        assert err.value.file == "f.yaml"
+
+
+def test_measured_profile_files_work_wherever_a_name_does(tmp_path):
+    from adaptspec.cli import main
+    from adaptspec.control.config import parse_config
+    from adaptspec.control.profiles import PROFILE_DIR
+
+    f = tmp_path / "mine.yaml"
+    text = (PROFILE_DIR / "h100-llama3-8b-measured.yaml").read_text()
+    f.write_text(text.replace("name: h100-llama3-8b-measured", "name: mine"))
+    assert load_profile(str(f)).name == "mine"
+    cfg = parse_config({"pools": [{"name": "a", "engine": "adaptspec", "proposers": ["ngram", "eagle"],
+                                   "profile": str(f), "workers": [{"name": "w", "url": "http://127.0.0.1:1"}]}],
+                        "policy": {"kind": "goodput", "default_profile": str(f)}}, "cfg.yaml")
+    assert cfg.pools[0].profile == str(f)
+    out = tmp_path / "rows.json"
+    assert main(["simulate", "--profile", str(f), "--truth-profile", str(f), "--policies", "off,adaptive",
+                 "--concurrency", "1", "--requests", "8", "--warmup", "2", "--json", str(out),
+                 "--no-progress"]) == 0
+    assert out.exists()
