@@ -142,6 +142,9 @@ class CalibratedCosts:
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     batch: float = 0.0  # mean batched tokens per step seen (where the fit is best)
     snapped: Mapping[str, float] = field(default_factory=dict)  # on the ~3% grid: what `apply` prices with
+    # mean context per request seen: KV tokens per non-drafted batched token (decode rows; prefill lowers it),
+    # snapped like the coefficients; 0 = no data
+    context_tokens: float = 0.0
 
     @property
     def target(self) -> StepTimeModel:
@@ -157,14 +160,15 @@ class CalibratedCosts:
         return DraftCost("draft", model=model)
 
     def apply(self, profile: Profile) -> Profile:
-        """The profile priced with this fit: its target model replaced, and the model proposers it offers
-        replaced where their coefficients were fitted (the others keep the profile's costs)."""
+        """The profile priced with this fit: its target model and mean context replaced, and the model
+        proposers it offers replaced where their coefficients were fitted (the others keep the profile's)."""
         drafts = dict(profile.drafts)
         for p in self.proposers:
             if profile.offers(p) and self.fitted.get(f"{p}_pass_s") and profile.draft(p).kind != "ngram":
                 drafts[profile.resolve(p)] = self.draft_cost(p)
+        ctx = self.context_tokens or profile.context_tokens
         return replace(profile, name=f"{profile.name}@{self.key}", target=self.target, drafts=drafts,
-                       description=f"{profile.description} (calibrated online over {self.steps:.0f} steps)")
+                       context_tokens=ctx, description=f"{profile.description} (calibrated online over {self.steps:.0f} steps)")
 
 
 @dataclass
@@ -175,9 +179,9 @@ class StepCalibrator:
     only set the baseline); `observe(window)` takes one window's deltas directly (simulators)."""
 
     prior: Profile
-    prior_steps: float = 200.0
+    prior_steps: float = 50.0
     half_life_steps: float = 20_000.0
-    min_steps: float = 500.0
+    min_steps: float = 1000.0
     min_spread: float = 0.05
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
@@ -278,11 +282,14 @@ class StepCalibrator:
                 sigma = math.sqrt(max(rss, 0.0) / dof)
                 errors[idx] = sigma * np.sqrt(np.clip(np.diag(np.linalg.inv(m)), 0.0, None))
         snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
-        key = ".".join("z" if i is None else str(i) for i in grid)
+        sums = self._s[0]  # sum of each regressor over the windows (x_0 = steps)
+        decode = sums[1] - sum(sums[4 + 2 * i] for i in range(len(self.proposers)))
+        ctx, ctx_i = _snap(float(sums[2] / decode)) if decode > 0 and sums[2] > 0 else (0.0, None)
+        key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         return CalibratedCosts(
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
             fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
             steps=n, trusted=n >= self.min_steps, sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
-            snapped=dict(zip(self.names, snapped, strict=True)))
+            snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx)
