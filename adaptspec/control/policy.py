@@ -222,6 +222,7 @@ class _CostModelPolicy:
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
+        self._calibrated: dict[tuple[str, str], Profile] = {}  # (profile, fit fingerprint) -> priced profile
         # Per worker: content classes of its recent requests (the mix its running batch is made of), a
         # version bumped as that mix is refreshed, and memoised batch-wide gammas:
         # (worker, proposer, half-octave batch bucket) -> (gamma, mix version).
@@ -241,6 +242,21 @@ class _CostModelPolicy:
             self._profiles[name] = prof
         return prof
 
+    def worker_profile(self, w: WorkerState) -> Profile:
+        """The profile a worker's decisions are priced with: its own (or the default), with the step costs
+        fitted from its telemetry once they are trusted (one resolved Profile per fit fingerprint)."""
+        prof = self.profile(w.profile)
+        costs = w.step_costs
+        if costs is None or not costs.trusted:
+            return prof
+        key = (prof.name, costs.key)
+        fitted = self._calibrated.get(key)
+        if fitted is None:
+            if len(self._calibrated) >= 4096:
+                self._calibrated.clear()
+            fitted = self._calibrated[key] = costs.apply(prof)
+        return fitted
+
     def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
         """The alpha to plan with, and how to show it."""
         raise NotImplementedError
@@ -250,7 +266,7 @@ class _CostModelPolicy:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
         plan that missed the margin (for the reason), and the best missed plan whose proposer has thin
         evidence for this class with that evidence (a probe candidate), else None."""
-        prof = self.profile(w.profile)
+        prof = self.worker_profile(w)
         batch = w.load + 1.0
         rho = (w.prefill_ratio, w.prompt_tokens)
         choice, shown, missed, thin = self.cache.off(prof, batch, rho), "", None, None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from adaptspec.control.calibration import CalibratedCosts
 
 CONTENT_CLASSES: tuple[str, ...] = ("code", "structured", "summarize", "translate", "math", "chat")
 PROPOSERS: tuple[str, ...] = ("none", "ngram", "draft", "eagle")
@@ -34,6 +37,9 @@ class WorkerState:
     # shares the decode steps, see costmodel.evaluate
     prefill_ratio: float = 0.0
     prompt_tokens: float = 0.0  # mean prompt tokens prefilled per request (the size of a prefill chunk)
+    # the worker's step costs fitted online from its telemetry (control/calibration.py); the cost-model
+    # policies price with them instead of the profile's once `step_costs.trusted`
+    step_costs: CalibratedCosts | None = None
 
     @property
     def load(self) -> float:

@@ -23,7 +23,7 @@ from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ModelLoadError, RequestError
 from adaptspec.proxy import handlers
 from adaptspec.proxy.errors import error_middleware
-from adaptspec.proxy.feedback import Feedback
+from adaptspec.proxy.feedback import CALIBRATION_GAUGE_DOCS, Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
@@ -63,6 +63,7 @@ class Proxy:
         self.feedback = Feedback(self)
         self.scraper = Scraper(self, self.scrape_interval_s)
         self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
+        self.metrics.add_collector(StateCollector(self.feedback.calibration_gauges, CALIBRATION_GAUGE_DOCS))
 
     # -- configuration -------------------------------------------------------------------------------
     def apply_config(self, config) -> None:

@@ -14,6 +14,11 @@ Which source wins, per worker:
    the per-class estimates use as their prior) or `ingest_sglang` (accept-length gauge), for the
    worker's launch proposer/gamma. Only the replica holding the worker's lease ingests (RedisState).
 
+Step telemetry (`adaptspec:engine_*`, control/telemetry.py) feeds one `StepCalibrator` per worker, whose prior
+is the worker's profile (or the policy's default); its fit goes to `worker.step_costs`, which the cost-model
+policies price with once trusted, and to the `adaptspec_step_model_*` gauges (`calibration_gauges`). Every
+replica fits from its own scrapes (a fit is not a count: nothing is counted twice).
+
 Counter baselines are tracked in both modes (ingested into a null table in mode 1), so a worker that
 changes mode is never counted twice, and a proxy starting next to a long-running engine does not take
 its whole history as one burst.
@@ -23,7 +28,10 @@ from __future__ import annotations
 
 import logging
 
+from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.estimators import CounterTracker, ingest_sglang, ingest_vllm
+from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +105,21 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
+CALIBRATION_GAUGE_DOCS = {
+    "adaptspec_step_model_coefficient": "Fitted step-time coefficient of the worker (seconds per step / token / "
+                                        "pass; control/calibration.py)",
+    "adaptspec_step_model_coefficient_error": "Standard error of the fitted coefficient (NaN: held at the prior)",
+    "adaptspec_step_model_trusted": "1 when the policy prices this worker's steps with the fitted model",
+    "adaptspec_step_model_steps": "Engine steps behind the fit (discounted)",
+}
+_DEFAULT_PRIOR = "cpu-tiny"
+
+
 class Feedback:
     def __init__(self, proxy) -> None:
         self.proxy = proxy
         self._trackers: dict[str, CounterTracker] = {}
+        self._calibrators: dict[str, StepCalibrator] = {}
 
     def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
                     stats: tuple[float, float, float | None] | None,
@@ -139,6 +158,8 @@ class Feedback:
         self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
 
     def on_sample(self, worker, sample) -> None:
+        if sample.steps is not None:
+            self.on_steps(worker, sample.steps)
         if not sample.spec:
             return
         tracker = self._trackers.get(worker.name)
@@ -153,5 +174,41 @@ class Feedback:
         else:
             ingest_vllm(table, tracker, worker.name, sample.spec, proposer)
 
+    # -- step-time calibration ---------------------------------------------------------------------------
+    def _prior(self, worker) -> Profile:
+        default = getattr(self.proxy.policy, "default_profile", None)
+        if worker.profile:
+            try:
+                return load_profile(worker.profile)
+            except ConfigError as exc:
+                log.warning("worker %s: profile %r unusable for calibration (%s)", worker.name, worker.profile, exc)
+        return default if isinstance(default, Profile) else load_profile(_DEFAULT_PRIOR)
+
+    def on_steps(self, worker, counters) -> None:
+        """One scrape of the worker's cumulative step counters -> its calibrator -> `worker.step_costs`."""
+        cal = self._calibrators.get(worker.name)
+        prior = self._prior(worker)
+        if cal is None or cal.prior.name != prior.name:  # new worker, or its profile changed on reload
+            cal = self._calibrators[worker.name] = StepCalibrator(prior)
+        if cal.update(counters) or worker.step_costs is None:
+            worker.step_costs = cal.costs()
+
+    def calibration_gauges(self) -> dict:
+        """{gauge name: (labels, rows)} for a `StateCollector`."""
+        coef, err, trusted, steps = [], [], [], []
+        for name, cal in self._calibrators.items():
+            c = cal.costs()
+            for k, v in c.coefficients.items():
+                coef.append(((name, k), v))
+                err.append(((name, k), c.errors[k]))
+            trusted.append(((name,), float(c.trusted)))
+            steps.append(((name,), c.steps))
+        labels = ("worker", "coefficient")
+        return {"adaptspec_step_model_coefficient": (labels, coef),
+                "adaptspec_step_model_coefficient_error": (labels, err),
+                "adaptspec_step_model_trusted": (("worker",), trusted),
+                "adaptspec_step_model_steps": (("worker",), steps)}
+
     def forget(self, worker_name: str) -> None:
         self._trackers.pop(worker_name, None)
+        self._calibrators.pop(worker_name, None)

@@ -10,6 +10,10 @@ Parses three dialects into one `WorkerSample`:
                               {content_class, proposer}
     SGLang                    sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
                               sglang:spec_accept_length (mean tokens per verify step, a gauge)
+    step telemetry            adaptspec:engine_{steps,step_seconds,batched_tokens,kv_tokens}_total,
+                              adaptspec:engine_{drafted_tokens,draft_passes}_total{proposer}
+                              (control/telemetry.py; summed over other labels into one StepCounters,
+                              fed to the worker's step-time calibrator by feedback.py)
 
 Occupancy series of one family with several label sets (data-parallel engines, several models) are
 summed, except the KV usage fraction, which is averaged. Speculation families are handed unchanged to
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from adaptspec.control import telemetry
+
 log = logging.getLogger(__name__)
 
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -49,6 +55,12 @@ _SPEC = frozenset({
 
 Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.ingest_* take them
 
+_STEP_SCALARS = {telemetry.METRIC_STEPS + "_total": "steps", telemetry.METRIC_STEP_SECONDS + "_total": "step_seconds",
+                 telemetry.METRIC_BATCHED_TOKENS + "_total": "batched_tokens",
+                 telemetry.METRIC_KV_TOKENS + "_total": "kv_tokens"}
+_STEP_BY_PROPOSER = {telemetry.METRIC_DRAFTED_TOKENS + "_total": "drafted_tokens",
+                     telemetry.METRIC_DRAFT_PASSES + "_total": "draft_passes"}
+
 
 @dataclass
 class WorkerSample:
@@ -58,6 +70,7 @@ class WorkerSample:
     waiting: float | None = None
     kv_usage: float | None = None
     spec: list[Sample] = field(default_factory=list)
+    steps: telemetry.StepCounters | None = None  # cumulative step telemetry, when the worker exports it
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -70,6 +83,8 @@ def parse_metrics(text: str) -> WorkerSample:
     running: list[float] = []
     waiting: list[float] = []
     kv: list[float] = []
+    scalars: dict[str, float] = {}
+    by_proposer: dict[str, dict[str, float]] = {"drafted_tokens": {}, "draft_passes": {}}
     for line in text.splitlines():
         if not line.startswith(_PREFIXES):
             continue
@@ -95,12 +110,21 @@ def parse_metrics(text: str) -> WorkerSample:
             kv.append(value)
         elif name in _SPEC:
             sample.spec.append((name, _labels(labels), value))
+        elif name in _STEP_SCALARS:
+            key = _STEP_SCALARS[name]
+            scalars[key] = scalars.get(key, 0.0) + value
+        elif name in _STEP_BY_PROPOSER:
+            per = by_proposer[_STEP_BY_PROPOSER[name]]
+            proposer = _labels(labels).get("proposer", "")
+            per[proposer] = per.get(proposer, 0.0) + value
     if running:
         sample.running = sum(running)
     if waiting:
         sample.waiting = sum(waiting)
     if kv:
         sample.kv_usage = sum(kv) / len(kv)
+    if "steps" in scalars:
+        sample.steps = telemetry.StepCounters(**scalars, **by_proposer)
     return sample
 
 

@@ -46,6 +46,7 @@ class Worker:
     sampled_at: float = 0.0
     request_feedback: bool = False  # has delivered per-request speculation stats (see feedback.py)
     traffic: TrafficShape = field(default_factory=TrafficShape)  # recent prompt / generated tokens per request
+    step_costs: object | None = None  # control.calibration.CalibratedCosts from its step telemetry (feedback.py)
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -67,7 +68,8 @@ class Worker:
                            proposers=self.proposers, gamma=self.gamma, max_gamma=self.max_gamma,
                            profile=self.profile, running=self.running, waiting=self.waiting,
                            kv_usage=self.kv_usage, inflight=self.inflight + other_inflight, healthy=self.healthy,
-                           prefill_ratio=self.traffic.prefill_ratio, prompt_tokens=self.traffic.prompt_tokens)
+                           prefill_ratio=self.traffic.prefill_ratio, prompt_tokens=self.traffic.prompt_tokens,
+                           step_costs=self.step_costs)
 
     def fixed_plan(self) -> tuple[str, int]:
         """(proposer, gamma) a fixed-speculation worker applies to every request."""

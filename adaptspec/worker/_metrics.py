@@ -11,6 +11,11 @@ Derived quantities, in PromQL:
     alpha by content class      rate(adaptspec:spec_decode_num_accepted_tokens_by_class_total[5m])
                                   / rate(adaptspec:spec_decode_num_draft_tokens_by_class_total[5m])
 
+Step telemetry (adaptspec/control/telemetry.py: steps, step seconds, batched / KV tokens, drafted tokens and
+draft passes by `proposer`, from the closed set ngram / draft / eagle / hybrid) feeds the proxy's online
+step-time calibration; mean step time: rate(adaptspec:engine_step_seconds_total[1m])
+/ rate(adaptspec:engine_steps_total[1m]).
+
 The gauges and speculation counters come from the engine's own snapshot (`Engine.metrics()`); token and
 request counters are counted by the server as responses finish.
 """
@@ -24,6 +29,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from adaptspec.control import telemetry
+
+STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")  # the closed label set of the per-proposer counters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -115,6 +124,29 @@ class _Collector:
             for family, value in zip(families, values, strict=True):
                 family.add_metric(["0", self.model_name, cls or "unknown", proposer], float(value))
         yield from families
+        yield from _step_families(_field(s, "step_counters", None), base, labels)
+
+
+def _step_families(steps: telemetry.StepCounters | None, base: list[str], labels: list[str]) -> Iterator[Metric]:
+    """The step-telemetry counters (names without `_total`: the client adds it)."""
+    if steps is None:
+        return
+    for name, doc, value in (
+            (telemetry.METRIC_STEPS, "Engine steps (one target forward each).", steps.steps),
+            (telemetry.METRIC_STEP_SECONDS, "Wall seconds of engine steps, drafting included.", steps.step_seconds),
+            (telemetry.METRIC_BATCHED_TOKENS, "Tokens through the target forward (decode, drafts, prefill).",
+             steps.batched_tokens),
+            (telemetry.METRIC_KV_TOKENS, "Context tokens attended, summed over steps.", steps.kv_tokens)):
+        c = CounterMetricFamily(name, doc, labels=base)
+        c.add_metric(labels, float(value))
+        yield c
+    for name, doc, values in (
+            (telemetry.METRIC_DRAFTED_TOKENS, "Tokens drafted, by proposer.", steps.drafted_tokens),
+            (telemetry.METRIC_DRAFT_PASSES, "Batched draft-model passes, by proposer.", steps.draft_passes)):
+        c = CounterMetricFamily(name, doc, labels=[*base, "proposer"])
+        for p in STEP_PROPOSERS:
+            c.add_metric([*labels, p], float(values.get(p, 0.0)))
+        yield c
 
 
 def render(snapshot: Any, counters: ServerCounters, model_name: str) -> bytes:

@@ -62,6 +62,7 @@ from pathlib import Path
 
 import torch
 
+from adaptspec.control.telemetry import StepCounters
 from adaptspec.errors import RequestError
 from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.proposers import Draft, DraftModelProposer, NgramProposer, ProposeInput, SamplingParams
@@ -121,6 +122,10 @@ class EngineMetrics:
     spec_by_class: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
     num_steps: int = 0
     num_generated_tokens: int = 0
+    # step telemetry for the proxy's online calibration (control/telemetry.py): wall time of whole steps
+    # (drafting, forward, verification, commit), tokens through the target forward, context attended,
+    # drafted tokens and batched draft-model passes per proposer
+    step_counters: StepCounters = field(default_factory=StepCounters)
 
 
 def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) -> list[list[int]]:
@@ -166,6 +171,31 @@ class _Seq:
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
                           self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted))
+
+
+def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
+                ) -> tuple[float, float, dict[str, float], dict[str, float]]:
+    """(batched tokens, KV tokens attended, drafted tokens per proposer, model passes per proposer) of one
+    step: every uncached token and drafted token goes through the target forward and attends to the cached
+    context plus itself; a draft model runs max(k) batched passes per forward group (n-gram lookup: none)."""
+    batched = kv = 0.0
+    drafted: dict[str, float] = {}
+    k_of = {id(s): k for s, k in zip(done, ks, strict=True)}
+    for s, k in zip(done, ks, strict=True):
+        batched += len(s.tokens) - s.kv_len + k
+        kv += len(s.tokens) + k
+        if k:
+            drafted[s.proposer] = drafted.get(s.proposer, 0.0) + k
+    passes: dict[str, float] = {}
+    for group in groups:
+        longest: dict[str, int] = {}
+        for s in group:
+            k = k_of.get(id(s), 0)
+            if k and s.proposer != "ngram":
+                longest[s.proposer] = max(longest.get(s.proposer, 0), k)
+        for p, k in longest.items():
+            passes[p] = passes.get(p, 0.0) + k
+    return batched, kv, drafted, passes
 
 
 class Engine:
@@ -386,7 +416,7 @@ class Engine:
                 spec_num_drafts=m.spec_num_drafts, spec_num_draft_tokens=m.spec_num_draft_tokens,
                 spec_num_accepted_tokens=m.spec_num_accepted_tokens,
                 spec_accepted_per_pos=list(m.spec_accepted_per_pos), spec_by_class=dict(m.spec_by_class),
-                num_steps=m.num_steps, num_generated_tokens=m.num_generated_tokens)
+                num_steps=m.num_steps, num_generated_tokens=m.num_generated_tokens, step_counters=m.step_counters)
 
     # ------------------------------------------------------------------ the step loop
     def _loop(self) -> None:
@@ -466,6 +496,7 @@ class Engine:
         Prefill split: requests feeding more than `prefill_split_tokens` uncached tokens (a prompt) run in
         their own forward when others are decoding, so one long prompt does not pad every decode row to its
         length (one 300-token prefill inside a 32-request decode batch: ~200 ms, vs ~15 + ~30 ms apart)."""
+        t0 = time.perf_counter()
         long = [s for s in batch if len(s.tokens) - s.kv_len > self.prefill_split_tokens]
         if long and len(long) < len(batch):
             short = [s for s in batch if len(s.tokens) - s.kv_len <= self.prefill_split_tokens]
@@ -478,7 +509,8 @@ class Engine:
             done += g
             ks += k1
             out += o1
-        self._commit(done, ks, out)
+        tally = _step_tally(done, ks, groups)  # before the commit moves the requests' positions
+        self._commit(done, ks, out, t0, tally)
 
     def _compute_isolated(self, batch: list[_Seq]) -> tuple[list[_Seq], list[int], list[list[int]]]:
         """`_compute(batch)`; if it raises, each request alone, failing only those that raise alone.
@@ -590,8 +622,10 @@ class Engine:
         return verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
                              generator=gens or None).tolist()
 
-    def _commit(self, batch: list[_Seq], ks: list[int], out: list[list[int]]) -> None:
-        """Commit verified tokens, apply stops, stream."""
+    def _commit(self, batch: list[_Seq], ks: list[int], out: list[list[int]], started: float | None = None,
+                tally: tuple | None = None) -> None:
+        """Commit verified tokens, apply stops, stream. The step's telemetry (started at `started`) is counted
+        before anything is streamed, so a client that sees its last token also sees its last step counted."""
         finished: list[_Seq] = []
         outputs: list[tuple[_Seq, StepOutput]] = []
         with self._lock:
@@ -643,6 +677,8 @@ class Engine:
                     finished.append(s)
                     self._finish_locked(s)
                 outputs.append((s, s.output(new, reason is not None, reason)))
+            if started is not None and tally is not None:
+                m.step_counters = m.step_counters.add_step(time.perf_counter() - started, *tally)
         for s, o in outputs:
             self._emit(s, o)
 

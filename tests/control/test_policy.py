@@ -248,3 +248,78 @@ def test_goodput_probes_thin_keys_that_the_prior_keeps_off():
     # keys with evidence that really loses are never probed either
     table.observe_counts("a", "ngram", "math", 10.0, 990.0, steps=1000.0, drafts=1000.0)
     assert all(p.decide("math", [w], table).gamma == 0 for _ in range(2_000))
+
+
+# -- online step-time calibration ------------------------------------------------------------------------
+TRUTH_PROFILE = {
+    "name": "truth-cpu", "context_tokens": 256,
+    "target": {"combine": "sum", "overhead_s": 0.008, "memory_floor_s": 0.0, "kv_s_per_token": 1.3e-6,
+               "compute_s_per_token": 2e-4},
+    "proposers": {"draft-8b": {"kind": "draft", "combine": "sum", "overhead_s": 0.0044, "memory_floor_s": 0.0,
+                               "kv_s_per_token": 0.0, "compute_s_per_token": 2.6e-5},
+                  "eagle": {"kind": "eagle", "fraction": 0.04},
+                  "ngram": {"kind": "ngram", "step_s": 2.0e-5, "request_s": 2.0e-6}},
+    "aliases": {"draft": "draft-8b"},
+}
+
+
+def _fitted_costs(trusted_after: float = 1000.0):
+    """A calibrator with h200-llama3-70b as its (wrong) prior, fed windows of the truth (small noise)."""
+    import numpy as np
+
+    from adaptspec.control.calibration import StepCalibrator
+    from adaptspec.control.telemetry import StepCounters
+
+    rng = np.random.default_rng(0)
+    cal = StepCalibrator(load_profile("h200-llama3-70b"), min_steps=trusted_after)
+    for _ in range(800):
+        n = int(rng.integers(5, 20))
+        b = float(rng.integers(1, 64))
+        ctx = float(rng.uniform(100, 400))
+        g = float(rng.integers(0, 5))
+        drafting = float(rng.integers(0, b + 1)) if g else 0.0
+        batched = b + drafting * g
+        t = n * (0.008 + 2e-4 * batched + 1.3e-6 * b * ctx + (0.0044 * g + 2.6e-5 * drafting * g))
+        cal.observe(StepCounters(n, t * (1 + rng.normal(0, 0.01)), n * batched, n * b * ctx,
+                                 {"draft": n * drafting * g}, {"draft": n * g}))
+    return cal.costs()
+
+
+def test_trusted_fit_makes_decisions_those_of_the_true_profile():
+    from adaptspec.control.profiles import parse_profile
+
+    costs = _fitted_costs()
+    assert costs.trusted
+    truth = parse_profile(TRUTH_PROFILE, "truth")
+    wrong = policy(kind="goodput", default_profile="h200-llama3-70b")
+    right = policy(kind="goodput")
+    right._profiles[None] = right.default_profile = truth  # the policy as if it had been given the truth
+    alphas = AlphaTable()
+
+    def true_goodput(d, cls, load):  # what the decision is worth on the real engine
+        a = alphas.get("w", d.proposer, cls).mean if d.gamma else 0.0
+        return costmodel.evaluate(truth, d.proposer, a, d.gamma, load + 1).goodput
+
+    same = differ = 0
+    for cls in ("code", "chat", "summarize", "structured"):
+        for load in (0, 2, 8, 24, 64, 128):
+            w = WorkerState("w", proposers=("ngram", "draft"), running=load, step_costs=costs)
+            calibrated = wrong.decide(cls, [w], alphas)
+            uncalibrated = wrong.decide(cls, [WorkerState("w", proposers=("ngram", "draft"), running=load)], alphas)
+            true = right.decide(cls, [WorkerState("w", proposers=("ngram", "draft"), running=load)], alphas)
+            same += (calibrated.proposer, calibrated.gamma) == (true.proposer, true.gamma)
+            differ += (uncalibrated.proposer, uncalibrated.gamma) != (true.proposer, true.gamma)
+            # where they differ, it is a near tie: within 3% of the true profile's choice on the real engine
+            assert true_goodput(calibrated, cls, load) >= 0.97 * true_goodput(true, cls, load), (cls, load)
+    assert same >= 20  # (fitted within a few %: 3 of 24 near ties go the other way)
+    assert differ >= 12  # the wrong profile alone decides otherwise in most cases
+
+
+def test_untrusted_fit_keeps_the_profile():
+    costs = _fitted_costs(trusted_after=1e12)
+    assert not costs.trusted
+    p = policy(kind="goodput", default_profile="h200-llama3-70b")
+    w = WorkerState("w", proposers=("ngram", "draft"), running=8)
+    assert p.worker_profile(WorkerState("w", step_costs=costs)) is p.default_profile
+    assert p.decide("code", [w], AlphaTable()) == p.decide("code", [WorkerState(
+        "w", proposers=("ngram", "draft"), running=8, step_costs=costs)], AlphaTable())

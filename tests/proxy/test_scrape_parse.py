@@ -60,3 +60,29 @@ def test_escaped_label_values():
                       'proposer="draft"} 2\n')
     assert s.spec == [("adaptspec:spec_decode_num_draft_tokens_by_class_total",
                        {"content_class": 'a"b', "proposer": "draft"}, 2.0)]
+
+
+STEPS = """\
+adaptspec:engine_steps_total{engine="0",model_name="m"} 10.0
+adaptspec:engine_steps_total{engine="1",model_name="m"} 5.0
+adaptspec:engine_step_seconds_total{engine="0",model_name="m"} 0.25
+adaptspec:engine_batched_tokens_total{engine="0",model_name="m"} 100.0
+adaptspec:engine_kv_tokens_total{engine="0",model_name="m"} 4000.0
+adaptspec:engine_drafted_tokens_total{engine="0",model_name="m",proposer="draft"} 30.0
+adaptspec:engine_drafted_tokens_total{engine="1",model_name="m",proposer="draft"} 6.0
+adaptspec:engine_drafted_tokens_total{engine="0",model_name="m",proposer="ngram"} 8.0
+adaptspec:engine_draft_passes_total{engine="0",model_name="m",proposer="draft"} 9.0
+adaptspec:engine_steps_created{engine="0",model_name="m"} 1.7e9
+"""
+
+
+def test_step_telemetry_summed_over_engines_per_proposer():
+    s = parse_metrics(VLLM + STEPS).steps
+    assert (s.steps, s.step_seconds, s.batched_tokens, s.kv_tokens) == (15.0, 0.25, 100.0, 4000.0)
+    assert s.drafted_tokens == {"draft": 36.0, "ngram": 8.0}
+    assert s.draft_passes == {"draft": 9.0}
+
+
+def test_no_step_telemetry_without_the_steps_counter():
+    assert parse_metrics(VLLM).steps is None
+    assert parse_metrics(SGLANG).steps is None

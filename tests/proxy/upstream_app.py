@@ -9,7 +9,9 @@ behaves like the reference worker's protocol: it honours the body's `speculation
 `usage.speculative` with accepted = round(alpha * draft_tokens), and exposes vLLM-named /metrics with
 its live running count (plus a `running_offset` set via POST /_debug/set to simulate load). The debug
 endpoints expose what it received (`GET /_debug/requests`) and how many requests were abandoned by
-their client (`GET /_debug/state`).
+their client (`GET /_debug/state`). `--step-model O,C,K` adds step telemetry (control/telemetry.py): every
+/metrics read advances the cumulative counters by one window of 50-200 steps at a batch that cycles through
+1..48 requests (context 100-400 each), whose seconds follow O + C * batched + K * kv exactly.
 """
 
 from __future__ import annotations
@@ -23,10 +25,29 @@ from aiohttp import web
 
 
 def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_ms: float,
-          fixed_gamma: int = 0) -> web.Application:
+          fixed_gamma: int = 0, step_model: tuple[float, float, float] | None = None) -> web.Application:
     app = web.Application()
     st = {"running": 0, "running_offset": 0.0, "waiting": 0.0, "kv": 0.0, "cancelled": 0, "completed": 0,
           "requests": [], "draft": 0, "accepted": 0, "drafts": 0, "by_class": {}}
+    steps = {"i": 0, "steps": 0.0, "seconds": 0.0, "batched": 0.0, "kv": 0.0}
+
+    def step_lines() -> list[str]:
+        if step_model is None:
+            return []
+        o, c, k = step_model
+        i = steps["i"] = steps["i"] + 1
+        n, batch, ctx = 50 + (i * 37) % 150, 1 + (i * 11) % 48, 100 + (i * 13) % 300
+        steps["steps"] += n
+        steps["batched"] += n * batch
+        steps["kv"] += n * batch * ctx
+        steps["seconds"] += n * (o + c * batch + k * batch * ctx)
+        lab = f'model_name="{model}"'
+        return [f"adaptspec:engine_steps_total{{{lab}}} {steps['steps']}",
+                f"adaptspec:engine_step_seconds_total{{{lab}}} {steps['seconds']!r}",
+                f"adaptspec:engine_batched_tokens_total{{{lab}}} {steps['batched']}",
+                f"adaptspec:engine_kv_tokens_total{{{lab}}} {steps['kv']}",
+                f'adaptspec:engine_drafted_tokens_total{{{lab},proposer="draft"}} 0',
+                f'adaptspec:engine_draft_passes_total{{{lab},proposer="draft"}} 0']
 
     def spec_of(body: dict) -> tuple[str, int, str]:
         if engine == "vllm":  # launched with fixed n-gram speculation; no per-request control or stats
@@ -129,6 +150,7 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
             lines += [f"adaptspec:spec_decode_num_drafts_by_class_total{{{lab}}} {d}",
                       f"adaptspec:spec_decode_num_draft_tokens_by_class_total{{{lab}}} {dt}",
                       f"adaptspec:spec_decode_num_accepted_tokens_by_class_total{{{lab}}} {a}"]
+        lines += step_lines()
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def dbg_set(request):
@@ -165,8 +187,10 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.75)
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--step-model", default=None, help="O,C,K: export step telemetry of this linear model")
     a = ap.parse_args()
-    app = build(a.name, a.model, a.engine, a.alpha, a.chunks, a.delay_ms, a.fixed_gamma)
+    step_model = tuple(float(x) for x in a.step_model.split(",")) if a.step_model else None
+    app = build(a.name, a.model, a.engine, a.alpha, a.chunks, a.delay_ms, a.fixed_gamma, step_model)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None, handler_cancellation=True)
 
 

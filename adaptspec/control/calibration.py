@@ -1,0 +1,295 @@
+"""Online step-time calibration: a worker's step-time coefficients, fitted from its telemetry counters.
+
+The windows of `telemetry.StepCounters` satisfy (telemetry.py) a linear model with one row per window
+
+    step_seconds = o * steps + c * batched_tokens + k * kv_tokens + sum_p (a_p * passes_p + b_p * tokens_p)
+
+The noise of a window is the sum of its steps' noise, so its variance grows with `steps`: each window is
+weighted by 1/steps (the per-step means x/steps, y/steps weighted by steps). `StepCalibrator` keeps the
+sufficient statistics of that weighted regression, discounted by 0.5 per `half_life_steps` engine steps
+(forgetting), O(1) memory and time per window:
+
+    S = sum x x^T / steps      r = sum x y / steps      q = sum y^2 / steps      N = sum steps
+
+and solves, when asked, the ridge-to-prior problem with non-negative coefficients
+
+    min_theta  sum (y - x theta)^2 / steps + sum_j D_j (theta_j - theta0_j)^2    subject to  theta >= 0
+
+(`nnls_quadratic`, an active-set method on the d x d normal equations, d <= 7), where theta0 are the
+coefficients of the profile the proxy was given (the prior) and D_j = prior_steps / [(S/N)^-1]_jj: the prior
+is worth `prior_steps` engine steps of the information that identifies each coefficient given the others (a
+diagonal ridge on the raw S_jj would pull hard on coefficients whose regressors are nearly collinear, e.g.
+the intercept next to batched tokens, or drafted tokens inside batched tokens).
+
+Identification. With a constant batch the intercept and the per-token slope cannot be told apart (the
+regressors are collinear). A slope is fitted only when its regressor per step varies enough across windows
+once the regressors before it are accounted for (relative residual spread >= `min_spread`); until then it
+keeps the prior's value and the intercept absorbs the level. The model is `trusted` once `min_steps` steps
+were seen; before that the policy keeps the profile.
+
+Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
+freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
+coefficients held at the prior).
+
+Output: `CalibratedCosts`, an additive `StepTimeModel` for the target and, per model proposer (draft model,
+EAGLE head), a draft cost of `a_p` per pass and `b_p` per drafted token; `CalibratedCosts.apply(profile)` is
+the profile the policy prices decisions with (its name carries the fit's fingerprint, so plan caches keyed by
+profile name never mix two fits; coefficients are snapped to a ~3% grid so that a fit that merely jitters
+does not flush them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from adaptspec.control.costmodel import DraftCost, StepTimeModel
+from adaptspec.control.profiles import Profile
+from adaptspec.control.telemetry import StepCounters
+
+MODEL_PROPOSERS: tuple[str, ...] = ("draft", "eagle")  # proposers with batched model passes
+BASE_FEATURES: tuple[str, ...] = ("overhead_s", "compute_s_per_token", "kv_s_per_token")
+_GRID = 2.0 ** (1.0 / 24.0)  # ~2.9% steps for the snapped coefficients
+
+
+def feature_names(proposers: Sequence[str] = MODEL_PROPOSERS) -> tuple[str, ...]:
+    """Coefficient names, in regressor order: the target's three, then per proposer per-pass / per-token."""
+    out = list(BASE_FEATURES)
+    for p in proposers:
+        out += [f"{p}_pass_s", f"{p}_token_s"]
+    return tuple(out)
+
+
+def regressors(w: StepCounters, proposers: Sequence[str] = MODEL_PROPOSERS) -> np.ndarray:
+    """The regressor row of one window: [steps, batched, kv, passes_p, tokens_p, ...]."""
+    row = [w.steps, w.batched_tokens, w.kv_tokens]
+    for p in proposers:
+        row += [float(w.draft_passes.get(p, 0.0)), float(w.drafted_tokens.get(p, 0.0))]
+    return np.asarray(row, dtype=float)  # [d]
+
+
+def nnls_quadratic(m: np.ndarray, g: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+    """argmin 1/2 t^T m t - g^T t subject to t >= 0, for symmetric positive definite m (Lawson-Hanson's
+    active set, on the normal equations)."""
+    d = len(g)
+    t = np.zeros(d)
+    free = np.zeros(d, dtype=bool)
+    scale = max(float(np.abs(g).max()), 1e-300)
+    for _ in range(3 * d + 3):
+        grad = g - m @ t  # minus the gradient: positive entries would decrease the objective
+        cand = np.where(~free & (grad > tol * scale))[0]
+        if len(cand) == 0:
+            break
+        free[cand[np.argmax(grad[cand])]] = True
+        for _ in range(3 * d + 3):
+            s = np.zeros(d)
+            idx = np.where(free)[0]
+            s[idx] = np.linalg.solve(m[np.ix_(idx, idx)], g[idx])
+            if (s[idx] > 0).all():
+                t = s
+                break
+            neg = idx[s[idx] <= 0]
+            step = min(1.0, float(np.min(t[neg] / np.maximum(t[neg] - s[neg], 1e-300))))
+            t = t + step * (s - t)
+            free &= t > tol * max(float(t.max()), 1e-300)
+            t[~free] = 0.0
+    return t
+
+
+def prior_coefficients(profile: Profile, proposers: Sequence[str] = MODEL_PROPOSERS) -> np.ndarray:
+    """The profile's step model in the additive window form (a roofline's max becomes a sum: its upper bound).
+
+    Draft model: `a = overhead + floor` per pass, `b = compute + kv * context` per token (the draft's KV read
+    folded into its tokens); EAGLE head: `fraction` of the target's terms; other proposers: 0."""
+    t = profile.target
+    ctx = profile.context_tokens
+    theta = [t.overhead_s + t.memory_floor_s, t.compute_s_per_token, t.kv_s_per_token]
+    for p in proposers:
+        a = b = 0.0
+        if profile.offers(p):
+            cost = profile.draft(p)
+            if cost.kind == "draft" and cost.model is not None:
+                m = cost.model
+                a, b = m.overhead_s + m.memory_floor_s, m.compute_s_per_token + m.kv_s_per_token * ctx
+            elif cost.kind == "eagle":
+                a, b = cost.fraction * theta[0], cost.fraction * (theta[1] + theta[2] * ctx)
+        theta += [a, b]
+    return np.asarray(theta, dtype=float)  # [d]
+
+
+def _snap(x: float) -> tuple[float, int | None]:
+    """x on a ~3% geometric grid, and its grid index (None for 0)."""
+    if x <= 0.0 or not math.isfinite(x):
+        return 0.0, None
+    i = round(math.log(x) / math.log(_GRID))
+    return _GRID**i, i
+
+
+@dataclass(frozen=True)
+class CalibratedCosts:
+    """A fit of one worker's step costs: coefficients (name -> seconds), their standard errors, evidence."""
+
+    coefficients: Mapping[str, float]  # the least-squares fit
+    errors: Mapping[str, float]  # NaN for coefficients held at the prior
+    fitted: Mapping[str, bool]  # False: held at the prior (no data, or not identified yet)
+    steps: float  # discounted engine steps behind the fit
+    trusted: bool
+    sigma_s: float = math.nan  # per-step residual noise, seconds
+    key: str = ""  # fingerprint of the snapped coefficients
+    proposers: tuple[str, ...] = MODEL_PROPOSERS
+    batch: float = 0.0  # mean batched tokens per step seen (where the fit is best)
+    snapped: Mapping[str, float] = field(default_factory=dict)  # on the ~3% grid: what `apply` prices with
+    # mean context per request seen: KV tokens per non-drafted batched token (decode rows; prefill lowers it),
+    # snapped like the coefficients; 0 = no data
+    context_tokens: float = 0.0
+
+    @property
+    def target(self) -> StepTimeModel:
+        c = self.snapped
+        return StepTimeModel(overhead_s=c["overhead_s"], kv_s_per_token=c["kv_s_per_token"],
+                             compute_s_per_token=c["compute_s_per_token"], additive=True)
+
+    def draft_cost(self, proposer: str) -> DraftCost:
+        """`a` per pass plus `b` per drafted token: gamma passes over the batch (DraftCost kind 'draft')."""
+        c = self.snapped
+        model = StepTimeModel(overhead_s=c[f"{proposer}_pass_s"], compute_s_per_token=c[f"{proposer}_token_s"],
+                              additive=True)
+        return DraftCost("draft", model=model)
+
+    def apply(self, profile: Profile) -> Profile:
+        """The profile priced with this fit: its target model and mean context replaced, and the model
+        proposers it offers replaced where their coefficients were fitted (the others keep the profile's)."""
+        drafts = dict(profile.drafts)
+        for p in self.proposers:
+            if profile.offers(p) and self.fitted.get(f"{p}_pass_s") and profile.draft(p).kind != "ngram":
+                drafts[profile.resolve(p)] = self.draft_cost(p)
+        ctx = self.context_tokens or profile.context_tokens
+        return replace(profile, name=f"{profile.name}@{self.key}", target=self.target, drafts=drafts,
+                       context_tokens=ctx, description=f"{profile.description} (calibrated online over {self.steps:.0f} steps)")
+
+
+@dataclass
+class StepCalibrator:
+    """Recursive weighted least squares with forgetting on step-telemetry windows, one per worker.
+
+    `update(cumulative)` takes scraped cumulative counters (the first call, and the first after a reset,
+    only set the baseline); `observe(window)` takes one window's deltas directly (simulators)."""
+
+    prior: Profile
+    prior_steps: float = 50.0
+    half_life_steps: float = 20_000.0
+    min_steps: float = 1000.0
+    min_spread: float = 0.05
+    proposers: tuple[str, ...] = MODEL_PROPOSERS
+    names: tuple[str, ...] = field(init=False)
+    theta0: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.prior_steps <= 0 or self.half_life_steps <= 0 or self.min_steps < 0:
+            raise ValueError("prior_steps and half_life_steps must be > 0, min_steps >= 0")
+        self.names = feature_names(self.proposers)
+        self.theta0 = prior_coefficients(self.prior, self.proposers)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every window and the baseline (the prior stays)."""
+        d = len(self.names)
+        self._s = np.zeros((d, d))  # sum x x^T / steps
+        self._r = np.zeros(d)  # sum x y / steps
+        self._q = 0.0  # sum y^2 / steps
+        self._windows = 0.0  # discounted number of windows
+        self._last: StepCounters | None = None
+        self._cached: CalibratedCosts | None = None
+
+    @property
+    def steps(self) -> float:
+        return float(self._s[0, 0])
+
+    def update(self, cumulative: StepCounters) -> bool:
+        """Feed one scrape of cumulative counters; True when a window was added. A counter that went down
+        (engine restart) makes this scrape the new baseline; the fit so far is kept."""
+        last, self._last = self._last, cumulative
+        if last is None:
+            return False
+        window = cumulative.since(last)
+        return window is not None and self.observe(window)
+
+    def observe(self, w: StepCounters) -> bool:
+        """Add one window of deltas; windows without steps or with non-finite / negative values are ignored."""
+        x = regressors(w, self.proposers)  # [d]
+        y = float(w.step_seconds)
+        n = float(w.steps)
+        if n < 1.0 or not (math.isfinite(y) and y >= 0.0 and np.isfinite(x).all() and (x >= 0).all()):
+            return False
+        lam = 0.5 ** (n / self.half_life_steps)
+        self._s = lam * self._s + np.outer(x, x) / n
+        self._r = lam * self._r + x * y / n
+        self._q = lam * self._q + y * y / n
+        self._windows = lam * self._windows + 1.0
+        self._cached = None
+        return True
+
+    # -- the fit ---------------------------------------------------------------------------------------
+    def _identified(self) -> np.ndarray:
+        """Which coefficients the data identify, in order (a slope needs residual spread, see module doc)."""
+        d = len(self.names)
+        free = np.zeros(d, dtype=bool)
+        n = self.steps
+        if n <= 0:
+            return free
+        g = self._s / n  # per-step second moments
+        free[0] = True
+        for j in range(1, d):
+            gjj = g[j, j]
+            if gjj <= 0:
+                continue
+            idx = np.where(free)[0]
+            resid = gjj - g[j, idx] @ np.linalg.lstsq(g[np.ix_(idx, idx)], g[idx, j], rcond=None)[0]
+            explained = max(gjj - resid, 1e-300)
+            if resid > 0 and math.sqrt(resid / explained) >= self.min_spread:
+                free[j] = True
+        return free
+
+    def costs(self) -> CalibratedCosts:
+        """The current fit (cached until the next window)."""
+        if self._cached is None:
+            self._cached = self._fit()
+        return self._cached
+
+    def _fit(self) -> CalibratedCosts:
+        d = len(self.names)
+        theta = self.theta0.copy()
+        errors = np.full(d, math.nan)
+        free = self._identified()
+        n = self.steps
+        sigma = math.nan
+        if free.any():
+            fx = np.where(~free)[0]
+            idx = np.where(free)[0]
+            s_ff = self._s[np.ix_(idx, idx)]
+            # the prior: worth prior_steps steps of each coefficient's own (partial) information per step
+            partial = 1.0 / np.diag(np.linalg.pinv(s_ff / n))
+            ridge = self.prior_steps * np.clip(partial, 0.0, None)
+            m = s_ff + np.diag(ridge)
+            g = self._r[idx] - self._s[np.ix_(idx, fx)] @ self.theta0[fx] + ridge * self.theta0[idx]
+            theta[idx] = nnls_quadratic(m, g)
+            rss = self._q - 2.0 * theta @ self._r + theta @ self._s @ theta
+            dof = self._windows - len(idx)
+            if dof > 0.5:
+                sigma = math.sqrt(max(rss, 0.0) / dof)
+                errors[idx] = sigma * np.sqrt(np.clip(np.diag(np.linalg.inv(m)), 0.0, None))
+        snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
+        sums = self._s[0]  # sum of each regressor over the windows (x_0 = steps)
+        decode = sums[1] - sum(sums[4 + 2 * i] for i in range(len(self.proposers)))
+        ctx, ctx_i = _snap(float(sums[2] / decode)) if decode > 0 and sums[2] > 0 else (0.0, None)
+        key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
+        batch = float(self._s[0, 1] / n) if n > 0 else 0.0
+        return CalibratedCosts(
+            coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
+            errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
+            fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
+            steps=n, trusted=n >= self.min_steps, sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
+            snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx)

@@ -1,0 +1,239 @@
+"""Online step-time calibration: recovery of known coefficients from noisy synthetic windows, errors that
+match the scatter of the estimates, forgetting, resets and degenerate inputs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from adaptspec.control import costmodel
+from adaptspec.control.calibration import (
+    StepCalibrator,
+    feature_names,
+    nnls_quadratic,
+    prior_coefficients,
+    regressors,
+)
+from adaptspec.control.profiles import load_profile
+from adaptspec.control.telemetry import StepCounters
+
+# a CPU-like truth (cpu-tiny's numbers); the prior is a 70B-on-H200 roofline: wrong by 3.6x in the overhead
+TRUTH = {"overhead_s": 8e-3, "compute_s_per_token": 2e-4, "kv_s_per_token": 1.3e-6, "draft_pass_s": 4.4e-3,
+         "draft_token_s": 2.6e-5, "eagle_pass_s": 0.0, "eagle_token_s": 0.0}
+NAMES = feature_names()
+THETA = np.array([TRUTH[n] for n in NAMES])
+SIGMA = 2e-3  # per-step noise, seconds
+
+
+def windows(rng: np.random.Generator, count: int, theta: np.ndarray = THETA, sigma: float = SIGMA,
+            batch_range: tuple[int, int] = (1, 64)) -> list[StepCounters]:
+    """Scrape windows of 3..15 steps at a load that drifts between windows; a share of the requests draft
+    gamma 1..4 tokens with the draft model. Step time = the linear model + N(0, sigma^2) per step."""
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(3, 16))
+        b = rng.integers(batch_range[0], batch_range[1] + 1, size=n).astype(float)  # [n] requests per step
+        ctx = rng.uniform(100, 400, size=n)  # [n] mean context per request
+        share = rng.uniform(0, 1)
+        drafting = rng.binomial(b.astype(int), share).astype(float)  # [n] requests drafting
+        gamma = rng.integers(1, 5, size=n).astype(float)
+        passes = np.where(drafting > 0, gamma, 0.0)
+        dtok = drafting * gamma
+        batched = b + dtok
+        kv = b * ctx
+        x = np.stack([np.ones(n), batched, kv, passes, dtok, np.zeros(n), np.zeros(n)], axis=1)  # [n, d]
+        t = x @ theta + rng.normal(0.0, sigma, size=n)
+        out.append(StepCounters(n, float(t.sum()), float(batched.sum()), float(kv.sum()),
+                                {"draft": float(dtok.sum())}, {"draft": float(passes.sum())}))
+    return out
+
+
+def ols_se(ws: list[StepCounters], sigma: float, free: list[int]) -> np.ndarray:
+    """Closed-form standard errors of the weighted least-squares fit of the free coefficients."""
+    x = np.stack([regressors(w) for w in ws])[:, free]  # [windows, f]
+    wt = 1.0 / np.array([w.steps for w in ws])
+    return sigma * np.sqrt(np.diag(np.linalg.inv(x.T @ (x * wt[:, None]))))
+
+
+def fit(ws, **kw) -> StepCalibrator:
+    cal = StepCalibrator(load_profile("h200-llama3-70b"), half_life_steps=1e9, **kw)
+    for w in ws:
+        cal.observe(w)
+    return cal
+
+
+def test_recovers_known_coefficients_within_the_noise():
+    ws = windows(np.random.default_rng(0), 3000)
+    cal = fit(ws)
+    c = cal.costs()
+    assert c.trusted
+    free = [i for i, n in enumerate(NAMES) if c.fitted[n]]
+    assert [NAMES[i] for i in free] == list(NAMES[:5])  # eagle has no data: held at its prior
+    se = ols_se(ws, SIGMA, free)
+    theta0 = cal.theta0
+    for j, i in enumerate(free):
+        name = NAMES[i]
+        # 4.5 standard errors of noise, plus the ridge's pull toward the prior (prior_steps / N of the gap)
+        bias = 2.0 * cal.prior_steps / cal.steps * abs(theta0[i] - THETA[i])
+        assert abs(c.coefficients[name] - THETA[i]) <= 4.5 * se[j] + bias, name
+        assert c.errors[name] == pytest.approx(se[j], rel=0.1), name  # reported error = closed form
+    assert c.sigma_s == pytest.approx(SIGMA, rel=0.05)
+    assert math.isnan(c.errors["eagle_pass_s"])
+    assert c.coefficients["eagle_pass_s"] == pytest.approx(theta0[NAMES.index("eagle_pass_s")])
+
+
+def test_reported_errors_match_the_scatter_over_seeds():
+    est = []
+    for seed in range(60):
+        c = fit(windows(np.random.default_rng(100 + seed), 400)).costs()
+        est.append([c.coefficients[n] for n in NAMES[:5]])
+        errs = np.array([c.errors[n] for n in NAMES[:5]])
+    spread = np.std(np.array(est), axis=0, ddof=1)  # [5]
+    # 60 draws: the sample sd is within ~+-30% of the true sd with overwhelming probability
+    assert np.all(spread / errs > 0.65) and np.all(spread / errs < 1.4), (spread, errs)
+
+
+def test_coefficients_never_go_negative():
+    theta = THETA.copy()
+    theta[NAMES.index("kv_s_per_token")] = 0.0  # no KV cost: the unconstrained fit would dip below 0 half the time
+    negative_seen = 0
+    for seed in range(20):
+        ws = windows(np.random.default_rng(seed), 300, theta=theta, sigma=5e-3)
+        c = fit(ws).costs()
+        assert all(v >= 0.0 for v in c.coefficients.values())
+        x = np.stack([regressors(w) for w in ws])[:, :5]
+        y = np.array([w.step_seconds for w in ws])
+        wt = 1.0 / np.sqrt([w.steps for w in ws])
+        unconstrained = np.linalg.lstsq(x * wt[:, None], y * wt, rcond=None)[0]
+        negative_seen += unconstrained[2] < 0
+    assert negative_seen >= 3  # the constraint was actually exercised
+
+
+def test_nnls_quadratic_matches_enumeration_of_active_sets():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        d = int(rng.integers(1, 6))
+        a = rng.normal(size=(d + 3, d))
+        m = a.T @ a + 1e-3 * np.eye(d)
+        g = rng.normal(size=d)
+        t = nnls_quadratic(m, g)
+
+        def obj(x, m=m, g=g):
+            return 0.5 * x @ m @ x - g @ x
+
+        best = math.inf
+        for k in range(d + 1):
+            for free in itertools.combinations(range(d), k):
+                x = np.zeros(d)
+                if free:
+                    idx = list(free)
+                    x[idx] = np.linalg.solve(m[np.ix_(idx, idx)], g[idx])
+                if (x >= -1e-12).all():
+                    best = min(best, obj(x))
+        assert (t >= 0).all()
+        assert obj(t) <= best + 1e-9 * (1 + abs(best))
+
+
+def test_forgetting_tracks_a_step_change():
+    rng = np.random.default_rng(3)
+    cal = StepCalibrator(load_profile("cpu-tiny"), half_life_steps=2000)
+    for w in windows(rng, 1000):
+        cal.observe(w)
+    assert cal.costs().coefficients["overhead_s"] == pytest.approx(8e-3, rel=0.1)
+    slower = THETA.copy()
+    slower[0] = 16e-3  # the engine got 8 ms slower per step (another tenant, a clock change)
+    for w in windows(rng, 2000, theta=slower):  # ~18k steps: ~9 half-lives
+        cal.observe(w)
+    c = cal.costs()
+    assert c.coefficients["overhead_s"] == pytest.approx(16e-3, rel=0.05)
+    assert c.coefficients["compute_s_per_token"] == pytest.approx(2e-4, rel=0.1)
+
+
+def test_cumulative_counters_and_engine_restart():
+    rng = np.random.default_rng(5)
+    cal = StepCalibrator(load_profile("cpu-tiny"), min_steps=100)
+    total = StepCounters()
+    assert cal.update(total) is False  # the first scrape is a baseline
+    ws = windows(rng, 300)
+    for w in ws[:150]:
+        total = StepCounters(total.steps + w.steps, total.step_seconds + w.step_seconds,
+                             total.batched_tokens + w.batched_tokens, total.kv_tokens + w.kv_tokens,
+                             {"draft": total.drafted_tokens.get("draft", 0) + w.drafted_tokens["draft"]},
+                             {"draft": total.draft_passes.get("draft", 0) + w.draft_passes["draft"]})
+        assert cal.update(total) is True
+    steps_before = cal.steps
+    assert steps_before == pytest.approx(sum(w.steps for w in ws[:150]), rel=0.05)
+    # the engine restarted: its counters start again from zero; that scrape is a new baseline, no window
+    restarted = ws[150]
+    assert cal.update(restarted) is False
+    assert cal.steps == steps_before
+    total = restarted
+    for w in ws[151:]:
+        total = StepCounters(total.steps + w.steps, total.step_seconds + w.step_seconds,
+                             total.batched_tokens + w.batched_tokens, total.kv_tokens + w.kv_tokens,
+                             {"draft": total.drafted_tokens["draft"] + w.drafted_tokens["draft"]},
+                             {"draft": total.draft_passes["draft"] + w.draft_passes["draft"]})
+        assert cal.update(total) is True
+    assert cal.costs().coefficients["overhead_s"] == pytest.approx(8e-3, rel=0.15)
+
+
+def test_windows_without_steps_or_with_bad_values_are_ignored():
+    cal = StepCalibrator(load_profile("cpu-tiny"))
+    assert not cal.observe(StepCounters())  # idle scrape
+    assert not cal.observe(StepCounters(0, 0.5, 10, 10))  # time without steps
+    assert not cal.observe(StepCounters(3, math.nan, 10, 10))
+    assert not cal.observe(StepCounters(3, 0.1, math.inf, 10))
+    assert not cal.observe(StepCounters(3, -0.1, 10, 10))
+    assert cal.steps == 0
+    c = cal.costs()
+    assert not c.trusted and not any(c.fitted.values())
+    assert c.coefficients == dict(zip(NAMES, prior_coefficients(load_profile("cpu-tiny")), strict=True))
+
+
+def test_constant_batch_keeps_the_prior_slope():
+    rng = np.random.default_rng(9)
+    prior = load_profile("cpu-tiny")
+    cal = StepCalibrator(prior)
+    for w in windows(rng, 500, batch_range=(16, 16)):  # a fixed batch; the drafting cost lands in the level
+        cal.observe(StepCounters(w.steps, w.step_seconds, w.steps * 16.0, w.steps * 16.0 * 200.0))
+    c = cal.costs()
+    assert c.trusted
+    assert c.fitted["overhead_s"] and not c.fitted["compute_s_per_token"] and not c.fitted["kv_s_per_token"]
+    assert c.coefficients["compute_s_per_token"] == prior.target.compute_s_per_token
+    # the level is right at the batch seen: the intercept took what the slopes do not explain
+    seen = c.target.time(16.0, 16.0 * 200.0)
+    assert all(w >= 0 for w in c.coefficients.values())
+    assert seen == pytest.approx(cal._r[0] / cal.steps, rel=0.05)
+
+
+def test_single_window_and_tiny_data_do_not_crash():
+    cal = StepCalibrator(load_profile("h100-llama3-8b"), min_steps=0)
+    cal.observe(StepCounters(1, 0.01, 1, 0))
+    c = cal.costs()
+    assert math.isfinite(c.coefficients["overhead_s"]) and math.isnan(c.sigma_s)
+    cal.observe(StepCounters(1e9, 1e7, 1e12, 1e15, {"eagle": 1e9}, {"eagle": 1e9}))  # absurd but finite
+    assert all(math.isfinite(v) and v >= 0 for v in cal.costs().coefficients.values())
+
+
+def test_calibrated_profile_prices_with_the_fit():
+    ws = windows(np.random.default_rng(11), 2000)
+    prior = load_profile("h200-llama3-70b")
+    cal = StepCalibrator(prior, half_life_steps=1e9)
+    for w in ws:
+        cal.observe(w)
+    c = cal.costs()
+    prof = c.apply(prior)
+    assert prof.name == f"h200-llama3-70b@{c.key}" and prof.target.additive
+    assert prof.target.time(32, 32 * 200) == pytest.approx(8e-3 + 32 * 2e-4 + 32 * 200 * 1.3e-6, rel=0.05)
+    # gamma passes of the draft model over the batch: a per pass, b per drafted token
+    draft = prof.draft("draft")
+    assert draft.time(3, 32, 32 * 200, prof.target) == pytest.approx(3 * (4.4e-3 + 32 * 2.6e-5), rel=0.05)
+    assert prof.draft("eagle") == prior.draft("eagle")  # no data: the profile's cost stays
+    plan = costmodel.evaluate(prof, "draft", 0.7, 3, 32)
+    assert plan.verify_time_s > 0 and plan.draft_time_s > 0
+    # jitter within the snapping grid keeps the same fingerprint (plan caches survive)
+    cal.observe(ws[0])
+    assert cal.costs().key == c.key

@@ -1,0 +1,123 @@
+"""Step telemetry of the reference worker (control/telemetry.py): the engine's counters add up to what its
+requests did, and the server exports them on /metrics under the contract's names."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from engine_requests import chat_ids, greedy_request
+from prometheus_client.parser import text_string_to_metric_families
+
+from adaptspec.control import telemetry
+from adaptspec.worker.engine import Engine
+
+ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    e = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=8, max_model_len=512,
+                         num_threads=1)
+    e.start()
+    yield e
+    e.stop()
+
+
+def _delta(engine: Engine, run) -> tuple[telemetry.StepCounters, float]:
+    before = engine.metrics().step_counters
+    t0 = time.perf_counter()
+    run()
+    wall = time.perf_counter() - t0
+    window = engine.metrics().step_counters.since(before)
+    assert window is not None
+    return window, wall
+
+
+def test_plain_decoding_counts_every_token_and_the_context_it_attends(engine):
+    ids = chat_ids(engine, "Tom has 3 apples and buys 5 more. How many apples does he have?")
+    n, length = 12, len(ids)
+    w, wall = _delta(engine, lambda: engine.generate_sync([greedy_request("p", ids, max_tokens=n)]))
+    assert w.steps == n  # one token per step without speculation
+    assert w.batched_tokens == length + n - 1  # the prompt, then the previous step's token each step
+    assert w.kv_tokens == sum(length + i for i in range(n))  # step i attends to the prompt and i tokens
+    assert w.drafted_tokens == {} and w.draft_passes == {}
+    assert 0 < w.step_seconds <= wall
+
+
+@pytest.mark.parametrize("proposer,k", [("draft", 3), ("ngram", 4)])
+def test_drafting_counts_tokens_and_model_passes(engine, proposer, k):
+    ids = chat_ids(engine, "Complete this Python function.\n\ndef add(a, b):\n    return a + b\n\ndef add(a, b):\n")
+    outs = []
+
+    async def collect():
+        async for o in engine.generate(greedy_request("d", ids, proposer, k, max_tokens=24)):
+            outs.append(o)
+
+    w, wall = _delta(engine, lambda: asyncio.run(collect()))
+    last = outs[-1]
+    assert 0 < w.step_seconds <= wall
+    assert w.steps == last.steps
+    assert w.drafted_tokens.get(proposer, 0.0) == last.draft_tokens
+    assert w.batched_tokens == len(ids) + last.steps - 1 + last.draft_tokens
+    if proposer == "draft":
+        assert last.draft_tokens > 0
+        assert w.draft_passes["draft"] == last.draft_tokens  # alone: one pass per drafted token
+    else:
+        assert not any(w.draft_passes.values())  # a lookup, no model pass
+
+
+def test_concurrent_draft_requests_share_their_passes(engine):
+    ids = chat_ids(engine, "Summarize: the council met on Tuesday to discuss the new park and its pond.")
+    reqs = [greedy_request(f"c{i}", ids, "draft", 4, max_tokens=16) for i in range(4)]
+    w, _ = _delta(engine, lambda: engine.generate_sync(reqs))
+    # a step drafts for several requests with max(k) passes, so passes < drafted tokens once they overlap
+    assert 0 < w.draft_passes["draft"] < w.drafted_tokens["draft"]
+    assert w.draft_passes["draft"] >= w.drafted_tokens["draft"] / 4
+
+
+@pytest.mark.integration
+def test_server_exports_the_step_counters():
+    from adaptspec.worker.server import ServerThread, WorkerSettings, build_app
+
+    eng = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=8, max_model_len=512,
+                           num_threads=1)
+    server = ServerThread(build_app(eng, WorkerSettings(served_model_name="tiny", max_model_len=512))).start()
+    try:
+        def scrape() -> dict[tuple[str, tuple], float]:
+            out = {}
+            for family in text_string_to_metric_families(httpx.get(server.url + "/metrics").text):
+                for s in family.samples:
+                    out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            return out
+
+        base = (("engine", "0"), ("model_name", "tiny"))
+        before = scrape()
+        for p in ("ngram", "draft", "eagle", "hybrid"):  # the closed proposer label set, always exported
+            assert (telemetry.METRIC_DRAFTED_TOKENS + "_total", (*base, ("proposer", p))) in before
+        t0 = time.perf_counter()
+        body = {"model": "tiny", "prompt": "def f(x):\n    return x\n\ndef f(x):\n", "max_tokens": 20,
+                "temperature": 0, "speculation": {"proposer": "draft", "num_speculative_tokens": 3}}
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+        wall = time.perf_counter() - t0
+        assert r.status_code == 200, r.text
+        spec = r.json()["usage"]["speculative"]
+        after = scrape()
+
+        def delta(name, labels=base):
+            return after[(name + "_total", labels)] - before[(name + "_total", labels)]
+
+        assert delta(telemetry.METRIC_STEPS) == spec["steps"]
+        assert delta(telemetry.METRIC_DRAFTED_TOKENS, (*base, ("proposer", "draft"))) == spec["draft_tokens"]
+        assert delta(telemetry.METRIC_DRAFT_PASSES, (*base, ("proposer", "draft"))) == spec["draft_tokens"]
+        assert delta(telemetry.METRIC_DRAFTED_TOKENS, (*base, ("proposer", "ngram"))) == 0
+        assert delta(telemetry.METRIC_BATCHED_TOKENS) == (r.json()["usage"]["prompt_tokens"] + spec["steps"] - 1
+                                                          + spec["draft_tokens"])
+        assert 0 < delta(telemetry.METRIC_STEP_SECONDS) <= wall
+        assert delta(telemetry.METRIC_KV_TOKENS) >= delta(telemetry.METRIC_BATCHED_TOKENS)
+    finally:
+        server.stop()
+        eng.stop()
