@@ -1,13 +1,15 @@
 """Offline evaluation of per-request acceptance prediction (adaptspec/control/predict.py) on acceptance traces.
 
-For each proposer in the traces, the quantity predicted is a request's mean run (tokens a step emits at
-gamma = max_k, averaged over its output positions). Compared, on the same requests:
-  - class mean: the mean of the training requests' mean runs of the request's class (what a class table
-    can know at best);
-  - class alpha: the class's pooled per-token alpha (training requests), turned into a mean run with the
-    request's own output length (the same conversion the predictor gets);
+For each proposer in the traces, the quantity predicted (--target) is a request's per-token alpha when
+served at --gamma (accepted / tried draft positions: what the cost model takes), its tokens per step served
+at --gamma, or its mean run over output positions at max_k (the trace's own form). Compared, on the same
+requests:
+  - class mean: the mean of the quantity over the training requests of the request's class (the best a
+    class table can know);
+  - class alpha: the class's pooled alpha over the training requests (for steps / positions turned into the
+    quantity with the request's true output length, the same conversion the predictor gets);
   - predictor: `AcceptancePredictor` trained online on the training requests' feedback (the per-request
-    stats a proxy would see serving them at gamma = --gamma), its alpha turned into a mean run.
+    stats a proxy sees serving them at --gamma), from the prompt text and the shipped classifier's scores.
 Split: a seeded half / half shuffle (train, test), and prequential (each request predicted before it is
 learned from, in a seeded order; the class-mean baseline is then a running mean).
 
@@ -84,13 +86,17 @@ def tokens_per_step_from_alpha(alpha: float, n: int, gamma: int) -> float:
 def actual(runs: list[int], max_k: int, gamma: int, target: str) -> float:
     if target == "positions":
         return float(np.mean(runs))
-    _, _, steps, _, _ = feedback(runs, gamma)
+    _, accepted, steps, _, tried = feedback(runs, gamma)
+    if target == "alpha":
+        return accepted / tried if tried else 0.0
     return len(runs) / steps
 
 
 def predicted(alpha: float, n: int, max_k: int, gamma: int, target: str) -> float:
     if target == "positions":
         return mean_run_from_alpha(alpha, n, max_k)
+    if target == "alpha":
+        return alpha
     return tokens_per_step_from_alpha(alpha, n, gamma)
 
 
@@ -159,9 +165,11 @@ def main() -> int:
     ap.add_argument("--trace", action="append", required=True)
     ap.add_argument("--gamma", type=int, default=8, help="gamma of the simulated serving feedback (default 8)")
     ap.add_argument("--seeds", default="0,1,2,3,4")
-    ap.add_argument("--target", choices=("steps", "positions"), default="steps",
-                    help="steps: tokens per step served at --gamma (what the cost model uses); positions: the "
-                         "trace's mean run over output positions at max_k")
+    ap.add_argument("--target", choices=("alpha", "steps", "positions"), default="alpha",
+                    help="alpha: the request's per-token acceptance served at --gamma (accepted / tried: what "
+                         "the cost model takes; no output length needed); steps: tokens per step served at "
+                         "--gamma; positions: the trace's mean run over output positions at max_k (steps and "
+                         "positions convert predicted alphas with the request's true output length)")
     args = ap.parse_args()
     recs = load(args.trace)
     clf = Classifier.default()

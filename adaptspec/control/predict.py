@@ -6,16 +6,16 @@ per-token acceptance `alpha` and, for proposers that do not always find a draft 
 rate, from cheap features the proxy already has, and learns online from the per-request feedback the proxy
 gets back (`usage.speculative`).
 
-Features (`RequestFeatures.from_prompt`, pure Python on the text, ~10-30 us for a few KB):
+Features (`RequestFeatures.from_prompt`: a few regex / numpy passes over at most 4 KB of the text):
   - the class scores (the classifier's probabilities; their prior-table mix is also the model's offset);
-  - how much the prompt repeats itself (share of repeated word 3-grams, and of repeated lines);
+  - how much the prompt repeats itself (share of repeated 8-byte shingles, and of repeated lines);
   - how much of it is material the answer is asked to reuse or edit: code-looking lines, quoted / fenced
     blocks, an edit / complete / reuse verb in the instruction, a long context with a short instruction;
   - log prompt length (words), log max_tokens, temperature, digit / non-ASCII / punctuation shares.
 
 Model (one per proposer and target): Bayesian logistic regression with a Gaussian prior, updated online by
-one Newton step per observation (the Laplace / extended-Kalman update: a rank-1 Sherman-Morrison update of
-the covariance, O(d^2) for d ~ 20), with an offset `logit(sum_c score_c * prior_alpha(proposer, c))`, so an
+an exact Laplace step per observation (the MAP along S x, found by a 1-D Newton solve, then a rank-1
+Sherman-Morrison update of the covariance: O(d^2) for d ~ 20), with an offset `logit(sum_c score_c * prior_alpha(proposer, c))`, so an
 untrained predictor returns the class prior table and the weights learn only corrections. Observations are
 binomial: accepted drafts out of tried draft positions for alpha, drafting steps out of steps for the
 propose rate. A request's evidence is capped at `max_trials_per_request` pseudo-trials, because the
@@ -50,12 +50,22 @@ _EDIT_RE = re.compile(
     r"\b(rewrite|re-write|fix|edit|refactor|correct|modify|update|improve|complete|continue|rename|convert|"
     r"reformat|format|paraphrase|proofread|extract|copy|repeat|quote|translate|add|change|replace|implement)\b",
     re.I)
-_CODE_LINE_RE = re.compile(r"^(\s{2,}|\t)\S|[;{}]\s*$|^\s*(def|class|return|import|from|if|for|while|#|//)\b|"
-                           r"^\s*[\w.]+\s*=\s*\S|\):\s*$")
+# code-looking lines: indented, or opening with a keyword or an assignment (one match per line) ...
+_CODE_LINE_RE = re.compile(r"(?m)^(?:[ \t]{2,}\S|(?:def|class|return|import|from|if|for|while|#|//)\b|"
+                           r"[\w.]+ ?= ?\S)")
+_CODE_ENDINGS = (":\n", "{\n", ";\n", "}\n")  # ... or ending like a statement / block
 _INSTR_CHARS = 240  # the instruction sits at the head or the tail of a long prompt
+_SAMPLE_CHARS = 4096  # a long prompt is read at its head and tail only
+_SHINGLE = 8  # bytes per shingle: about two tokens, the shortest span an n-gram lookup copies
+_SHINGLE_BYTES = 2048  # repetition is measured on the first 2 KB (sorting the shingles is the costly part)
+# byte -> 0 other, 1 digit, 2 non-ASCII (UTF-8 lead or continuation byte), 3 code punctuation
+_BYTE_KIND = np.zeros(256, dtype=np.int64)
+_BYTE_KIND[ord("0"): ord("9") + 1] = 1
+_BYTE_KIND[128:] = 2
+_BYTE_KIND[list(b"{}()[];:=<>\"'`,.")] = 3
 
 FEATURE_NAMES: tuple[str, ...] = (
-    "bias", *(f"class_{c}" for c in CONTENT_CLASSES), "repeat_3gram", "repeat_lines", "code_lines",
+    "bias", *(f"class_{c}" for c in CONTENT_CLASSES), "repeat_8bytes", "repeat_lines", "code_lines",
     "quoted_or_fenced", "edit_verb", "long_context", "log_words", "log_max_tokens", "temperature",
     "digit_share", "non_ascii_share", "punct_share",
 )
@@ -71,6 +81,16 @@ def _sigmoid(z: float) -> float:
         return 1.0 / (1.0 + math.exp(-z))
     e = math.exp(z)
     return e / (1.0 + e)
+
+
+def _repeated_shingle_share(raw: np.ndarray) -> float:
+    """Share of the text's 8-byte shingles that occur more than once in it: text that repeats itself."""
+    n = raw.shape[0] - _SHINGLE + 1
+    if n < 2:
+        return 0.0
+    # [n] every (overlapping, unaligned) 8-byte window read as one integer: a strided view, no copy
+    codes = np.sort(np.ndarray((n,), dtype="<u8", buffer=raw, strides=(1,)))
+    return float(np.count_nonzero(codes[1:] == codes[:-1])) / n
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,28 +109,27 @@ class RequestFeatures:
         total = sum(scores)
         scores = [s / total for s in scores] if total > 0 else [1.0 / len(CONTENT_CLASSES)] * len(CONTENT_CLASSES)
         n_chars = len(text)
-        words = text.split()
-        n_words = len(words)
-        trigrams = list(zip(words, words[1:], words[2:], strict=False))
-        repeat_3 = 1.0 - len(set(trigrams)) / len(trigrams) if trigrams else 0.0
-        lines = [ln for ln in text.splitlines() if ln.strip()]
+        n_words = text.count(" ") + text.count("\n") + 1 if text else 0
+        sample = text if n_chars <= _SAMPLE_CHARS else text[: _SAMPLE_CHARS // 2] + text[-_SAMPLE_CHARS // 2:]
+        raw = np.frombuffer(sample.encode("utf-8", "replace"), dtype=np.uint8)  # [bytes]
+        repeat_8 = _repeated_shingle_share(raw[:_SHINGLE_BYTES])
+        lines = [ln for ln in sample.splitlines() if ln.strip()]
         repeat_lines = 1.0 - len(set(lines)) / len(lines) if len(lines) > 1 else 0.0
-        code_lines = sum(1 for ln in lines if _CODE_LINE_RE.search(ln)) / len(lines) if lines else 0.0
-        fenced = text.count("```") // 2
-        quoted = fenced > 0 or text.count('"') >= 6 or "\n>" in text
+        if lines:
+            code = len(_CODE_LINE_RE.findall(sample)) + sum(sample.count(e) for e in _CODE_ENDINGS)
+            code_lines = min(1.0, code / len(lines))
+        else:
+            code_lines = 0.0
+        quoted = "```" in text or text.count('"') >= 6 or "\n>" in text
         instr = text[:_INSTR_CHARS] + " " + text[-_INSTR_CHARS:] if n_chars > 2 * _INSTR_CHARS else text
         edit = _EDIT_RE.search(instr) is not None
         long_context = min(1.0, n_chars / 2000.0) if len(lines) > 2 or n_chars > 600 else 0.0
-        if n_chars:
-            sample = text if n_chars <= 4000 else text[:2000] + text[-2000:]
-            m = len(sample)
-            digits = sum(ch.isdigit() for ch in sample) / m
-            non_ascii = sum(ord(ch) > 127 for ch in sample) / m
-            punct = sum(ch in "{}()[];:=<>\"'`,." for ch in sample) / m
+        if raw.size:
+            digits, non_ascii, punct = np.bincount(_BYTE_KIND[raw], minlength=4)[1:] / raw.size
         else:
             digits = non_ascii = punct = 0.0
         mt = 256 if max_tokens is None else max(1, int(max_tokens))
-        x = np.array([1.0, *scores, repeat_3, repeat_lines, code_lines, float(quoted), float(edit), long_context,
+        x = np.array([1.0, *scores, repeat_8, repeat_lines, code_lines, float(quoted), float(edit), long_context,
                       math.log1p(n_words) / 8.0, math.log(mt) / 8.0, min(max(float(temperature), 0.0), 2.0),
                       digits, non_ascii, punct])  # [d]
         return cls(x, tuple(scores))
@@ -133,15 +152,28 @@ class OnlineLogistic:
         return _sigmoid(z), float(x @ self.S @ x)
 
     def update(self, x: np.ndarray, offset: float, successes: float, trials: float) -> None:
+        """Laplace update for one binomial observation: the exact MAP under the current Gaussian (a 1-D
+        problem: the likelihood moves the mean only along S x) and the curvature there."""
         if trials <= 0:
             return
-        p = _sigmoid(offset + float(self.m @ x))
         if self.forget:
             self.S *= 1.0 + self.forget
-        h = trials * max(p * (1.0 - p), 1e-6)  # the binomial log-likelihood's curvature at the current mean
         Sx = self.S @ x  # [d]
-        self.S -= np.outer(Sx, Sx) * (h / (1.0 + h * float(x @ Sx)))
-        self.m += (self.S @ x) * (successes - trials * p)
+        v = float(x @ Sx)  # prior variance of the logit
+        z0 = offset + float(self.m @ x)
+        # the MAP is m + S x t with t = successes - trials * sigmoid(z0 + v t): monotone, Newton from 0
+        t = 0.0
+        for _ in range(30):
+            p = _sigmoid(z0 + v * t)
+            f = t - successes + trials * p
+            step = f / (1.0 + trials * v * p * (1.0 - p))
+            t -= step
+            if abs(step) < 1e-10:
+                break
+        p = _sigmoid(z0 + v * t)
+        h = trials * max(p * (1.0 - p), 1e-6)  # the binomial log-likelihood's curvature at the MAP
+        self.m += Sx * t
+        self.S -= np.outer(Sx, Sx) * (h / (1.0 + h * v))
         self.n_obs += 1
 
     def to_dict(self) -> dict:
@@ -169,7 +201,7 @@ _PRIOR_PROPOSE_RATE = 0.6
 class AcceptancePredictor:
     """Per-proposer online models of a request's alpha (and propose rate for n-gram lookup)."""
 
-    def __init__(self, prior_table: Mapping[str, Mapping[str, float]] | None = None, prior_var: float = 1.0,
+    def __init__(self, prior_table: Mapping[str, Mapping[str, float]] | None = None, prior_var: float = 0.2,
                  max_trials_per_request: float = 16.0, forget: float = 1e-3, max_n_eff: float = 1e4):
         self.prior_table = prior_table
         self.prior_var = prior_var
