@@ -1,0 +1,278 @@
+"""Per-request acceptance prediction: a request's alpha and propose rate per proposer, beyond its class.
+
+Within one content class acceptance varies several-fold between requests (an answer that copies or edits
+the given code accepts long n-gram runs; a question about code does not). This module predicts a request's
+per-token acceptance `alpha` and, for proposers that do not always find a draft (n-gram lookup), its propose
+rate, from cheap features the proxy already has, and learns online from the per-request feedback the proxy
+gets back (`usage.speculative`).
+
+Features (`RequestFeatures.from_prompt`: a few regex / numpy passes over at most 4 KB of the text):
+  - the class scores (the classifier's probabilities; their prior-table mix is also the model's offset);
+  - how much the prompt repeats itself (share of repeated 8-byte shingles, and of repeated lines);
+  - how much of it is material the answer is asked to reuse or edit: code-looking lines, quoted / fenced
+    blocks, an edit / complete / reuse verb in the instruction, a long context with a short instruction;
+  - log prompt length (words), log max_tokens, temperature, digit / non-ASCII / punctuation shares.
+
+Model (one per proposer and target): Bayesian logistic regression with a Gaussian prior, updated online by
+an exact Laplace step per observation (the MAP along S x, found by a 1-D Newton solve, then a rank-1
+Sherman-Morrison update of the covariance: O(d^2) for d ~ 20), with an offset `logit(sum_c score_c * prior_alpha(proposer, c))`, so an
+untrained predictor returns the class prior table and the weights learn only corrections. Observations are
+binomial: accepted drafts out of tried draft positions for alpha, drafting steps out of steps for the
+propose rate. A request's evidence is capped at `max_trials_per_request` pseudo-trials, because the
+positions of one request are not independent (one request's many steps must not outweigh many requests).
+`forget` (per observation) inflates the covariance slightly so the model tracks drift.
+
+    feats = RequestFeatures.from_prompt(text, max_tokens=256, temperature=0.0, class_scores=scores)
+    alpha, propose_rate, n_eff = predictor.predict(feats, "ngram")
+    predictor.observe(feats, "ngram", draft_tokens=D, accepted_tokens=A, steps=S, drafts=N,
+                      tried_per_position=tried, accepted_per_position=acc)   # from usage.speculative
+
+`n_eff` is the prediction's weight in pseudo-trials (alpha(1-alpha) / its posterior variance), comparable to
+the Beta posteriors of `estimators.AlphaTable`; a caller can blend the two with it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from adaptspec.control.estimators import alpha_from_steps, prior_alpha
+from adaptspec.control.types import CONTENT_CLASSES
+
+__all__ = ["FEATURE_NAMES", "AcceptancePredictor", "OnlineLogistic", "Prediction", "RequestFeatures"]
+
+_EDIT_RE = re.compile(
+    r"\b(rewrite|re-write|fix|edit|refactor|correct|modify|update|improve|complete|continue|rename|convert|"
+    r"reformat|format|paraphrase|proofread|extract|copy|repeat|quote|translate|add|change|replace|implement)\b",
+    re.I)
+# code-looking lines: indented, or opening with a keyword or an assignment (one match per line) ...
+_CODE_LINE_RE = re.compile(r"(?m)^(?:[ \t]{2,}\S|(?:def|class|return|import|from|if|for|while|#|//)\b|"
+                           r"[\w.]+ ?= ?\S)")
+_CODE_ENDINGS = (":\n", "{\n", ";\n", "}\n")  # ... or ending like a statement / block
+_INSTR_CHARS = 240  # the instruction sits at the head or the tail of a long prompt
+_SAMPLE_CHARS = 4096  # a long prompt is read at its head and tail only
+_SHINGLE = 8  # bytes per shingle: about two tokens, the shortest span an n-gram lookup copies
+_SHINGLE_BYTES = 2048  # repetition is measured on the first 2 KB (sorting the shingles is the costly part)
+# byte -> 0 other, 1 digit, 2 non-ASCII (UTF-8 lead or continuation byte), 3 code punctuation
+_BYTE_KIND = np.zeros(256, dtype=np.int64)
+_BYTE_KIND[ord("0"): ord("9") + 1] = 1
+_BYTE_KIND[128:] = 2
+_BYTE_KIND[list(b"{}()[];:=<>\"'`,.")] = 3
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "bias", *(f"class_{c}" for c in CONTENT_CLASSES), "repeat_8bytes", "repeat_lines", "code_lines",
+    "quoted_or_fenced", "edit_verb", "long_context", "log_words", "log_max_tokens", "temperature",
+    "digit_share", "non_ascii_share", "punct_share",
+)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1.0 - 1e-4)
+    return math.log(p / (1.0 - p))
+
+
+def _sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def _repeated_shingle_share(raw: np.ndarray) -> float:
+    """Share of the text's 8-byte shingles that occur more than once in it: text that repeats itself."""
+    n = raw.shape[0] - _SHINGLE + 1
+    if n < 2:
+        return 0.0
+    # [n] every (overlapping, unaligned) 8-byte window read as one integer: a strided view, no copy
+    codes = np.sort(np.ndarray((n,), dtype="<u8", buffer=raw, strides=(1,)))
+    return float(np.count_nonzero(codes[1:] == codes[:-1])) / n
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """A request's feature vector `x` [len(FEATURE_NAMES)] and its class scores (for the offset)."""
+
+    x: np.ndarray  # [d] float64
+    class_scores: tuple[float, ...]  # in CONTENT_CLASSES order, summing to 1
+
+    @classmethod
+    def from_prompt(cls, text: str, max_tokens: int | None = None, temperature: float = 0.0,
+                    class_scores: Mapping[str, float] | None = None) -> RequestFeatures:
+        """Features of a prompt text (all user/system content joined) and the request's sampling fields.
+        `class_scores`: the classifier's {class: probability} (None or empty: uniform)."""
+        scores = [float((class_scores or {}).get(c, 0.0)) for c in CONTENT_CLASSES]
+        total = sum(scores)
+        scores = [s / total for s in scores] if total > 0 else [1.0 / len(CONTENT_CLASSES)] * len(CONTENT_CLASSES)
+        n_chars = len(text)
+        n_words = text.count(" ") + text.count("\n") + 1 if text else 0
+        sample = text if n_chars <= _SAMPLE_CHARS else text[: _SAMPLE_CHARS // 2] + text[-_SAMPLE_CHARS // 2:]
+        raw = np.frombuffer(sample.encode("utf-8", "replace"), dtype=np.uint8)  # [bytes]
+        repeat_8 = _repeated_shingle_share(raw[:_SHINGLE_BYTES])
+        lines = [ln for ln in sample.splitlines() if ln.strip()]
+        repeat_lines = 1.0 - len(set(lines)) / len(lines) if len(lines) > 1 else 0.0
+        if lines:
+            code = len(_CODE_LINE_RE.findall(sample)) + sum(sample.count(e) for e in _CODE_ENDINGS)
+            code_lines = min(1.0, code / len(lines))
+        else:
+            code_lines = 0.0
+        quoted = "```" in text or text.count('"') >= 6 or "\n>" in text
+        instr = text[:_INSTR_CHARS] + " " + text[-_INSTR_CHARS:] if n_chars > 2 * _INSTR_CHARS else text
+        edit = _EDIT_RE.search(instr) is not None
+        long_context = min(1.0, n_chars / 2000.0) if len(lines) > 2 or n_chars > 600 else 0.0
+        if raw.size:
+            digits, non_ascii, punct = np.bincount(_BYTE_KIND[raw], minlength=4)[1:] / raw.size
+        else:
+            digits = non_ascii = punct = 0.0
+        mt = 256 if max_tokens is None else max(1, int(max_tokens))
+        x = np.array([1.0, *scores, repeat_8, repeat_lines, code_lines, float(quoted), float(edit), long_context,
+                      math.log1p(n_words) / 8.0, math.log(mt) / 8.0, min(max(float(temperature), 0.0), 2.0),
+                      digits, non_ascii, punct])  # [d]
+        return cls(x, tuple(scores))
+
+
+class OnlineLogistic:
+    """Bayesian logistic regression on binomial counts with an offset, updated online (Laplace / EKF step).
+
+    mean `m` [d], covariance `S` [d, d]; prediction logit = offset + m.x."""
+
+    def __init__(self, dim: int, prior_var: float = 1.0, forget: float = 0.0):
+        self.m = np.zeros(dim)  # [d]
+        self.S = np.eye(dim) * prior_var  # [d, d]
+        self.forget = forget
+        self.n_obs = 0
+
+    def predict(self, x: np.ndarray, offset: float) -> tuple[float, float]:
+        """(probability, posterior variance of the logit)."""
+        z = offset + float(self.m @ x)
+        return _sigmoid(z), float(x @ self.S @ x)
+
+    def update(self, x: np.ndarray, offset: float, successes: float, trials: float) -> None:
+        """Laplace update for one binomial observation: the exact MAP under the current Gaussian (a 1-D
+        problem: the likelihood moves the mean only along S x) and the curvature there."""
+        if trials <= 0:
+            return
+        if self.forget:
+            self.S *= 1.0 + self.forget
+        Sx = self.S @ x  # [d]
+        v = float(x @ Sx)  # prior variance of the logit
+        z0 = offset + float(self.m @ x)
+        # the MAP is m + S x t with t = successes - trials * sigmoid(z0 + v t): monotone, Newton from 0
+        t = 0.0
+        for _ in range(30):
+            p = _sigmoid(z0 + v * t)
+            f = t - successes + trials * p
+            step = f / (1.0 + trials * v * p * (1.0 - p))
+            t -= step
+            if abs(step) < 1e-10:
+                break
+        p = _sigmoid(z0 + v * t)
+        h = trials * max(p * (1.0 - p), 1e-6)  # the binomial log-likelihood's curvature at the MAP
+        self.m += Sx * t
+        self.S -= np.outer(Sx, Sx) * (h / (1.0 + h * v))
+        self.n_obs += 1
+
+    def to_dict(self) -> dict:
+        return {"m": self.m.tolist(), "S": self.S.tolist(), "forget": self.forget, "n_obs": self.n_obs}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> OnlineLogistic:
+        m = np.asarray(d["m"], dtype=float)
+        out = cls(m.shape[0], forget=float(d.get("forget", 0.0)))
+        out.m, out.S, out.n_obs = m, np.asarray(d["S"], dtype=float), int(d.get("n_obs", 0))
+        return out
+
+
+class Prediction(NamedTuple):
+    alpha: float  # per-token acceptance of a drafted token
+    propose_rate: float  # share of steps in which the proposer drafts anything (1 for model proposers)
+    n_eff: float  # weight of the alpha prediction in pseudo-trials
+
+
+# proposers that may find nothing to draft; the others always draft
+_LOOKUP_PROPOSERS = frozenset({"ngram"})
+_PRIOR_PROPOSE_RATE = 0.6
+
+
+class AcceptancePredictor:
+    """Per-proposer online models of a request's alpha (and propose rate for n-gram lookup)."""
+
+    def __init__(self, prior_table: Mapping[str, Mapping[str, float]] | None = None, prior_var: float = 0.2,
+                 max_trials_per_request: float = 16.0, forget: float = 1e-3, max_n_eff: float = 1e4):
+        self.prior_table = prior_table
+        self.prior_var = prior_var
+        self.max_trials = float(max_trials_per_request)
+        self.forget = forget
+        self.max_n_eff = max_n_eff
+        self._alpha: dict[str, OnlineLogistic] = {}
+        self._propose: dict[str, OnlineLogistic] = {}
+        self._prior_logits: dict[str, np.ndarray] = {}  # proposer -> [n_classes] prior alphas
+
+    def _model(self, table: dict[str, OnlineLogistic], proposer: str) -> OnlineLogistic:
+        m = table.get(proposer)
+        if m is None:
+            m = table[proposer] = OnlineLogistic(len(FEATURE_NAMES), self.prior_var, self.forget)
+        return m
+
+    def _offset(self, feats: RequestFeatures, proposer: str) -> float:
+        pri = self._prior_logits.get(proposer)
+        if pri is None:
+            pri = self._prior_logits[proposer] = np.array(
+                [prior_alpha(proposer, c, self.prior_table) for c in CONTENT_CLASSES])
+        return _logit(float(np.dot(pri, feats.class_scores)))
+
+    def predict(self, feats: RequestFeatures, proposer: str) -> Prediction:
+        model = self._alpha.get(proposer)
+        offset = self._offset(feats, proposer)
+        if model is None:
+            alpha, var = _sigmoid(offset), self.prior_var * float(feats.x @ feats.x)
+        else:
+            alpha, var = model.predict(feats.x, offset)
+        n_eff = min(self.max_n_eff, 1.0 / max(alpha * (1.0 - alpha) * var, 1e-12))
+        rate = 1.0
+        if proposer in _LOOKUP_PROPOSERS:
+            pm = self._propose.get(proposer)
+            rate = pm.predict(feats.x, _logit(_PRIOR_PROPOSE_RATE))[0] if pm is not None else _PRIOR_PROPOSE_RATE
+        return Prediction(alpha, rate, n_eff)
+
+    def observe(self, feats: RequestFeatures, proposer: str, draft_tokens: int, accepted_tokens: int, steps: int,
+                drafts: int | None = None, tried_per_position: Sequence[int] | None = None,
+                accepted_per_position: Sequence[int] | None = None) -> None:
+        """Learn from one finished request's `usage.speculative` (cumulative for the request).
+
+        Trials for alpha: the draft positions verified (sum of `tried_per_position`, when given: exact);
+        else `drafts` steps of gamma = draft_tokens / drafts, with the failures the truncated-geometric
+        moment fit implies (as `estimators.AlphaTable.observe` does)."""
+        if draft_tokens < 0 or accepted_tokens < 0 or steps < 0 or accepted_tokens > draft_tokens:
+            raise ValueError(f"bad speculative usage: draft_tokens={draft_tokens} accepted_tokens={accepted_tokens} "
+                             f"steps={steps}")
+        n_drafts = steps if drafts is None else drafts
+        if tried_per_position and accepted_per_position:
+            trials, succ = float(sum(tried_per_position)), float(sum(accepted_per_position))
+        elif draft_tokens > 0 and n_drafts > 0:
+            gamma = draft_tokens / n_drafts
+            a = alpha_from_steps(accepted_tokens, n_drafts, gamma)
+            succ = float(accepted_tokens)
+            trials = succ + n_drafts * (1.0 - a**gamma)
+        else:
+            trials = succ = 0.0
+        if trials > 0:
+            scale = min(1.0, self.max_trials / trials)
+            self._model(self._alpha, proposer).update(feats.x, self._offset(feats, proposer), succ * scale,
+                                                      trials * scale)
+        if proposer in _LOOKUP_PROPOSERS and drafts is not None and steps > 0:
+            scale = min(1.0, self.max_trials / steps)
+            self._model(self._propose, proposer).update(feats.x, _logit(_PRIOR_PROPOSE_RATE),
+                                                        min(drafts, steps) * scale, steps * scale)
+
+    def to_dict(self) -> dict:
+        return {"alpha": {p: m.to_dict() for p, m in self._alpha.items()},
+                "propose": {p: m.to_dict() for p, m in self._propose.items()}}
+
+    def load_dict(self, d: Mapping) -> None:
+        self._alpha = {p: OnlineLogistic.from_dict(v) for p, v in d.get("alpha", {}).items()}
+        self._propose = {p: OnlineLogistic.from_dict(v) for p, v in d.get("propose", {}).items()}
