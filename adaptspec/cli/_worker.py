@@ -7,7 +7,7 @@ import logging
 
 log = logging.getLogger("adaptspec.worker")
 
-PROPOSER_CHOICES = ("none", "ngram", "draft")
+PROPOSER_CHOICES = ("none", "ngram", "draft", "eagle", "hybrid")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,6 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "/v1/completions, /v1/chat/completions, /v1/models, /health and /metrics.")
     p.add_argument("--model", metavar="DIR", default=None, help="target model dir (default: built-in tiny-target)")
     p.add_argument("--draft", metavar="DIR", default=None, help="draft model dir (default: built-in tiny-draft)")
+    p.add_argument("--eagle", metavar="DIR", default=None,
+                   help="EAGLE-style head dir for proposer 'eagle' (default: the built-in tiny-eagle with the "
+                        "built-in target; none otherwise)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8001, help="port (default: 8001; 0 = any free port)")
     p.add_argument("--max-batch", type=int, default=None, metavar="N",
@@ -103,10 +106,13 @@ def build_engine(args: argparse.Namespace):
         opts["max_batch"] = args.max_batch
     if args.max_model_len is not None:
         opts["max_model_len"] = args.max_model_len
-    for what, path in (("--model", model), ("--draft", draft)):
-        if not (path / "config.json").is_file():
+    eagle = Path(args.eagle) if getattr(args, "eagle", None) else None
+    if eagle is None and not args.model and (assets / "tiny-eagle" / "config.json").is_file():
+        eagle = assets / "tiny-eagle"  # the head is trained for the built-in target only
+    for what, path in (("--model", model), ("--draft", draft), ("--eagle", eagle)):
+        if path is not None and not (path / "config.json").is_file():
             raise ModelLoadError(f"{what} {path}: not a model directory (no config.json)")
-    engine = Engine.from_dirs(str(model), str(draft), **opts)
+    engine = Engine.from_dirs(str(model), str(draft), str(eagle) if eagle else None, **opts)
     name = args.served_model_name or ("tiny" if not args.model else model.name)
     settings = WorkerSettings(served_model_name=name, max_model_len=engine.max_model_len,
                               default_proposer=args.default_proposer, default_k=args.default_k,

@@ -2,14 +2,16 @@
 
 One background thread runs the step loop. Every step, requests may join (up to `max_batch` KV slots, and a
 prefill-token budget) and leave (finished, aborted). Each running request has its own proposer
-(`none` | `ngram` | `draft`) and k; the proposers draft for all their requests in one batched call each,
-and then ONE target forward feeds, for every running request, its not-yet-cached tokens (the whole prompt
+(`none` | `ngram` | `draft` | `eagle` | `hybrid`) and k; the proposers draft for all their requests in one
+batched call each, and then ONE target forward feeds, for every running request, its not-yet-cached tokens (the whole prompt
 on its first step, else the last emitted token) followed by its drafts. The logits of each request's last
 k_i + 1 positions become probabilities (`logits_to_probs`, per-request temperature/top_p) and
 `verify_drafts` accepts/rejects the whole ragged batch at once (k_i = 0 is plain decoding); greedy requests
 (temperature 0) skip the probabilities and are verified against the argmax of their logits
 (`greedy_verify`: the same tokens, several times cheaper). Rejected drafts are rolled back by keeping the
-request's cached length (stale K/V is overwritten later).
+request's cached length (stale K/V is overwritten later). For requests whose proposer reads the target's
+hidden states (EAGLE-style, `needs_hidden_states`), the forward also returns the final hidden state of each
+verified row, and the row that produced the request's last emitted token is kept for its next draft.
 
 A request still feeding a long uncached chunk (its prompt: more than `prefill_split_tokens`, default 32,
 tokens) runs in a forward of its own when others are decoding, so its length does not pad their rows.
@@ -65,7 +67,16 @@ import torch
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.errors import RequestError
 from adaptspec.worker.model import TinyLlama
-from adaptspec.worker.proposers import Draft, DraftModelProposer, NgramProposer, ProposeInput, SamplingParams
+from adaptspec.worker.proposers import (
+    Draft,
+    DraftModelProposer,
+    EagleHead,
+    EagleProposer,
+    HybridProposer,
+    NgramProposer,
+    ProposeInput,
+    SamplingParams,
+)
 from adaptspec.worker.sampling import logits_to_probs
 from adaptspec.worker.tokenizer import Tokenizer
 from adaptspec.worker.verify import verify_drafts
@@ -74,7 +85,7 @@ __all__ = ["Engine", "EngineMetrics", "GenRequest", "StepOutput"]
 
 log = logging.getLogger(__name__)
 
-PROPOSER_NAMES = ("none", "ngram", "draft")
+PROPOSER_NAMES = ("none", "ngram", "draft", "eagle", "hybrid")
 # The smallest positive temperature accepted: logits / T must stay finite in float32 (|logits| of a real
 # model are far below 3e38 * 1e-30).
 MIN_TEMPERATURE = 1e-30
@@ -150,7 +161,7 @@ def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) 
 class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
-                 "pos_accepted")
+                 "pos_accepted", "hidden", "pending_hidden")
 
     def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink):
         self.req = req
@@ -167,6 +178,10 @@ class _Seq:
         self.pos_tried: list[int] = []
         self.pos_accepted: list[int] = []
         self.cls = req.content_class or "unknown"
+        # EAGLE-style proposers: the target's final hidden state at the position before the last committed
+        # token ([h]; None before the first forward), and the rows of the step being verified ([k + 1, h])
+        self.hidden: torch.Tensor | None = None
+        self.pending_hidden: torch.Tensor | None = None
 
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
@@ -203,7 +218,7 @@ class Engine:
                  max_batch: int = 32, max_model_len: int | None = None,
                  default_speculation: dict | tuple | None = None, max_speculative_tokens: int = 16,
                  max_prefill_tokens: int = 2048, num_threads: int | None = None,
-                 ngram_min_n: int = 2, ngram_max_n: int = 4):
+                 ngram_min_n: int = 2, ngram_max_n: int = 4, eagle_head: EagleHead | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template = tokenizer.chat_template
@@ -227,6 +242,11 @@ class Engine:
             if draft_model.cfg.vocab_size != self.vocab_size:
                 raise ValueError(f"draft vocab {draft_model.cfg.vocab_size} != target vocab {self.vocab_size}")
             self._proposers["draft"] = DraftModelProposer(draft_model, max_batch, self.max_model_len)
+        if eagle_head is not None:
+            self._proposers["eagle"] = EagleProposer(eagle_head, model)
+        model_proposer = self._proposers.get("eagle") or self._proposers.get("draft")
+        if model_proposer is not None:  # n-gram lookup first, the model where lookup finds nothing
+            self._proposers["hybrid"] = HybridProposer(self._proposers["ngram"], model_proposer)
         self.proposers = tuple(self._proposers)
         self.default_proposer, self.default_k = self._parse_default(default_speculation)
 
@@ -247,17 +267,21 @@ class Engine:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dirs(cls, target_dir: str | Path, draft_dir: str | Path | None = None, **opts) -> Engine:
+    def from_dirs(cls, target_dir: str | Path, draft_dir: str | Path | None = None,
+                  eagle_dir: str | Path | None = None, **opts) -> Engine:
         model = TinyLlama.from_pretrained(target_dir)
         tok = Tokenizer.from_dir(target_dir)
         draft = TinyLlama.from_pretrained(draft_dir) if draft_dir is not None else None
-        return cls(model, tok, draft, **opts)
+        eagle = EagleHead.from_pretrained(eagle_dir) if eagle_dir is not None else None
+        return cls(model, tok, draft, eagle_head=eagle, **opts)
 
     @classmethod
     def tiny(cls, **opts) -> Engine:
-        """The built-in tiny pair shipped in adaptspec/assets."""
+        """The built-in tiny pair shipped in adaptspec/assets, with its EAGLE head when that is shipped."""
         assets = Path(__file__).resolve().parents[1] / "assets"
-        return cls.from_dirs(assets / "tiny-target", assets / "tiny-draft", **opts)
+        eagle = assets / "tiny-eagle"
+        return cls.from_dirs(assets / "tiny-target", assets / "tiny-draft",
+                             eagle if (eagle / "config.json").is_file() else None, **opts)
 
     def _parse_default(self, spec) -> tuple[str, int]:
         if spec is None:
@@ -559,11 +583,13 @@ class Engine:
             if s.proposer != "none" and k > 0:
                 groups.setdefault(s.proposer, []).append(i)
         for name, idx in groups.items():
+            proposer = self._proposers[name]
             inputs = [ProposeInput(batch[i].req.request_id, batch[i].tokens,
                                    min(batch[i].k, batch[i].req.max_tokens - batch[i].generated - 1,
                                        self.max_model_len - len(batch[i].tokens) - 1),
-                                   batch[i].sampling) for i in idx]
-            for i, d in zip(idx, self._proposers[name].propose(inputs), strict=True):
+                                   batch[i].sampling,
+                                   batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
+            for i, d in zip(idx, proposer.propose(inputs), strict=True):
                 drafts[i] = d
         ks = [len(d.token_ids) for d in drafts]
 
@@ -572,8 +598,15 @@ class Engine:
         lens = torch.tensor([len(c) for c in chunks])
         ends = lens.cumsum(0)
         rows = torch.cat([torch.arange(e - k - 1, e) for e, k in zip(ends.tolist(), ks, strict=True)])
-        logits = self.model.forward(chunks, [s.slot for s in batch], [s.kv_len for s in batch], self.cache,
-                                    logit_rows=rows)  # [sum(k) + B, V]
+        want_hidden = [s.proposer != "none" and self._proposers[s.proposer].needs_hidden_states for s in batch]
+        out = self.model.forward(chunks, [s.slot for s in batch], [s.kv_len for s in batch], self.cache,
+                                 logit_rows=rows, return_hidden=any(want_hidden))
+        logits = out[0] if any(want_hidden) else out  # [sum(k) + B, V]
+        if any(want_hidden):
+            hidden, o = out[1], 0  # [sum(k) + B, h]
+            for s, k, w in zip(batch, ks, want_hidden, strict=True):
+                s.pending_hidden = hidden[o:o + k + 1] if w else None  # committed (one row) in _commit
+                o += k + 1
 
         # 3. verify the ragged batch: greedy requests by argmax of the logits, the others by probabilities
         greedy = [s.sampling.temperature == 0 for s in batch]
@@ -635,6 +668,8 @@ class Engine:
                 emitted = [t for t in row if t >= 0]
                 accepted = len(emitted) - 1
                 s.kv_len = len(s.tokens) + accepted
+                if s.pending_hidden is not None:  # the row that produced the last emitted token
+                    s.hidden, s.pending_hidden = s.pending_hidden[accepted].clone(), None
                 s.steps += 1
                 if k:
                     s.draft_tokens += k

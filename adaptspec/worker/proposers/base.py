@@ -13,8 +13,10 @@ drafts up to `k` tokens that would follow it. A `Draft` carries the tokens and, 
 point-mass drafts (the verifier then accepts x with probability p_target(x)). A proposer may return fewer
 than `k` tokens (even none): the engine verifies what it gets.
 
-An EAGLE-style head implements the same protocol; `needs_hidden_states` tells the engine to pass the target's
-final hidden states of the request's last verified step in `ProposeInput.hidden`.
+An EAGLE-style head implements the same protocol; `needs_hidden_states` tells the engine to pass, in
+`ProposeInput.hidden` (`[h]`), the target's final hidden state at the position before the request's last
+committed token (the row whose logits produced that token), from the request's last verified step; None
+before the request's first forward.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class ProposeInput:
     token_ids: list[int]  # committed sequence: prompt + generated so far
     k: int  # how many tokens to draft (>= 1)
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    hidden: torch.Tensor | None = None  # target hidden states (EAGLE-style proposers only)
+    hidden: torch.Tensor | None = None  # [h] target hidden state (EAGLE-style proposers only)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,124 @@
+"""Tokens/s and acceptance of each proposer in the reference engine at concurrency 1 (greedy, this CPU).
+
+Two prompt sets:
+- copy-heavy: held-out "Complete this <lang> function" stubs (HumanEval / HumanEval-X rows never trained on;
+  the tiny target restates the stub before completing it, so its output copies long spans of the prompt);
+- mixed: the shipped benchmark prompts (adaptspec/bench/prompts.py, `--per-class` of each of the six classes).
+
+Every prompt runs once per proposer, the proposers interleaved prompt by prompt (round robin), so that load
+from other processes on a shared machine hits all of them alike; at temperature 0 every proposer emits the
+same tokens (checked), so tokens/s compares equal work. Per proposer: generated tokens / wall seconds,
+acceptance rate (accepted / drafted), tokens per target step, and for hybrid how many steps each source drafted.
+
+    PYTHONPATH=. .venv/bin/python scripts/measure_proposers.py --data ../shared/data --gamma 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_tiny_models import build_corpus  # noqa: E402
+
+from adaptspec.bench.prompts import default_prompts  # noqa: E402
+from adaptspec.worker.engine import Engine, GenRequest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PROPOSERS = ("none", "ngram", "draft", "eagle", "hybrid")
+
+
+def copy_heavy_prompts(data: Path, n: int) -> list[list[dict]]:
+    rows = build_corpus(data)["code"]
+    return [m[:1] for split, m in rows if split == "heldout" and m[0]["content"].startswith("Complete this")][:n]
+
+
+def mixed_prompts(per_class: int) -> list[list[dict]]:
+    seen: dict[str, int] = {}
+    out = []
+    for item in default_prompts():
+        if seen.get(item.category, 0) < per_class:
+            seen[item.category] = seen.get(item.category, 0) + 1
+            out.append(item.chat_messages())
+    return out
+
+
+def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int) -> dict:
+    res = {p: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0}
+           for p in PROPOSERS}
+    hybrid = engine._proposers["hybrid"]
+    src0 = dict(hybrid.drafts_by_source)
+    for n, messages in enumerate(prompts):
+        ids = engine.encode(engine.apply_chat_template(messages))
+        ref = None
+        for p in PROPOSERS:
+            req = GenRequest(f"{p}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
+                             num_speculative_tokens=gamma if p != "none" else 0)
+            m0 = engine.metrics()
+            t0 = time.perf_counter()
+            out = engine.generate_sync([req])[req.request_id]
+            dt = time.perf_counter() - t0
+            m1 = engine.metrics()
+            if ref is None:
+                ref = out
+            elif out != ref:
+                raise AssertionError(f"greedy output of {p} differs from none on prompt {n}")
+            r = res[p]
+            r["tokens"] += len(out)
+            r["seconds"] += dt
+            r["draft_tokens"] += m1.spec_num_draft_tokens - m0.spec_num_draft_tokens
+            r["accepted"] += m1.spec_num_accepted_tokens - m0.spec_num_accepted_tokens
+            r["drafts"] += m1.spec_num_drafts - m0.spec_num_drafts
+            r["steps"] += m1.num_steps - m0.num_steps
+    for r in res.values():
+        r["tokens_per_s"] = round(r["tokens"] / r["seconds"], 1)
+        r["acceptance"] = round(r["accepted"] / r["draft_tokens"], 3) if r["draft_tokens"] else None
+        r["tokens_per_step"] = round(r["tokens"] / r["steps"], 2)
+        r["seconds"] = round(r["seconds"], 2)
+    res["hybrid"]["drafts_by_source"] = {k: v - src0[k] for k, v in hybrid.drafts_by_source.items()}
+    return res
+
+
+def table(name: str, res: dict) -> str:
+    base = res["none"]["tokens_per_s"]
+    lines = [f"### {name}", "", "| proposer | tokens/s | x none | acceptance | tokens/step | tokens | seconds |",
+             "|---|---|---|---|---|---|---|"]
+    for p in PROPOSERS:
+        r = res[p]
+        acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
+        lines.append(f"| {p} | {r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {acc} | "
+                     f"{r['tokens_per_step']} | {r['tokens']} | {r['seconds']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT / "../shared/data")
+    ap.add_argument("--copy-prompts", type=int, default=12)
+    ap.add_argument("--per-class", type=int, default=4)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads)
+    with engine:
+        warm = [[{"role": "user", "content": "Hello there."}]]
+        run_set(engine, warm, args.gamma, 16)
+        out = {"gamma": args.gamma, "max_tokens": args.max_tokens,
+               "copy_heavy": run_set(engine, copy_heavy_prompts(args.data.resolve(), args.copy_prompts),
+                                     args.gamma, args.max_tokens),
+               "mixed": run_set(engine, mixed_prompts(args.per_class), args.gamma, args.max_tokens)}
+    for name in ("copy_heavy", "mixed"):
+        print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1)", out[name]))
+        print()
+    print("hybrid sources:", {k: out[k]["hybrid"]["drafts_by_source"] for k in ("copy_heavy", "mixed")})
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

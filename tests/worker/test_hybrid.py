@@ -1,0 +1,93 @@
+"""The hybrid proposer: n-gram lookup where it matches, the model proposer (EAGLE head, else the draft model)
+elsewhere; greedy byte-identity in the real engine with either model, and the sampled law of the first three
+tokens (6 sigma per bin) with both sources drafting in the same batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from engine_requests import chat_ids, greedy_request
+from test_eagle import NoTokenizer, assert_engine_follows, first_three_tokens_law, random_head, random_target
+
+from adaptspec.worker.engine import Engine
+from adaptspec.worker.proposers import (
+    DraftModelProposer,
+    EagleProposer,
+    HybridProposer,
+    NgramProposer,
+    ProposeInput,
+    SamplingParams,
+)
+
+ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
+COPY_PROMPT = ("Fix the typo in this function and return the whole function.\n\n"
+               "def total_price(items, tax):\n    subtotal = sum(item.price * item.qty for item in items)\n"
+               "    taxes = subtotal * tax\n    return subtotl + taxes\n")
+OPEN_PROMPT = "Tell me a story about a lighthouse keeper."
+
+
+def test_lookup_first_then_the_model():
+    target = random_target()
+    hybrid = HybridProposer(NgramProposer(2, 4), EagleProposer(random_head(target), target))
+    assert hybrid.needs_hidden_states
+    hid = torch.randn(32)
+    batch = [ProposeInput("copy", [1, 2, 3, 4, 5, 1, 2], 3, SamplingParams(0.0), hid),  # "1 2" seen before
+             ProposeInput("new", [1, 2, 3, 4, 5, 6, 7], 3, SamplingParams(0.9), hid)]
+    copy, new = hybrid.propose(batch)
+    assert copy.token_ids == [3, 4, 5] and copy.probs is None  # point masses from the lookup
+    assert len(new.token_ids) == 3 and new.probs.shape == (3, 12)  # the head's distributions
+    assert hybrid.drafts_by_source == {"ngram": 1, "eagle": 1}
+
+
+def test_hybrid_with_a_draft_model_keeps_its_cache_across_lookup_steps():
+    draft = random_target(seed=5)
+    hybrid = HybridProposer(NgramProposer(2, 4), DraftModelProposer(draft, max_slots=2, max_len=16))
+    assert not hybrid.needs_hidden_states
+    hybrid.add("r")
+    seq = [1, 2, 3, 4]
+    a = hybrid.propose([ProposeInput("r", seq, 2, SamplingParams(0.0))])[0]  # no match: the draft model
+    seq = seq + [1, 2]
+    b = hybrid.propose([ProposeInput("r", seq, 2, SamplingParams(0.0))])[0]  # "1 2" seen: lookup
+    seq = seq + [3, 9]
+    c = hybrid.propose([ProposeInput("r", seq, 2, SamplingParams(0.0))])[0]  # "3 9" new: model catches up
+    fresh = DraftModelProposer(draft, max_slots=1, max_len=16)
+    expect = fresh.propose([ProposeInput("x", seq, 2, SamplingParams(0.0))])[0]
+    assert len(a.token_ids) == 2 and b.token_ids == [3, 4] and c.token_ids == expect.token_ids
+    assert hybrid.drafts_by_source == {"ngram": 1, "draft": 2}
+    hybrid.remove("r")
+
+
+@pytest.mark.parametrize("model", ["eagle", "draft"])
+def test_greedy_output_is_identical_with_and_without_hybrid(model):
+    if model == "eagle":
+        engine = Engine.tiny(max_batch=4, max_model_len=512)
+    else:  # no EAGLE head: hybrid falls back to the draft model
+        engine = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=4, max_model_len=512)
+    hybrid = engine._proposers["hybrid"]
+    assert hybrid.model.name == model
+    with engine:
+        ids = [chat_ids(engine, p) for p in (COPY_PROMPT, OPEN_PROMPT)]
+        base = engine.generate_sync([greedy_request(f"n{i}", x, max_tokens=40) for i, x in enumerate(ids)])
+        for k in (2, 5):
+            out = engine.generate_sync([greedy_request(f"h{k}-{i}", x, "hybrid", k, max_tokens=40)
+                                        for i, x in enumerate(ids)])
+            for i in range(len(ids)):
+                assert out[f"h{k}-{i}"] == base[f"n{i}"], (k, i)
+        m = engine.metrics()
+    assert hybrid.drafts_by_source["ngram"] > 0 and hybrid.drafts_by_source[model] > 0
+    assert 0 < m.spec_num_accepted_tokens <= m.spec_num_draft_tokens
+
+
+@pytest.mark.slow
+def test_sampled_output_follows_the_target_with_hybrid():
+    # after x1, the text 3 7 3 7 x1 repeats its bigram only when x1 = 3: lookup drafts then, the head otherwise
+    target = random_target()
+    prompt = [3, 7, 3, 7]
+    temperature, top_p = 0.8, 0.9
+    expected = first_three_tokens_law(target, prompt, temperature, top_p)
+    engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target))
+    assert_engine_follows(engine, prompt, "hybrid", temperature, top_p, expected)
+    sources = engine._proposers["hybrid"].drafts_by_source
+    assert sources["ngram"] > 1000 and sources["eagle"] > 1000
