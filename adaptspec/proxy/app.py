@@ -79,6 +79,7 @@ class Proxy:
         self.api_keys = frozenset(keys)
         self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         self.request_timeout_s = getattr(server, "request_timeout_s", None)
+        self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
         if getattr(self, "scraper", None) is not None:
