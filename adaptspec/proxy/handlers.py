@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from adaptspec.errors import RequestError, UpstreamError
+from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy.errors import error_response, sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 
@@ -48,10 +49,7 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 
 def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    body = loads_limited(raw)  # depth and number limits: 400, never a RecursionError / ValueError 500
     if not isinstance(body, dict):
         raise RequestError("Request body must be a JSON object.", code="invalid_json")
     model = body.get("model")
@@ -288,7 +286,7 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
         if plan.scan:
             try:
                 payload = json.loads(data)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
                 payload = None
             if isinstance(payload, dict):
                 usage = payload.get("usage")
@@ -384,7 +382,7 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
         if (b'"usage"' in event or b'"speculative_decoding"' in event) and event.startswith(b"data:"):
             try:
                 payload = json.loads(event[5:])
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
                 payload = None
             if isinstance(payload, dict) and (isinstance(payload.get("usage"), dict) or "metrics" in payload):
                 sink.append(payload)

@@ -187,3 +187,30 @@ async def test_control_characters_in_any_field_get_a_json_answer(allow):
             assert "x-injected" not in headers
             if status >= 400:
                 assert got["error"]["message"]
+
+
+# -- 4. JSON nesting and number limits: 400, never a 500 ----------------------------------------------------
+DEEP = [
+    b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 100_000
+    + b"]" * 100_000 + b"}",
+    b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + b"9" * 5000 + b"}",
+    b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": 1e999}',
+    b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": -Infinity}',
+    b'{"model": "tiny", "messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+]
+
+
+async def test_deep_json_and_huge_numbers_are_400():
+    async with stack() as s:
+        for raw in DEEP:
+            status, _, body = await s.post(None, data=raw, headers={"Content-Type": "application/json"})
+            assert status == 400 and body["error"]["code"] == "invalid_json", (raw[:80], body)
+        assert await s.upstream_requests() == []
+        assert 'code="500"' not in await s.metrics_text()
+
+
+def test_json_depth_ignores_brackets_in_strings():
+    from adaptspec.jsonlimits import json_depth, loads_limited
+
+    assert json_depth(b'{"a": [1, {"b": "[[[[\\"{{{{"}]}') == 3
+    assert loads_limited(b'{"a": "' + b"[" * 1000 + b'"}') == {"a": "[" * 1000}
