@@ -4,7 +4,8 @@
     estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
     state:     {backend: memory|redis, url, key_prefix}
-    server:    {host, port, api_keys_env, max_body_bytes, scrape_interval_s, request_timeout_s}
+    server:    {host, port, api_keys_env, max_body_bytes, scrape_interval_s, request_timeout_s,
+                allow_client_speculation}
 
 Every section is optional; a file without `pools` is valid (`adaptspec serve` then starts an embedded
 worker). Any error raises `ConfigError` naming the file, the dotted key (`pools[0].engine`) and the value.
@@ -143,6 +144,8 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     scrape_interval_s: float = Field(default=0.25, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # a client's own `speculation` field is ignored unless this is on; when on, it is clamped to the pool
+    allow_client_speculation: bool = False
 
 
 class Config(_Strict):

@@ -20,7 +20,7 @@ from adaptspec.control.classify import classify_request
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
-from adaptspec.errors import ModelLoadError, RequestError
+from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import handlers
 from adaptspec.proxy.errors import error_middleware
 from adaptspec.proxy.feedback import CALIBRATION_GAUGE_DOCS, Feedback
@@ -74,19 +74,30 @@ class Proxy:
         if not workers:
             raise ValueError("no workers: the config has no pools and no embedded worker was started")
         keys = set(getattr(server, "api_keys", None) or ())
-        env = getattr(server, "api_keys_env", None)
-        if env and os.environ.get(env):
-            keys.update(k.strip() for k in os.environ[env].split(",") if k.strip())
+        keys.update(self._env_keys(getattr(server, "api_keys_env", None)))
         self.pools.replace(workers)
         self.policy = policy
         self.api_keys = frozenset(keys)
         self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         self.request_timeout_s = getattr(server, "request_timeout_s", None)
+        self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s
         self.config = config
+
+    def _env_keys(self, env: str | None) -> list[str]:
+        """Client keys from `server.api_keys_env`; a named variable that is unset or empty fails closed."""
+        if not env:
+            return []
+        keys = [k.strip() for k in os.environ.get(env, "").split(",") if k.strip()]
+        if not keys:
+            # serving /v1/* without keys because a secret went missing would fail open: refuse instead
+            raise ConfigError("the API key variable is unset or holds no key; set it (comma-separated keys) "
+                              "or remove server.api_keys_env", file=self.config_path,
+                              key="server.api_keys_env", value=env)
+        return keys
 
     def _make_state(self, config):
         alphas = AlphaTable.from_config(config.estimator) if config.estimator is not None else AlphaTable()

@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from adaptspec.errors import RequestError, UpstreamError
+from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy.errors import error_response, sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 
@@ -29,6 +30,7 @@ _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
 _STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError)
 _FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
+SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -47,10 +49,7 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 
 def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    body = loads_limited(raw)  # depth and number limits: 400, never a RecursionError / ValueError 500
     if not isinstance(body, dict):
         raise RequestError("Request body must be a JSON object.", code="invalid_json")
     model = body.get("model")
@@ -94,9 +93,10 @@ class _Plan:
 
     def __init__(self, proxy, body: dict, raw: bytes, stream: bool, decision, worker, cls: str):
         self.worker, self.decision = worker, decision
-        client_spec = body.get("speculation") if worker.per_request and worker.engine == "adaptspec" else None
-        if isinstance(client_spec, dict):  # an explicit client choice wins (benchmarks, debugging)
-            self.proposer, self.gamma = _client_speculation(client_spec)
+        own = worker.engine == "adaptspec"  # the engine that reads a body `speculation` field
+        client_spec = body.get("speculation") if own and worker.per_request else None
+        if client_spec is not None and proxy.allow_client_speculation:  # benchmarks, debugging: opt-in
+            self.proposer, self.gamma = _client_speculation(client_spec, worker)
         elif worker.per_request and worker.engine in ("adaptspec", "vllm"):
             ok = decision.gamma > 0 and decision.proposer in worker.proposers
             self.proposer = decision.proposer if ok else "none"
@@ -106,9 +106,12 @@ class _Plan:
         self.scan = worker.engine in _FEEDBACK_ENGINES
         self.strip_usage = False
         rewrite: dict = {}
-        if worker.per_request and worker.engine == "adaptspec" and not isinstance(client_spec, dict):
+        drop = ()
+        if own and worker.per_request:  # always ours (validated, clamped): the client's field never passes as is
             rewrite["speculation"] = {"proposer": self.proposer, "num_speculative_tokens": self.gamma,
                                       "content_class": cls}
+        elif own and "speculation" in body:
+            drop = ("speculation",)  # a fixed-speculation worker would honour it: not the client's call
         elif worker.per_request and worker.engine == "vllm":
             xargs = body.get("vllm_xargs") or {}
             if not isinstance(xargs, dict):
@@ -123,23 +126,47 @@ class _Plan:
             if not (isinstance(opts, dict) and opts.get("include_usage")):
                 rewrite["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
                 self.strip_usage = True
-        self.payload = json.dumps({**body, **rewrite}, separators=(",", ":")).encode() if rewrite else raw
+        if rewrite or drop:
+            out = {k: v for k, v in body.items() if k not in drop}
+            self.payload = json.dumps({**out, **rewrite}, separators=(",", ":")).encode()
+        else:
+            self.payload = raw
 
     def headers(self, cls: str) -> dict[str, str]:
+        # every value comes from a closed set (classes, proposer names, config worker names) or is an int
         return {"x-adaptspec-class": cls, "x-adaptspec-proposer": self.proposer,
                 "x-adaptspec-gamma": str(self.gamma), "x-adaptspec-worker": self.worker.name}
 
 
-def _client_speculation(spec: dict) -> tuple[str, int]:
-    proposer = spec.get("proposer") or "none"
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _client_speculation(spec: object, worker) -> tuple[str, int]:
+    """The client's `speculation` field -> (proposer, gamma), clamped to what `worker`'s pool allows.
+
+    Only names from a closed set are accepted (they become metric labels and response headers); a known
+    proposer the pool does not offer means speculation off, a gamma above the pool's max_gamma is capped.
+    """
+    if not isinstance(spec, dict):
+        raise RequestError("Invalid value for 'speculation': expected an object.", status=422,
+                           code="invalid_type", param="speculation")
+    proposer = spec.get("proposer")
+    proposer = "none" if proposer is None else proposer
     k = spec.get("num_speculative_tokens")
-    if not isinstance(proposer, str):
-        raise RequestError(f"Invalid value for 'speculation.proposer': expected a string, got {proposer!r}.",
-                           status=422, code="invalid_type", param="speculation.proposer")
+    if not isinstance(proposer, str) or proposer not in SPEC_PROPOSERS:
+        raise RequestError(f"Invalid value for 'speculation.proposer': expected one of "
+                           f"{', '.join(sorted(SPEC_PROPOSERS))}, got {_short(proposer)}.", status=422,
+                           code="invalid_value", param="speculation.proposer")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise RequestError(f"Invalid value for 'speculation.num_speculative_tokens': expected an integer >= 0, "
-                           f"got {k!r}.", status=422, code="invalid_value", param="speculation.num_speculative_tokens")
-    return (proposer, int(k or 0)) if proposer != "none" else ("none", 0)
+                           f"got {_short(k)}.", status=422, code="invalid_value",
+                           param="speculation.num_speculative_tokens")
+    gamma = min(int(k or 0), worker.max_gamma)
+    if proposer == "none" or proposer not in worker.proposers or gamma == 0:
+        return "none", 0
+    return proposer, gamma
 
 
 def _upstream_headers(proxy, request: web.Request, worker) -> dict[str, str]:
@@ -259,7 +286,7 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
         if plan.scan:
             try:
                 payload = json.loads(data)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
                 payload = None
             if isinstance(payload, dict):
                 usage = payload.get("usage")
@@ -355,7 +382,7 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
         if (b'"usage"' in event or b'"speculative_decoding"' in event) and event.startswith(b"data:"):
             try:
                 payload = json.loads(event[5:])
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
                 payload = None
             if isinstance(payload, dict) and (isinstance(payload.get("usage"), dict) or "metrics" in payload):
                 sink.append(payload)

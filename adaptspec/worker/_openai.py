@@ -8,7 +8,6 @@ logprobs, echo, suffix, best_of) are refused clearly instead of being silently d
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
+from adaptspec.jsonlimits import loads_limited
 
 
 class _Lenient(BaseModel):
@@ -100,10 +100,7 @@ class ChatCompletionRequest(_SamplingRequest):
 
 def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
     """Bytes -> validated request model, or a RequestError (400) naming the offending field."""
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    data = loads_limited(raw)  # depth and number limits: 400, never a RecursionError / ValueError 500
     if not isinstance(data, dict):
         raise RequestError("Request body must be a JSON object.", code="invalid_json")
     try:

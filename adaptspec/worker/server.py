@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,8 +256,44 @@ class _BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class _Guard:
+    """Outermost layer: no exception reaches uvicorn, which would close the keep-alive connection.
+
+    Starlette answers an unhandled error with our JSON 500 and then re-raises it; uvicorn then drops the
+    connection, resetting the client's next request on it. The error is logged by the app's handler;
+    here it ends. Errors before any response get the JSON 500 here.
+    """
+
+    def __init__(self, app: Callable) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            if scope["type"] != "http":
+                raise
+            if started:
+                return  # answered (500) and logged by the app's handler
+            log.exception("unhandled error before any response")
+            body = json.dumps(error_body(500, "Internal server error")).encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The application.
+
+_OFFLOAD_BYTES = 64 * 1024
 
 
 class _Worker:
@@ -270,9 +307,27 @@ class _Worker:
         self.max_k = min(settings.max_k, int(getattr(engine, "max_speculative_tokens", settings.max_k)))
         self.created = int(time.time())
         self._tokenizer = engine.tokenizer
+        # a text longer than this cannot fit the context whatever it tokenises to: refuse it without
+        # tokenising (a 3.9 MB prompt took seconds of CPU to be refused); x2 leaves room for normalisers
+        per_token = getattr(self._tokenizer, "max_token_chars", None)
+        self.max_prompt_chars = self.max_model_len * per_token() * 2 if per_token is not None else None
+        # bodies and prompts past _OFFLOAD_BYTES are parsed and tokenised here, off the event loop, so
+        # /health and running streams keep answering; two threads bound the CPU one client can take
+        self._cpu = ThreadPoolExecutor(max_workers=2, thread_name_prefix="adaptspec-worker-cpu")
+
+    async def off_loop(self, size: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)`, in the CPU pool when the input is `size` bytes past _OFFLOAD_BYTES, else inline."""
+        if size <= _OFFLOAD_BYTES:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
 
     # -- tokenizer glue
     def encode(self, text: str) -> list[int]:
+        if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, the prompt has "
+                f"{len(text)} characters, more than any {self.max_model_len}-token text. Please reduce the "
+                "length of the prompt.", param="prompt", code="context_length_exceeded")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:  # e.g. a lone surrogate escaped in the JSON ("\ud800")
@@ -460,9 +515,10 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        req: CompletionRequest = parse_body(await request.body(), CompletionRequest)
+        raw = await request.body()
+        req: CompletionRequest = await worker.off_loop(len(raw), parse_body, raw, CompletionRequest)
         worker.check_model(req.model)
-        job = worker.make_job(req, worker.prompt_ids(req), "cmpl")
+        job = worker.make_job(req, await worker.off_loop(len(raw), worker.prompt_ids, req), "cmpl")
         created = int(time.time())
 
         def chunk(text: str, finish: str | None) -> dict:
@@ -481,9 +537,11 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        req: ChatCompletionRequest = parse_body(await request.body(), ChatCompletionRequest)
+        raw = await request.body()
+        req: ChatCompletionRequest = await worker.off_loop(len(raw), parse_body, raw, ChatCompletionRequest)
         worker.check_model(req.model)
-        job = worker.make_job(req, worker.encode(worker.render_chat(req)), "chatcmpl")
+        prompt = await worker.off_loop(len(raw), lambda: worker.encode(worker.render_chat(req)))
+        job = worker.make_job(req, prompt, "chatcmpl")
         created = int(time.time())
 
         def chunk(text: str, finish: str | None, first: bool = False) -> dict:
@@ -506,7 +564,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
             "usage": worker.usage(job),
         })
 
-    return _BodyLimit(app, settings.max_body_bytes)  # type: ignore[return-value]
+    return _Guard(_BodyLimit(app, settings.max_body_bytes))  # type: ignore[return-value]
 
 
 async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dict], created: int,

@@ -65,6 +65,10 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def max_token_chars(self) -> int:
+        """Characters in the longest vocabulary entry: a text of n characters has >= n / this many tokens."""
+        return max((len(t) for t in self._tok.get_vocab()), default=1)
+
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 

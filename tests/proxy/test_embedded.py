@@ -16,7 +16,8 @@ HEADERS = ("x-adaptspec-class", "x-adaptspec-proposer", "x-adaptspec-gamma", "x-
 
 
 def test_serve_without_config_starts_and_stops_the_reference_worker(proxies):
-    px = proxies(None, timeout=180)
+    # a config with no pools still runs the embedded worker; it opts in to the client `speculation` field below
+    px = proxies({"server": {"allow_client_speculation": True}}, timeout=180)
     client = px.client(timeout=120)
     raw = client.chat.completions.with_raw_response.create(
         model="tiny", max_tokens=12, temperature=0,

@@ -1,0 +1,145 @@
+"""The worker server against hostile bodies (issue 14): JSON limits, keep-alive after errors, CPU work off
+the event loop. A real engine on the built-in tiny pair behind uvicorn on a loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ASSETS = Path(os.environ.get("ADAPTSPEC_ASSETS", Path(__file__).resolve().parents[2] / "adaptspec" / "assets"))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from adaptspec.worker.engine import Engine
+
+    eng = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=4, max_model_len=512,
+                           num_threads=1)
+    yield eng
+    eng.stop()
+
+
+def _serve(engine, **settings):
+    from adaptspec.worker.server import ServerThread, WorkerSettings, build_app
+
+    return ServerThread(build_app(engine, WorkerSettings(served_model_name="tiny", **settings))).start()
+
+
+@pytest.fixture(scope="module")
+def url(engine):
+    server = _serve(engine, max_model_len=512)
+    yield server.url
+    server.stop()
+
+
+def _exchange(sock: socket.socket, request: bytes) -> tuple[int, bytes]:
+    """One request on an open keep-alive connection -> (status, body); reads exactly Content-Length."""
+    sock.sendall(request)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed with no answer (got {buf!r})"
+        buf += chunk
+    head, _, body = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(v) for k, _, v in (h.partition(": ") for h in lines[1:]) if k.lower() == "content-length")
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return int(lines[0].split()[1]), body
+
+
+def _post(path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+HOSTILE = [
+    b'{"model": "tiny", "prompt": "hi", "max_tokens": 2, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"model": "tiny", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}",
+    b'{"model": "tiny", "prompt": "hi", "max_tokens": 2, "temperature": 1e999}',
+    b'{"model": "tiny", "prompt": "hi", "max_tokens": 2, "temperature": NaN}',
+    b'{"model": "tiny", "messages": [{"role": "user", "content": ' + b"{" * 50_000 + b"}" * 50_000 + b"}]}",
+]
+
+
+@pytest.mark.parametrize("body", HOSTILE, ids=["deep-array", "5000-digit-int", "1e999", "NaN", "deep-object"])
+def test_hostile_json_is_400_and_the_connection_serves_the_next_request(url, body):
+    host, port = url.removeprefix("http://").split(":")
+    path = "/v1/chat/completions" if b'"messages"' in body else "/v1/completions"
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        status, out = _exchange(s, _post(path, body))
+        assert status == 400, out
+        err = json.loads(out)["error"]
+        assert err["code"] == "invalid_json" and err["message"]
+        ok = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 2, "ignore_eos": True}).encode()
+        status, out = _exchange(s, _post("/v1/completions", ok))  # same keep-alive connection
+        assert status == 200 and json.loads(out)["usage"]["completion_tokens"] == 2
+
+
+def test_an_unhandled_error_keeps_the_keep_alive_connection():
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from adaptspec.worker.server import ServerThread, _Guard
+
+    async def boom(request):
+        raise RuntimeError("bug")
+
+    async def fine(request):
+        return JSONResponse({"ok": True})
+
+    async def as_json(request, exc):
+        return JSONResponse({"error": {"message": "Internal server error"}}, status_code=500)
+
+    app = Starlette(routes=[Route("/boom", boom), Route("/fine", fine)], exception_handlers={Exception: as_json})
+    with ServerThread(_Guard(app), log_level="critical") as server, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        assert _exchange(s, b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 500
+        assert _exchange(s, b"GET /fine HTTP/1.1\r\nHost: x\r\n\r\n") == (200, b'{"ok":true}')
+
+
+def test_a_prompt_longer_than_any_context_is_refused_without_tokenising(url):
+    prompt = "lorem ipsum dolor sit amet " * 150_000  # ~4 MB
+    r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 2}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    r = httpx.post(url + "/v1/chat/completions", timeout=60,
+                   json={"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_tokenising_a_big_prompt_does_not_block_health(engine):
+    # a context limit this large lets a 1 MB prompt through the length guard, so it is really tokenised
+    server = _serve(engine, max_model_len=10**7, max_body_bytes=64 * 1024 * 1024)
+    try:
+        prompt = "lorem ipsum dolor sit amet " * 40_000
+        result: dict = {}
+
+        def big():
+            result["r"] = httpx.post(server.url + "/v1/completions", timeout=120,
+                                     json={"model": "tiny", "prompt": prompt, "max_tokens": 10**7})
+            result["done"] = True
+
+        t = threading.Thread(target=big)
+        t.start()
+        answered_meanwhile = 0
+        with httpx.Client(timeout=30) as c:
+            while not result.get("done"):
+                assert c.get(server.url + "/health").status_code == 200
+                if not result.get("done"):
+                    answered_meanwhile += 1
+        t.join()
+        assert result["r"].status_code == 400 and result["r"].json()["error"]["code"] == "context_length_exceeded"
+        assert answered_meanwhile >= 10, answered_meanwhile  # on the loop: /health waited for all of it (2)
+    finally:
+        server.stop()
