@@ -10,7 +10,8 @@ COPY policies ./policies
 RUN pip install --no-cache-dir . && useradd --system --uid 10001 adaptspec
 USER 10001
 EXPOSE 8000
+# liveness only: /health/ready (a worker answers) is for load balancers, and engines start slowly
 HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health/live', timeout=2)"]
 ENTRYPOINT ["adaptspec"]
 CMD ["serve", "--config", "/etc/adaptspec/adaptspec.yaml"]

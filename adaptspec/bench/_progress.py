@@ -1,4 +1,7 @@
-"""A progress bar on stderr (rich, a core dependency), with the two calls the bench code uses."""
+"""A progress bar on stderr (rich, from the `bench` extra), with the two calls the bench code uses.
+
+Without rich installed the bar is silently a no-op: a lean serving install can still run `adaptspec simulate`.
+"""
 
 from __future__ import annotations
 
@@ -22,12 +25,15 @@ class _Bar:
 @contextmanager
 def progress_bar(total: int | None, desc: str, enabled: bool = True) -> Iterator[_Bar]:
     """`with progress_bar(n, "simulate") as bar: bar.update(1)`; a no-op when disabled."""
+    if enabled:
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        except ModuleNotFoundError:  # pip install 'adaptspec[bench]' for the bar; same results without
+            enabled = False
     if not enabled:
         yield _Bar(None, None)
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[status]}"))
     with Progress(*cols, console=Console(stderr=True), transient=True) as prog:

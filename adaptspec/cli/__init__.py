@@ -6,14 +6,21 @@ Each subcommand lives in its own module `adaptspec/cli/_<name>.py` exposing
     def run(args) -> int               # heavy imports happen here, not at module top
 
 so `adaptspec classify ...` never imports torch and `adaptspec --help` stays fast.
+
+Conventions shared by every command: `--log-level` and `--log-format` are accepted before or after the
+subcommand (defaults from ADAPTSPEC_LOG_LEVEL / ADAPTSPEC_LOG_FORMAT), logs and errors go to stderr, results
+to stdout, and a failure exits non-zero (2: bad usage or input, 1: failed while running).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import logging
+import os
 import sys
+
+from adaptspec import __version__
+from adaptspec.cli._logging import FORMATS, LEVELS, configure
 
 # name -> module; modules are imported when the parser is built (keep their tops light).
 COMMANDS: dict[str, str] = {
@@ -29,9 +36,37 @@ COMMANDS: dict[str, str] = {
 }
 
 
+ENV_LOG_LEVEL = "ADAPTSPEC_LOG_LEVEL"
+ENV_LOG_FORMAT = "ADAPTSPEC_LOG_FORMAT"
+
+
+def _add_logging_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The top-level parser holds the defaults; a subcommand's copy only overrides them when given."""
+    parser.add_argument("--log-level", type=str.upper, choices=LEVELS, metavar="LEVEL",
+                        default="INFO" if top else argparse.SUPPRESS,
+                        help=f"logging level: {', '.join(LEVELS)} (default: ${ENV_LOG_LEVEL} or INFO)")
+    parser.add_argument("--log-format", choices=FORMATS, default="text" if top else argparse.SUPPRESS,
+                        help=f"log lines as text or one JSON object each (default: ${ENV_LOG_FORMAT} or text)")
+
+
+def _subcommand_parsers(parser: argparse.ArgumentParser):
+    """Every parser below `parser` (subcommands, and theirs: `policy check`, `bench compare`), once each."""
+    seen: set[int] = set()
+    todo = [parser]
+    while todo:
+        for action in todo.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    if id(child) not in seen:
+                        seen.add(id(child))
+                        todo.append(child)
+                        yield child
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptspec", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    parser.add_argument("--version", action="version", version=f"adaptspec {__version__}")
+    _add_logging_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMANDS.values():
         try:
@@ -41,18 +76,33 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # command not built yet in this checkout
         module.register(sub)
+    for child in _subcommand_parsers(parser):
+        _add_logging_options(child, top=False)
     return parser
+
+
+def _env_defaults(parser: argparse.ArgumentParser) -> None:
+    """ADAPTSPEC_LOG_LEVEL / ADAPTSPEC_LOG_FORMAT as defaults; a bad value is a usage error naming the variable."""
+    level = os.environ.get(ENV_LOG_LEVEL, "").strip().upper()
+    if level and level not in LEVELS:
+        parser.error(f"{ENV_LOG_LEVEL}={os.environ[ENV_LOG_LEVEL]!r} is not one of {', '.join(LEVELS)}")
+    fmt = os.environ.get(ENV_LOG_FORMAT, "").strip().lower()
+    if fmt and fmt not in FORMATS:
+        parser.error(f"{ENV_LOG_FORMAT}={os.environ[ENV_LOG_FORMAT]!r} is not one of {', '.join(FORMATS)}")
+    parser.set_defaults(**({"log_level": level} if level else {}), **({"log_format": fmt} if fmt else {}))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    _env_defaults(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure(args.log_level, args.log_format)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_usage(sys.stderr)
+        print("adaptspec: error: give a command (adaptspec --help lists them)", file=sys.stderr)
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `adaptspec ... | head`: the reader left early; stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 1

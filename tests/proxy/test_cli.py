@@ -19,7 +19,7 @@ def test_bad_config_names_file_key_and_value(tmp_path):
     bad.write_text("pools:\n  - name: p\n    engine: tgi\n    workers: [{name: a, url: 'http://x:1'}]\n")
     r = _serve("--config", str(bad))
     assert r.returncode == 2
-    assert str(bad) in r.stdout and "pools[0].engine" in r.stdout and "'tgi'" in r.stdout
+    assert str(bad) in r.stderr and "pools[0].engine" in r.stderr and "'tgi'" in r.stderr and not r.stdout
     assert "Traceback" not in r.stdout + r.stderr
 
 
@@ -27,7 +27,7 @@ def test_unset_env_var_in_config(tmp_path):
     cfg = tmp_path / "env.yaml"
     cfg.write_text("pools:\n  - name: p\n    workers: [{name: a, url: '${ADAPTSPEC_TEST_UNSET_URL}'}]\n")
     r = _serve("--config", str(cfg))
-    assert r.returncode == 2 and "${ADAPTSPEC_TEST_UNSET_URL}" in r.stdout and "line 3" in r.stdout
+    assert r.returncode == 2 and "${ADAPTSPEC_TEST_UNSET_URL}" in r.stderr and "line 3" in r.stderr
 
 
 def test_port_in_use():

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The test suite in one command, on a machine with only Python 3 and the project installed:
+#
+#   bash scripts/test.sh [PYTEST_ARGS]
+#
+# 1. redis-server and prometheus (real servers the integration tests start on loopback ports) are installed
+#    from the Debian/Ubuntu packages when missing (apt-get as root, else through sudo);
+# 2. unit tests, then integration tests (`-m integration`); the vLLM tests are scripts/ci_vllm.sh's step.
+#
+# Python: ADAPTSPEC_TEST_PYTHON if set, else the active virtual environment's `python`, else ./.venv (the
+# README's venv), else `python3`. It must have the test dependencies: pip install -e '.[all]'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -n ${ADAPTSPEC_TEST_PYTHON:-} ]]; then PY=$ADAPTSPEC_TEST_PYTHON
+elif [[ -n ${VIRTUAL_ENV:-} ]]; then PY=$VIRTUAL_ENV/bin/python
+elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python
+else PY=python3
+fi
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v prometheus >/dev/null || need+=(prometheus)
+if ((${#need[@]})); then
+  echo "scripts/test.sh: installing ${need[*]} (Debian packages)" >&2
+  if ! command -v apt-get >/dev/null; then
+    echo "scripts/test.sh: no apt-get here; install ${need[*]} and put them on PATH" >&2
+    exit 1
+  fi
+  sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || { echo "scripts/test.sh: need root or sudo to install ${need[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
+    || { "${sudo[@]}" apt-get update -qq && "${sudo[@]}" apt-get install -y -qq "${need[@]}"; }
+fi
+
+if ! "$PY" -c "import pytest, adaptspec" 2>/dev/null; then
+  echo "scripts/test.sh: $PY lacks pytest or adaptspec; first run: pip install -e '.[all]'" >&2
+  exit 1
+fi
+
+echo "==== unit tests ($PY)"
+"$PY" -m pytest -m "not integration and not vllm" -q "$@"
+echo "==== integration tests (real servers on loopback)"
+"$PY" -m pytest -m "integration and not vllm" -q "$@"

@@ -1,0 +1,36 @@
+"""The JSON log format: one parseable object a line, with the fields passed through `extra=`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from adaptspec.cli._logging import JsonFormatter
+
+
+def record(msg: str, *args, exc_info=None, **extra) -> logging.LogRecord:
+    rec = logging.LogRecord("adaptspec.proxy", logging.WARNING, __file__, 1, msg, args, exc_info)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_message_level_logger_and_utc_time():
+    out = json.loads(JsonFormatter().format(record("worker %s down after %d tries", "a0", 3)))
+    assert out["message"] == "worker a0 down after 3 tries"
+    assert out["level"] == "WARNING" and out["logger"] == "adaptspec.proxy"
+    assert out["ts"].endswith("Z") and len(out["ts"]) == len("2026-12-01T14:40:15.123Z")
+    assert set(out) == {"ts", "level", "logger", "message"}
+
+
+def test_extra_fields_become_keys_and_non_json_values_are_strings():
+    out = json.loads(JsonFormatter().format(record("done", request_id="r-1", status=200, worker=object())))
+    assert out["request_id"] == "r-1" and out["status"] == 200 and out["worker"].startswith("<object")
+
+
+def test_exception_is_one_line_of_json():
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        line = JsonFormatter().format(record("failed", exc_info=sys.exc_info()))
+    assert "\n" not in line and "ValueError: boom" in json.loads(line)["exception"]
