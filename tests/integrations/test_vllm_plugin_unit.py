@@ -12,12 +12,12 @@ from adaptspec.integrations import vllm_plugin as plugin
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.32.1", "0.32.0rc2"])
+@pytest.mark.parametrize("version", ["0.32.0", "0.32.1", "0.32.0rc2", "0.33.0", "0.33.2"])
 def test_supported_versions_pass(version):
     plugin.check_version(version)
 
 
-@pytest.mark.parametrize("version", ["0.31.2", "0.33.0", "1.0.0", "dev"])
+@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0", "dev"])
 def test_unsupported_versions_fail_loudly(version):
     with pytest.raises(plugin.UnsupportedVLLMError, match=f"found {version}"):
         plugin.check_version(version)
