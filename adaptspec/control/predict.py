@@ -201,8 +201,8 @@ _PRIOR_PROPOSE_RATE = 0.6
 class AcceptancePredictor:
     """Per-proposer online models of a request's alpha (and propose rate for n-gram lookup)."""
 
-    def __init__(self, prior_table: Mapping[str, Mapping[str, float]] | None = None, prior_var: float = 0.2,
-                 max_trials_per_request: float = 16.0, forget: float = 1e-3, max_n_eff: float = 1e4):
+    def __init__(self, prior_table: Mapping[str, Mapping[str, float]] | None = None, prior_var: float = 0.5,
+                 max_trials_per_request: float = 8.0, forget: float = 1e-3, max_n_eff: float = 1e4):
         self.prior_table = prior_table
         self.prior_var = prior_var
         self.max_trials = float(max_trials_per_request)

@@ -125,16 +125,30 @@ def test_learns_the_ngram_propose_rate():
 
 
 def test_evidence_per_request_is_capped():
-    """One huge request moves the model no more than a request of max_trials_per_request trials."""
+    """One huge request moves the model exactly as far as a request of max_trials_per_request trials: to the
+    MAP of a logistic model with a Gaussian prior given that one capped observation (solved here by bisection
+    on z = z0 + v (s - n sigmoid(z)), v the prior variance of the logit)."""
     rng = np.random.default_rng(2)
-    big, small = AcceptancePredictor(max_trials_per_request=16), AcceptancePredictor(max_trials_per_request=16)
+    opts = {"max_trials_per_request": 16, "prior_var": 0.5, "forget": 0.0}
+    big, small = AcceptancePredictor(**opts), AcceptancePredictor(**opts)
     d, a, tried, accp = served(rng, 0.2, gamma=4, steps=1000)
     big.observe(feat(CODE), "draft", d, a, 1000, 1000, tried, accp)
     scale = 16 / sum(tried)
     small.observe(feat(CODE), "draft", d, a, 1000, 1000, [t * scale for t in tried], [x * scale for x in accp])
-    assert big.predict(feat(CODE), "draft").alpha == pytest.approx(small.predict(feat(CODE), "draft").alpha)
-    # one request cannot drag the prior 0.78 down to its own 0.2 (the MAP under the prior: ~0.35)
-    assert big.predict(feat(CODE), "draft").alpha > 0.3
+    got = big.predict(feat(CODE), "draft").alpha
+    assert got == pytest.approx(small.predict(feat(CODE), "draft").alpha, abs=1e-12)
+    f = feat(CODE)
+    z0, v = math.log(0.78 / 0.22), 0.5 * float(f.x @ f.x)
+    s, n = sum(accp) * scale, 16.0
+    lo, hi = -20.0, 20.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid - z0 - v * (s - n / (1 + math.exp(-mid))) < 0:
+            lo = mid
+        else:
+            hi = mid
+    assert got == pytest.approx(1 / (1 + math.exp(-lo)), abs=1e-6)
+    assert 0.2 < got < 0.78  # between the prior and the one request's own rate
 
 
 def test_bad_usage_is_refused():
