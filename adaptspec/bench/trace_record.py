@@ -191,7 +191,9 @@ def _chat_once(url: str, model: str | None, item: PromptItem, max_tokens: int, t
     headers = {"content-type": "application/json"}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    base = url.rstrip("/")
+    base = base if base.endswith("/v1") else base + "/v1"  # "http://host:8000" and "http://host:8000/v1" alike
+    req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(), headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
