@@ -116,8 +116,15 @@ def teacher_forced_predictions(model: TinyLlama, pairs: Sequence[tuple[Sequence[
     ids = torch.zeros(len(seqs), T, dtype=torch.long)  # [B, T]
     for b, s in enumerate(seqs):
         ids[b, : len(s)] = torch.tensor(s)
-    pred = model.forward_dense(ids).argmax(dim=-1)  # [B, T]
-    return [pred[b, len(p) - 1: len(p) - 1 + len(o)].tolist() for b, (p, o) in enumerate(pairs)]
+    hidden = model.forward_dense(ids, return_hidden=True)  # [B, T, h]
+    # logits only at the output positions: [sum(len(o)), V] rather than [B, T, V]
+    rows = torch.cat([hidden[b, len(p) - 1: len(p) - 1 + len(o)] for b, (p, o) in enumerate(pairs)])
+    pred = model.lm_head(rows).argmax(dim=-1).tolist()  # [sum(len(o))]
+    out, at = [], 0
+    for _, o in pairs:
+        out.append(pred[at: at + len(o)])
+        at += len(o)
+    return out
 
 
 # ----------------------------------------------------------------------------- the tiny pair

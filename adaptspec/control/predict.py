@@ -28,7 +28,10 @@ positions of one request are not independent (one request's many steps must not 
                       tried_per_position=tried, accepted_per_position=acc)   # from usage.speculative
 
 `n_eff` is the prediction's weight in pseudo-trials (alpha(1-alpha) / its posterior variance), comparable to
-the Beta posteriors of `estimators.AlphaTable`; a caller can blend the two with it.
+the Beta posteriors of `estimators.AlphaTable`; a caller can blend the two with it. Or keep the table's
+per-worker, per-class level and add only the per-request part:
+
+    alpha, propose_rate = predictor.adjust(feats, "ngram", table_alpha, table_propose_rate)
 """
 
 from __future__ import annotations
@@ -196,6 +199,7 @@ class Prediction(NamedTuple):
 # proposers that may find nothing to draft; the others always draft
 _LOOKUP_PROPOSERS = frozenset({"ngram"})
 _PRIOR_PROPOSE_RATE = 0.6
+_CLASS_MEAN_WINDOW = 256  # the class's mean features follow its last few hundred requests
 
 
 class AcceptancePredictor:
@@ -211,6 +215,9 @@ class AcceptancePredictor:
         self._alpha: dict[str, OnlineLogistic] = {}
         self._propose: dict[str, OnlineLogistic] = {}
         self._prior_logits: dict[str, np.ndarray] = {}  # proposer -> [n_classes] prior alphas
+        # per top class: running mean of the observed requests' features [d] and their count
+        self._class_mean: dict[str, np.ndarray] = {}
+        self._class_n: dict[str, int] = {}
 
     def _model(self, table: dict[str, OnlineLogistic], proposer: str) -> OnlineLogistic:
         m = table.get(proposer)
@@ -239,6 +246,35 @@ class AcceptancePredictor:
             rate = pm.predict(feats.x, _logit(_PRIOR_PROPOSE_RATE))[0] if pm is not None else _PRIOR_PROPOSE_RATE
         return Prediction(alpha, rate, n_eff)
 
+    def adjust(self, feats: RequestFeatures, proposer: str, alpha: float, propose_rate: float = 1.0,
+               ) -> tuple[float, float]:
+        """A class-level (alpha, propose_rate) — e.g. the live `AlphaTable` estimate of this worker, proposer
+        and class — moved by how far this request's features put it from the average observed request of
+        its class: logit shift = weights . (x - mean x of the class). Untrained (or a class not seen yet):
+        returned unchanged. This keeps the table's per-worker level and drift, and adds the per-request part."""
+        top = CONTENT_CLASSES[int(np.argmax(feats.class_scores))]
+        mean = self._class_mean.get(top)
+        if mean is None:
+            return alpha, propose_rate
+        dx = feats.x - mean  # [d]
+        model = self._alpha.get(proposer)
+        if model is not None and 0.0 < alpha < 1.0:
+            alpha = _sigmoid(_logit(alpha) + float(model.m @ dx))
+        pm = self._propose.get(proposer)
+        if pm is not None and 0.0 < propose_rate < 1.0:
+            propose_rate = _sigmoid(_logit(propose_rate) + float(pm.m @ dx))
+        return alpha, propose_rate
+
+    def _note_class_mean(self, feats: RequestFeatures) -> None:
+        top = CONTENT_CLASSES[int(np.argmax(feats.class_scores))]
+        n = self._class_n.get(top, 0) + 1
+        self._class_n[top] = n
+        mean = self._class_mean.get(top)
+        if mean is None:
+            self._class_mean[top] = feats.x.copy()
+        else:
+            mean += (feats.x - mean) * max(1.0 / n, 1.0 / _CLASS_MEAN_WINDOW)
+
     def observe(self, feats: RequestFeatures, proposer: str, draft_tokens: int, accepted_tokens: int, steps: int,
                 drafts: int | None = None, tried_per_position: Sequence[int] | None = None,
                 accepted_per_position: Sequence[int] | None = None) -> None:
@@ -260,6 +296,7 @@ class AcceptancePredictor:
             trials = succ + n_drafts * (1.0 - a**gamma)
         else:
             trials = succ = 0.0
+        self._note_class_mean(feats)
         if trials > 0:
             scale = min(1.0, self.max_trials / trials)
             self._model(self._alpha, proposer).update(feats.x, self._offset(feats, proposer), succ * scale,
@@ -271,8 +308,11 @@ class AcceptancePredictor:
 
     def to_dict(self) -> dict:
         return {"alpha": {p: m.to_dict() for p, m in self._alpha.items()},
-                "propose": {p: m.to_dict() for p, m in self._propose.items()}}
+                "propose": {p: m.to_dict() for p, m in self._propose.items()},
+                "class_mean": {c: [m.tolist(), self._class_n[c]] for c, m in self._class_mean.items()}}
 
     def load_dict(self, d: Mapping) -> None:
         self._alpha = {p: OnlineLogistic.from_dict(v) for p, v in d.get("alpha", {}).items()}
         self._propose = {p: OnlineLogistic.from_dict(v) for p, v in d.get("propose", {}).items()}
+        self._class_mean = {c: np.asarray(v[0], dtype=float) for c, v in d.get("class_mean", {}).items()}
+        self._class_n = {c: int(v[1]) for c, v in d.get("class_mean", {}).items()}
