@@ -15,8 +15,9 @@ Features (`RequestFeatures.from_prompt`: str.count / numpy passes over at most 2
 
 Model (one per proposer and target): Bayesian logistic regression with a Gaussian prior, updated online by
 an exact Laplace step per observation (the MAP along S x, found by a 1-D Newton solve, then a rank-1
-Sherman-Morrison update of the covariance: O(d^2) for d ~ 20), with an offset `logit(sum_c score_c * prior_alpha(proposer, c))`, so an
-untrained predictor returns the class prior table and the weights learn only corrections. Observations are
+Sherman-Morrison update of the covariance: O(d^2) for d ~ 20), with the offset
+`logit(sum_c score_c * prior_alpha(proposer, c))`, so an untrained predictor returns the class prior table
+and the weights learn only corrections. Observations are
 binomial: accepted drafts out of tried draft positions for alpha, drafting steps out of steps for the
 propose rate. A request's evidence is capped at `max_trials_per_request` pseudo-trials, because the
 positions of one request are not independent (one request's many steps must not outweigh many requests).
