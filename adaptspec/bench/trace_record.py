@@ -46,7 +46,7 @@ from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.proposers import ngram_lookup
 from adaptspec.worker.tokenizer import Tokenizer
 
-__all__ = ["RecordOptions", "ngram_runs", "record_endpoint", "record_tiny", "streak_runs",
+__all__ = ["RecordOptions", "greedy_outputs", "ngram_runs", "record_endpoint", "record_tiny", "streak_runs",
            "teacher_forced_predictions"]
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,8 @@ def _record(rid: str, item: PromptItem, prompt_tokens: int, output_tokens: int, 
 def greedy_outputs(engine: Engine, prompts: Sequence[list[int]], max_tokens: int,
                    prefix: str = "rec") -> list[list[int]]:
     """The engine's greedy (temperature 0, speculation off) output of each prompt, stopping at EOS."""
+    if not prompts:
+        return []
     reqs = [GenRequest(f"{prefix}-{i}", ids, max_tokens=max_tokens, temperature=0.0, proposer="none",
                        num_speculative_tokens=0) for i, ids in enumerate(prompts)]
     res = engine.generate_sync(reqs)

@@ -178,6 +178,16 @@ def test_smaller_gamma_emits_min_run_gamma_plus_one(engine, recorded, proposer):
             pos += emitted
 
 
+def test_prompts_that_do_not_fit_are_skipped(engine, draft, caplog):
+    """A prompt longer than the context is skipped with a warning (a chunk of only such prompts too)."""
+    long_item = PromptItem("summarize", "word " * 1200)
+    short = one_per_class()[4]
+    opts = RecordOptions(max_k=4, max_tokens=8, batch=1)
+    recs = list(record_tiny([long_item, short], engine, draft, opts))
+    assert [r["id"] for r in recs] == ["p0001-math"]
+    assert "exceed the context" in caplog.text
+
+
 # ------------------------------------------------------------------------ the CLI
 
 def test_cli_writes_a_trace(tmp_path, capsys):
