@@ -9,7 +9,9 @@ requests:
   - class alpha: the class's pooled alpha over the training requests (for steps / positions turned into the
     quantity with the request's true output length, the same conversion the predictor gets);
   - predictor: `AcceptancePredictor` trained online on the training requests' feedback (the per-request
-    stats a proxy sees serving them at --gamma), from the prompt text and the shipped classifier's scores.
+    stats a proxy sees serving them at --gamma), from the prompt text and the shipped classifier's scores;
+  - class mean alpha + adjust: the class's mean per-request alpha moved by `AcceptancePredictor.adjust` (the
+    way a policy keeps its table's level and adds the per-request part).
 Split: a seeded half / half shuffle (train, test), and prequential (each request predicted before it is
 learned from, in a seeded order; the class-mean baseline is then a running mean).
 
@@ -109,7 +111,7 @@ def corr(pred: np.ndarray, y: np.ndarray) -> float:
 
 
 def evaluate(recs: list[dict], feats: list[RequestFeatures], proposer: str, gamma: int, seed: int,
-             target: str) -> dict:
+             target: str, opts: dict) -> dict:
     idx = [i for i, r in enumerate(recs) if proposer in r["accept_runs"]]
     y = np.array([actual(recs[i]["accept_runs"][proposer], recs[i]["max_k"], gamma, target) for i in idx])
     order = np.random.default_rng(seed).permutation(len(idx))
@@ -130,18 +132,24 @@ def evaluate(recs: list[dict], feats: list[RequestFeatures], proposer: str, gamm
     cm = np.array([np.mean(by_cls[cls[j]]) if by_cls[cls[j]] else overall for j in test])
     ca = np.array([predicted(succ[cls[j]] / trials[cls[j]] if trials[cls[j]] else 0.5, n_out[j], max_k[j], gamma,
                              target) for j in test])
-    pred = AcceptancePredictor()
+    pred = AcceptancePredictor(**opts)
     for j in train:
         d, a, s, nd, t = fb[j]
         pred.observe(feats[idx[j]], proposer, d, a, s, drafts=nd, tried_per_position=[t], accepted_per_position=[a])
     pm = np.array([predicted(pred.predict(feats[idx[j]], proposer).alpha, n_out[j], max_k[j], gamma, target)
                    for j in test])
+    # the class's mean per-request alpha moved per request by `adjust` (how the policy would use it)
+    alpha_cls = defaultdict(list)
+    for j in train:
+        alpha_cls[cls[j]].append(fb[j][1] / fb[j][4] if fb[j][4] else 0.0)
+    pa = np.array([predicted(pred.adjust(feats[idx[j]], proposer, float(np.mean(alpha_cls[cls[j]] or [0.5])))[0],
+                             n_out[j], max_k[j], gamma, target) for j in test])
     yt = y[test]
     out = {"n": len(idx), "split": {"class_mean": (r2(cm, yt), corr(cm, yt)), "class_alpha": (r2(ca, yt), corr(ca, yt)),
-                                    "predictor": (r2(pm, yt), corr(pm, yt))}}
+                                    "predictor": (r2(pm, yt), corr(pm, yt)), "adjusted": (r2(pa, yt), corr(pa, yt))}}
 
     # prequential: predict, then learn, in a seeded order
-    pred = AcceptancePredictor()
+    pred = AcceptancePredictor(**opts)
     run_sum, run_n = defaultdict(float), defaultdict(int)
     pc, pp = [], []
     for j in order:
@@ -165,6 +173,9 @@ def main() -> int:
     ap.add_argument("--trace", action="append", required=True)
     ap.add_argument("--gamma", type=int, default=8, help="gamma of the simulated serving feedback (default 8)")
     ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--prior-var", type=float, default=0.5, help="AcceptancePredictor prior_var")
+    ap.add_argument("--max-trials", type=float, default=8.0, help="AcceptancePredictor max_trials_per_request")
+    ap.add_argument("--forget", type=float, default=1e-3, help="AcceptancePredictor forget")
     ap.add_argument("--target", choices=("alpha", "steps", "positions"), default="alpha",
                     help="alpha: the request's per-token acceptance served at --gamma (accepted / tried: what "
                          "the cost model takes; no output length needed); steps: tokens per step served at "
@@ -173,22 +184,30 @@ def main() -> int:
     args = ap.parse_args()
     recs = load(args.trace)
     clf = Classifier.default()
-    t0 = time.perf_counter()
-    feats = []
-    for r in recs:
-        scores = clf.predict(r["prompt"])[1] if r.get("prompt") else {r["class"]: 1.0}
-        feats.append(RequestFeatures.from_prompt(r.get("prompt", ""), max_tokens=128, temperature=0.0,
-                                                 class_scores=scores))
-    t_feat = (time.perf_counter() - t0) / len(recs) * 1e6
+    scores = [clf.predict(r["prompt"])[1] if r.get("prompt") else {r["class"]: 1.0} for r in recs]
+    feats = [RequestFeatures.from_prompt(r.get("prompt", ""), max_tokens=128, temperature=0.0, class_scores=sc)
+             for r, sc in zip(recs, scores, strict=True)]
+    # cost of the prediction path (features + one prediction per proposer), CPU time: the box may be busy
+    warm = AcceptancePredictor()
+    t0 = time.process_time()
+    for _ in range(5):
+        for r, sc in zip(recs, scores, strict=True):
+            f = RequestFeatures.from_prompt(r.get("prompt", ""), 128, 0.0, sc)
+            warm.predict(f, "ngram")
+            warm.predict(f, "draft")
+    cost = (time.process_time() - t0) / (5 * len(recs)) * 1e6
     counts = ", ".join(f"{c} {sum(r['class'] == c for r in recs)}" for c in CONTENT_CLASSES)
-    print(f"{len(recs)} requests ({counts}); classify + features {t_feat:.0f} us/request")
+    chars = np.mean([len(r.get("prompt", "")) for r in recs])
+    print(f"{len(recs)} requests ({counts}); prompts {chars:.0f} chars on average; features + 2 predictions: "
+          f"{cost:.0f} us CPU per request")
     seeds = [int(s) for s in args.seeds.split(",")]
     proposers = sorted({p for r in recs for p in r["accept_runs"]})
     print(f"\ntarget: {args.target}, gamma {args.gamma}")
-    print("| proposer | eval | class mean R2 / r | class alpha R2 / r | predictor R2 / r |")
-    print("|---|---|---|---|---|")
+    print("| proposer | eval | class mean R2 / r | class alpha R2 / r | predictor R2 / r | class mean alpha + adjust R2 / r |")
+    print("|---|---|---|---|---|---|")
     for prop in proposers:
-        res = [evaluate(recs, feats, prop, args.gamma, s, args.target) for s in seeds]
+        opts = {"prior_var": args.prior_var, "max_trials_per_request": args.max_trials, "forget": args.forget}
+        res = [evaluate(recs, feats, prop, args.gamma, s, args.target, opts) for s in seeds]
 
         def cell(kind, key, res=res):
             vals = np.array([r[kind][key] for r in res])  # [seeds, 2]
@@ -196,8 +215,9 @@ def main() -> int:
             return f"{m[0]:.2f} / {m[1]:.2f}"
 
         print(f"| {prop} | half/half (mean of {len(seeds)} seeds) | {cell('split', 'class_mean')} | "
-              f"{cell('split', 'class_alpha')} | {cell('split', 'predictor')} |")
-        print(f"| {prop} | prequential | {cell('prequential', 'class_mean')} | - | {cell('prequential', 'predictor')} |")
+              f"{cell('split', 'class_alpha')} | {cell('split', 'predictor')} | {cell('split', 'adjusted')} |")
+        print(f"| {prop} | prequential | {cell('prequential', 'class_mean')} | - | {cell('prequential', 'predictor')} "
+              "| - |")
     return 0
 
 

@@ -46,7 +46,7 @@ from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.proposers import ngram_lookup
 from adaptspec.worker.tokenizer import Tokenizer
 
-__all__ = ["RecordOptions", "ngram_runs", "record_endpoint", "record_tiny", "streak_runs",
+__all__ = ["RecordOptions", "greedy_outputs", "ngram_runs", "record_endpoint", "record_tiny", "streak_runs",
            "teacher_forced_predictions"]
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,15 @@ def teacher_forced_predictions(model: TinyLlama, pairs: Sequence[tuple[Sequence[
     ids = torch.zeros(len(seqs), T, dtype=torch.long)  # [B, T]
     for b, s in enumerate(seqs):
         ids[b, : len(s)] = torch.tensor(s)
-    pred = model.forward_dense(ids).argmax(dim=-1)  # [B, T]
-    return [pred[b, len(p) - 1: len(p) - 1 + len(o)].tolist() for b, (p, o) in enumerate(pairs)]
+    hidden = model.forward_dense(ids, return_hidden=True)  # [B, T, h]
+    # logits only at the output positions: [sum(len(o)), V] rather than [B, T, V]
+    rows = torch.cat([hidden[b, len(p) - 1: len(p) - 1 + len(o)] for b, (p, o) in enumerate(pairs)])
+    pred = model.lm_head(rows).argmax(dim=-1).tolist()  # [sum(len(o))]
+    out, at = [], 0
+    for _, o in pairs:
+        out.append(pred[at: at + len(o)])
+        at += len(o)
+    return out
 
 
 # ----------------------------------------------------------------------------- the tiny pair
@@ -141,6 +148,8 @@ def _record(rid: str, item: PromptItem, prompt_tokens: int, output_tokens: int, 
 def greedy_outputs(engine: Engine, prompts: Sequence[list[int]], max_tokens: int,
                    prefix: str = "rec") -> list[list[int]]:
     """The engine's greedy (temperature 0, speculation off) output of each prompt, stopping at EOS."""
+    if not prompts:
+        return []
     reqs = [GenRequest(f"{prefix}-{i}", ids, max_tokens=max_tokens, temperature=0.0, proposer="none",
                        num_speculative_tokens=0) for i, ids in enumerate(prompts)]
     res = engine.generate_sync(reqs)
@@ -191,7 +200,9 @@ def _chat_once(url: str, model: str | None, item: PromptItem, max_tokens: int, t
     headers = {"content-type": "application/json"}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    base = url.rstrip("/")
+    base = base if base.endswith("/v1") else base + "/v1"  # "http://host:8000" and "http://host:8000/v1" alike
+    req = urllib.request.Request(base + "/chat/completions", json.dumps(body).encode(), headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())

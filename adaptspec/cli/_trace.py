@@ -34,7 +34,8 @@ def register(subparsers) -> None:
     r.add_argument("--max-k", type=int, default=8, help="most tokens a proposer drafts per step (default 8)")
     r.add_argument("--max-tokens", type=int, default=96, help="output tokens per request (default 96)")
     r.add_argument("--limit", type=int, help="only the first N prompts")
-    r.add_argument("--url", help="an OpenAI endpoint (base URL) instead of the tiny pair: n-gram runs only")
+    r.add_argument("--url", help="an OpenAI endpoint (base URL, with or without /v1) instead of the tiny pair: "
+                                 "n-gram runs only")
     r.add_argument("--model", help="model name to send to --url")
     r.add_argument("--api-key-env", metavar="VAR", default="OPENAI_API_KEY",
                    help="environment variable holding the --url bearer token, if any (default OPENAI_API_KEY)")

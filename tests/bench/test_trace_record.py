@@ -22,6 +22,7 @@ from adaptspec.bench.trace_record import (
 )
 from adaptspec.cli import main
 from adaptspec.control.types import CONTENT_CLASSES
+from adaptspec.errors import RequestError
 from adaptspec.worker.engine import Engine, GenRequest
 from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.proposers import ngram_lookup
@@ -177,6 +178,16 @@ def test_smaller_gamma_emits_min_run_gamma_plus_one(engine, recorded, proposer):
             pos += emitted
 
 
+def test_prompts_that_do_not_fit_are_skipped(engine, draft, caplog):
+    """A prompt longer than the context is skipped with a warning (a chunk of only such prompts too)."""
+    long_item = PromptItem("summarize", "word " * 1200)
+    short = one_per_class()[4]
+    opts = RecordOptions(max_k=4, max_tokens=8, batch=1)
+    recs = list(record_tiny([long_item, short], engine, draft, opts))
+    assert [r["id"] for r in recs] == ["p0001-math"]
+    assert "exceed the context" in caplog.text
+
+
 # ------------------------------------------------------------------------ the CLI
 
 def test_cli_writes_a_trace(tmp_path, capsys):
@@ -228,8 +239,10 @@ def test_endpoint_recording_against_a_real_worker(engine, recorded):
     items = [it for it, _ in recorded]
     tok = engine.tokenizer
     with ServerThread(build_app(engine, WorkerSettings(served_model_name="tiny"))) as srv:
-        recs = list(record_endpoint(items, srv.url, "tiny", tok,
+        recs = list(record_endpoint(items, srv.url + "/v1/", "tiny", tok,
                                     RecordOptions(max_k=MAX_K, max_tokens=MAX_TOKENS), concurrency=2))
+        with pytest.raises(RequestError, match="answered 404.*model_not_found"):
+            list(record_endpoint(items[:1], srv.url, "no-such-model", tok, RecordOptions(max_tokens=4)))
     ids = [tok.encode(tok.apply_chat_template(it.chat_messages())) for it in items]
     outs = greedy_outputs(engine, ids, MAX_TOKENS, prefix="endpoint")
     assert len(recs) == len(recorded)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -107,6 +108,27 @@ def test_learns_a_within_class_difference(per_position):
     assert p.predict(feat(EDIT), "ngram").alpha == pytest.approx(prior_alpha("ngram", "code"))
 
 
+def test_adjust_moves_a_class_level_alpha_by_the_request_s_features():
+    """adjust() keeps a class-level alpha for the class-average request and moves it for requests whose
+    features the model has learned to matter (edits accept more, questions less)."""
+    rng = np.random.default_rng(4)
+    p = AcceptancePredictor()
+    assert p.adjust(feat(EDIT), "draft", 0.6) == (0.6, 1.0)  # untrained: unchanged
+    for i in range(400):
+        kind_edit = bool(i % 2)
+        d, a, tried, accp = served(rng, 0.85 if kind_edit else 0.35, gamma=4, steps=12)
+        p.observe(feat(EDIT if kind_edit else QUESTION), "draft", d, a, 12, 12, tried, accp)
+    up, _ = p.adjust(feat(EDIT), "draft", 0.6)
+    down, _ = p.adjust(feat(QUESTION), "draft", 0.6)
+    assert down < 0.6 < up
+    # the two kinds are half of the class each: their logit shifts are opposite and equal
+    assert math.log(up / (1 - up)) - math.log(0.6 / 0.4) == pytest.approx(
+        math.log(0.6 / 0.4) - math.log(down / (1 - down)), rel=0.05)
+    # alpha 0 / 1 and a class never observed pass through
+    assert p.adjust(feat(EDIT), "draft", 1.0)[0] == 1.0
+    assert p.adjust(feat(EDIT, class_scores={"chat": 1.0}), "draft", 0.6) == (0.6, 1.0)
+
+
 def test_learns_the_ngram_propose_rate():
     rng = np.random.default_rng(1)
     truth = {"edit": 0.9, "question": 0.2}
@@ -125,16 +147,30 @@ def test_learns_the_ngram_propose_rate():
 
 
 def test_evidence_per_request_is_capped():
-    """One huge request moves the model no more than a request of max_trials_per_request trials."""
+    """One huge request moves the model exactly as far as a request of max_trials_per_request trials: to the
+    MAP of a logistic model with a Gaussian prior given that one capped observation (solved here by bisection
+    on z = z0 + v (s - n sigmoid(z)), v the prior variance of the logit)."""
     rng = np.random.default_rng(2)
-    big, small = AcceptancePredictor(max_trials_per_request=16), AcceptancePredictor(max_trials_per_request=16)
+    opts = {"max_trials_per_request": 16, "prior_var": 0.5, "forget": 0.0}
+    big, small = AcceptancePredictor(**opts), AcceptancePredictor(**opts)
     d, a, tried, accp = served(rng, 0.2, gamma=4, steps=1000)
     big.observe(feat(CODE), "draft", d, a, 1000, 1000, tried, accp)
     scale = 16 / sum(tried)
     small.observe(feat(CODE), "draft", d, a, 1000, 1000, [t * scale for t in tried], [x * scale for x in accp])
-    assert big.predict(feat(CODE), "draft").alpha == pytest.approx(small.predict(feat(CODE), "draft").alpha)
-    # one request cannot drag the prior 0.78 down to its own 0.2 (the MAP under the prior: ~0.35)
-    assert big.predict(feat(CODE), "draft").alpha > 0.3
+    got = big.predict(feat(CODE), "draft").alpha
+    assert got == pytest.approx(small.predict(feat(CODE), "draft").alpha, abs=1e-12)
+    f = feat(CODE)
+    z0, v = math.log(0.78 / 0.22), 0.5 * float(f.x @ f.x)
+    s, n = sum(accp) * scale, 16.0
+    lo, hi = -20.0, 20.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid - z0 - v * (s - n / (1 + math.exp(-mid))) < 0:
+            lo = mid
+        else:
+            hi = mid
+    assert got == pytest.approx(1 / (1 + math.exp(-lo)), abs=1e-6)
+    assert 0.2 < got < 0.78  # between the prior and the one request's own rate
 
 
 def test_bad_usage_is_refused():
@@ -158,9 +194,10 @@ def test_state_round_trips():
         d, a, tried, accp = served(rng, 0.6, gamma=4, steps=8)
         p.observe(feat(EDIT if i % 2 else QUESTION), "ngram", d, a, 10, 8, tried, accp)
     q = AcceptancePredictor()
-    q.load_dict(p.to_dict())
+    q.load_dict(json.loads(json.dumps(p.to_dict())))  # plain JSON: shareable like the AlphaTable's stats
     for text in (EDIT, QUESTION, CODE):
         assert q.predict(feat(text), "ngram") == p.predict(feat(text), "ngram")
+        assert q.adjust(feat(text), "ngram", 0.5, 0.5) == p.adjust(feat(text), "ngram", 0.5, 0.5)
 
 
 def test_n_eff_is_consistent_with_the_posterior():
