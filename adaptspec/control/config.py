@@ -1,6 +1,8 @@
 """The config / policy file: typed pydantic models (unknown keys rejected) and `load_config(path)`.
 
-    policy:    {kind: goodput|static|threshold|bandit, ...kind-specific}
+    policy:    {kind: goodput|static|threshold|bandit, ...kind-specific,
+                holdout: {share, seed, confidence, min_samples, max_samples, guard},
+                switchback: {share, window_s, washout_s, seed, min_windows, guard}}
     estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
     state:     {backend: memory|redis, url, key_prefix}
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
@@ -34,7 +36,42 @@ class _Strict(BaseModel):
 
 
 # -- policy --------------------------------------------------------------------------------------------
-class StaticPolicy(_Strict):
+class HoldoutConfig(_Strict):
+    """Request-level holdout (control/holdout.py): a randomized share served without speculation."""
+
+    share: float = Field(default=0.02, gt=0.0, le=0.5)  # one request in round(1/share) per stratum
+    seed: int | None = 0
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    min_samples: int = Field(default=10, ge=2)  # per group, before a stratum gets an interval
+    max_samples: int = Field(default=2000, ge=10)  # per group: the most recent ones are kept
+    guard: bool = True  # strata confidently slower with speculation run without it
+
+
+class SwitchbackConfig(_Strict):
+    """Switchback windows per worker: speculation off in a randomized `share` of windows (off by default)."""
+
+    share: float = Field(default=0.5, gt=0.0, lt=1.0)
+    window_s: float = Field(default=30.0, gt=0.0)
+    washout_s: float = Field(default=10.0, ge=0.0)  # not measured after a switch; >= a typical request's time
+    seed: int | None = 0
+    min_windows: int = Field(default=3, ge=2)  # per regime, before a load bucket gets an interval
+    guard: bool = True  # buckets whose system throughput is confidently lower with the policy: off
+
+    @model_validator(mode="after")
+    def _washout_inside(self) -> SwitchbackConfig:
+        if self.washout_s >= self.window_s:
+            raise ValueError(f"washout_s ({self.washout_s:g}) must be shorter than window_s ({self.window_s:g})")
+        return self
+
+
+class _Experiments(_Strict):
+    """Sections every policy kind takes: the measurement of its realized speedup (holdout, switchback)."""
+
+    holdout: HoldoutConfig | None = None
+    switchback: SwitchbackConfig | None = None
+
+
+class StaticPolicy(_Experiments):
     """Always the same proposer and gamma (proposer `none` / gamma 0: speculation off)."""
 
     kind: Literal["static"]
@@ -46,7 +83,7 @@ class ThresholdRow(_Strict):
     gamma: int = Field(ge=0, le=32)
 
 
-class ThresholdPolicy(_Strict):
+class ThresholdPolicy(_Experiments):
     """gamma from a load table (vLLM's dynamic speculative decoding, TRT-LLM's draft_len_schedule)."""
 
     kind: Literal["threshold"]
@@ -63,7 +100,7 @@ class ThresholdPolicy(_Strict):
         return rows
 
 
-class GoodputPolicy(_Strict):
+class GoodputPolicy(_Experiments):
     """Per request: alpha per proposer -> best gamma at the worker's live load -> max expected goodput."""
 
     kind: Literal["goodput"]
@@ -80,7 +117,7 @@ class GoodputPolicy(_Strict):
     seed: int | None = 0
 
 
-class BanditPolicy(_Strict):
+class BanditPolicy(_Experiments):
     """Thompson sampling (or UCB) on alpha, then the cost model: keys with no data get tried."""
 
     kind: Literal["bandit"]
@@ -303,6 +340,6 @@ def load_config(path: str | Path, text_filter: Callable[[str], str] | None = Non
     return parse_config(data, str(path), path.resolve().parent)
 
 
-__all__ = ["Config", "PolicyConfig", "StaticPolicy", "ThresholdPolicy", "GoodputPolicy", "BanditPolicy",
+__all__ = ["Config", "PolicyConfig", "HoldoutConfig", "SwitchbackConfig", "StaticPolicy", "ThresholdPolicy", "GoodputPolicy", "BanditPolicy",
            "EstimatorConfig", "PriorConfig", "PoolConfig", "WorkerConfig", "StateConfig", "ServerConfig",
            "load_config", "parse_config"]

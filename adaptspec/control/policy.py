@@ -442,7 +442,17 @@ class Bandit(_CostModelPolicy):
 
 
 def build_policy(cfg: PolicyConfig):
-    """The policy object for a `config.policy` section."""
+    """The policy object for a `config.policy` section (wrapped in the holdout / switchback experiment when
+    the section has `holdout` or `switchback`)."""
+    policy = _build(cfg)
+    if getattr(cfg, "holdout", None) is not None or getattr(cfg, "switchback", None) is not None:
+        from adaptspec.control.holdout_policy import Experimented
+
+        return Experimented(policy, cfg.holdout, cfg.switchback)
+    return policy
+
+
+def _build(cfg: PolicyConfig):
     if isinstance(cfg, StaticPolicy):
         return Static(cfg)
     if isinstance(cfg, ThresholdPolicy):

@@ -75,6 +75,8 @@ class Decision:
     policy: str
     reason: str
     expected_speedup: float = 1.0
+    # where the request falls in the holdout / switchback experiment (control/holdout.py Assignment), if any
+    assignment: object | None = None
 
 
 class Policy(Protocol):

@@ -21,7 +21,7 @@ from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
-from adaptspec.proxy import handlers, health
+from adaptspec.proxy import handlers, health, report
 from adaptspec.proxy.errors import error_middleware
 from adaptspec.proxy.feedback import CALIBRATION_GAUGE_DOCS, Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
@@ -64,6 +64,7 @@ class Proxy:
         self.scraper = Scraper(self, self.scrape_interval_s)
         self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
         self.metrics.add_collector(StateCollector(self.feedback.calibration_gauges, CALIBRATION_GAUGE_DOCS))
+        self.metrics.add_collector(report.ReportCollector(self))
 
     # -- configuration -------------------------------------------------------------------------------
     def apply_config(self, config) -> None:
@@ -195,6 +196,7 @@ def create_app(proxy: Proxy) -> web.Application:
     r.add_get("/health", handlers.health)
     r.add_get("/metrics", handlers.metrics)
     health.add_routes(app)  # /health/live, /health/ready, /version
+    report.add_routes(app)  # /adaptspec/report
 
     async def on_startup(app: web.Application) -> None:
         await proxy.start()

@@ -22,6 +22,7 @@ from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy.errors import error_response, sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
+from adaptspec.proxy.report import record as record_experiment
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +302,7 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
             m = _PROMPT_TOKENS.search(data)
             prompt = float(m.group(1)) if m else None
         proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
+        record_experiment(proxy, plan, tokens, None, now)  # no first-token time: throughput only
         e2e = now - t0
         proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
         proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
@@ -410,6 +412,7 @@ def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | No
     if tokens is None:
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
     proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
+    record_experiment(proxy, plan, tokens, t_first, now)
     m = proxy.metrics
     m.child(m.e2e, cls, plan.proposer).observe(now - t0)
     if t_first is not None:

@@ -1,0 +1,357 @@
+"""Proof under live traffic: randomized holdouts, switchback windows, the realized speedup and the guard.
+
+Pure bookkeeping (no I/O, no clock of its own); `control/holdout_policy.py` wires it around a policy.
+
+Request level. Every decision falls in a stratum (content class, load bucket of the batch it joins, arm = the
+proposer the policy chose). Inside a stratum, block randomisation holds out exactly one request in every
+`round(1 / share)` (its position in the block drawn at random), so each stratum gets its share whatever the
+traffic mix. Held requests are served without speculation; for every finished request the book keeps its
+decode time per output token, d = (end - first token) / (output tokens - 1), per stratum and group.
+
+The estimand is the geometric mean over the stratum's requests of the per-request speedup
+d_off / d_spec, i.e. exp(E log d_off - E log d_spec): randomisation makes the held requests a sample of the
+same population as the served ones, so the difference of the two groups' mean log d estimates it without
+pairing. The 95% interval is Welch's t interval on the log scale: logs make the right-skewed decode times
+close to normal and turn the ratio into a difference; Welch does not assume equal variances (speculation
+spreads d, acceptance varies per request) and its Satterthwaite degrees of freedom stay honest when the
+holdout has a few dozen requests against thousands served. (A bootstrap needs far more CPU per update and
+is no better at these sizes.) Interval: exp(diff -+ t_{df, 0.975} * sqrt(s1^2/n1 + s2^2/n2)).
+
+System level (switchback). A held request shares its batch with speculating ones, so it cannot see what
+their drafts cost the batch. Switchback windows can: per worker, time is cut into windows of `window_s`; each
+window runs the policy or speculation off (off with probability `share`, drawn per (seed, worker, window));
+the first `washout_s` of a window are not measured (the batch still holds requests of the previous regime),
+and the window's throughput is the output tokens of requests that started in the window and finished in its
+measured part, divided by that part's length (unbiased once washout_s exceeds the typical request duration). Windows are
+compared within a load bucket by the same log-scale Welch interval, one sample per window.
+
+Guard. A stratum (or, from switchback evidence, a whole load bucket) whose interval lies wholly below 1 is
+guarded: its requests run without speculation, except a randomised `share` of them (switchback: of its
+windows) that still run the policy's choice, so the evidence can change. It is released once the point
+estimate is back at or above 1 (a dead band between engage and release: no flapping).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+# load buckets: the batch a request joins, in powers of two
+_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+TREATED, CONTROL = "treated", "control"  # request groups: served as the policy decided / without speculation
+
+
+def load_bucket(batch: float) -> str:
+    """'1', '2-3', '4-7', ..., '256+' for the batch a request joins."""
+    b = max(1, int(batch + 0.5))
+    for lo, hi in zip(_EDGES, _EDGES[1:], strict=False):
+        if b < hi:
+            return str(lo) if hi - lo == 1 else f"{lo}-{hi - 1}"
+    return f"{_EDGES[-1]}+"
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student-t quantile (Cornish-Fisher expansion, Abramowitz & Stegun 26.7.5; exact for df 1 and 2)."""
+    if df < 1.5:
+        return math.tan(math.pi * (p - 0.5))
+    if df < 3:
+        return (2 * p - 1) * math.sqrt(2.0 / (4 * p * (1 - p)))  # df = 2 (conservative for 2 < df < 3)
+    z = NormalDist().inv_cdf(p)
+    z2 = z * z
+    return (z + (z2 + 1) * z / (4 * df) + ((5 * z2 + 16) * z2 + 3) * z / (96 * df ** 2)
+            + (((3 * z2 + 19) * z2 + 17) * z2 - 15) * z / (384 * df ** 3))
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Speedup estimate (control over treated time, or treated over control throughput) and its interval."""
+
+    estimate: float
+    low: float
+    high: float
+    n_treated: int
+    n_control: int
+
+    def as_dict(self) -> dict:
+        return {"speedup": self.estimate, "low": self.low, "high": self.high,
+                "n_treated": self.n_treated, "n_control": self.n_control}
+
+
+def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
+    n = len(xs)
+    m = sum(xs) / n
+    return m, sum((x - m) ** 2 for x in xs) / (n - 1)
+
+
+def log_ratio_interval(faster: Sequence[float], slower: Sequence[float], confidence: float = 0.95,
+                       min_n: int = 2) -> Interval | None:
+    """exp(mean log slower - mean log faster) with a Welch t interval; None below `min_n` samples a side.
+
+    For decode times pass (treated, control); for throughputs pass (control, treated): either way a value
+    above 1 means speculation made things better.
+    """
+    if len(faster) < max(2, min_n) or len(slower) < max(2, min_n):
+        return None
+    la = [math.log(x) for x in faster if x > 0]
+    lb = [math.log(x) for x in slower if x > 0]
+    if len(la) < 2 or len(lb) < 2:
+        return None
+    ma, va = _mean_var(la)
+    mb, vb = _mean_var(lb)
+    sa, sb = va / len(la), vb / len(lb)
+    se2 = sa + sb
+    diff = mb - ma
+    if se2 <= 0:
+        return Interval(math.exp(diff), math.exp(diff), math.exp(diff), len(la), len(lb))
+    df = se2 * se2 / ((sa * sa / (len(la) - 1) if sa else 0.0) + (sb * sb / (len(lb) - 1) if sb else 0.0))
+    half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(se2)
+    return Interval(math.exp(diff), math.exp(diff - half), math.exp(diff + half), len(la), len(lb))
+
+
+class BlockAssigner:
+    """Stratified block randomisation: in each stratum, one member of every block of `round(1/share)`."""
+
+    def __init__(self, share: float, seed: int | None = 0) -> None:
+        self.share = share
+        self.block = max(1, round(1.0 / share)) if share > 0 else 0
+        self._rng = random.Random(seed)
+        self._state: dict[tuple, list[int]] = {}  # stratum -> [position in block, chosen position]
+
+    def pick(self, stratum: tuple) -> bool:
+        """True for the stratum's chosen member of the current block."""
+        if not self.block:
+            return False
+        st = self._state.get(stratum)
+        if st is None or st[0] >= self.block:
+            st = self._state[stratum] = [0, self._rng.randrange(self.block)]
+        hit = st[0] == st[1]
+        st[0] += 1
+        return hit
+
+
+def window_uniform(seed: int | None, worker: str, window: int) -> float:
+    """A uniform in [0, 1) fixed by (seed, worker, window): every proxy replica draws the same regime."""
+    h = hashlib.blake2b(f"{seed}|{worker}|{window}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2.0 ** 64
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where one decision falls in the experiment (carried by `Decision.assignment` to the request's end)."""
+
+    content_class: str
+    bucket: str
+    arm: str  # the proposer the policy chose ("none": the policy itself chose off)
+    group: str  # TREATED or CONTROL
+    worker: str = ""
+    window: int | None = None  # switchback window index (None: switchback off)
+    regime: str | None = None  # "policy" | "off": the window's regime for this request (None: switchback off)
+    reason: str = ""  # "holdout" | "guard" | "guard probe" | "switchback" | ""
+
+
+@dataclass
+class _Window:
+    start: float
+    measure_from: float
+    end: float
+    regime: str
+    tokens: float = 0.0
+    mixed: bool = False  # the guard flipped the regime mid-window: not a clean sample
+    loads: list = field(default_factory=list)
+    decode: list = field(default_factory=list)
+
+
+class RequestBook:
+    """Decode seconds per output token per (class, bucket, arm) and group, the last `max_samples` of each."""
+
+    def __init__(self, max_samples: int = 2000) -> None:
+        self.max_samples = max_samples
+        self._d: dict[tuple[str, str, str], dict[str, deque]] = {}
+
+    def observe(self, key: tuple[str, str, str], group: str, decode_s_per_token: float) -> None:
+        groups = self._d.get(key)
+        if groups is None:
+            groups = self._d[key] = {TREATED: deque(maxlen=self.max_samples),
+                                     CONTROL: deque(maxlen=self.max_samples)}
+        groups[group].append(decode_s_per_token)
+
+    def keys(self) -> list[tuple[str, str, str]]:
+        return sorted(self._d)
+
+    def counts(self, key: tuple[str, str, str]) -> tuple[int, int]:
+        g = self._d.get(key)
+        return (len(g[TREATED]), len(g[CONTROL])) if g else (0, 0)
+
+    def interval(self, key: tuple[str, str, str], confidence: float = 0.95, min_n: int = 2) -> Interval | None:
+        g = self._d.get(key)
+        if g is None:
+            return None
+        return log_ratio_interval(g[TREATED], g[CONTROL], confidence, min_n)
+
+
+class SwitchbackBook:
+    """Switchback windows per worker: regime schedule, measured throughput, per-bucket comparison."""
+
+    def __init__(self, share: float, window_s: float, washout_s: float, seed: int | None = 0,
+                 max_windows: int = 400) -> None:
+        self.share, self.window_s, self.washout_s, self.seed = share, window_s, washout_s, seed
+        self._open: dict[tuple[str, int], _Window] = {}
+        self._done: dict[str, deque] = {}  # bucket -> closed windows
+        self.max_windows = max_windows
+
+    def index(self, now: float) -> int:
+        return int(math.floor(now / self.window_s))
+
+    def regime(self, worker: str, window: int, guarded: bool = False) -> str:
+        """'off' with probability share (guarded bucket: 'policy' with probability share)."""
+        u = window_uniform(self.seed, worker, window)
+        if guarded:
+            return "policy" if u < self.share else "off"
+        return "off" if u < self.share else "policy"
+
+    def note_decision(self, worker: str, window: int, regime: str, load: float, now: float) -> None:
+        """A decision in the window: opens it (with the regime it runs) and records the load."""
+        key = (worker, window)
+        w = self._open.get(key)
+        if w is None:
+            start = window * self.window_s
+            w = self._open[key] = _Window(start, start + self.washout_s, start + self.window_s, regime)
+            self._close_before(now)
+        elif w.regime != regime:
+            w.mixed = True
+        w.loads.append(load)
+
+    def finish(self, worker: str, window: int, tokens: float, decode: float | None, now: float) -> None:
+        """A request that started in `window` finished at `now`: counted when `now` is in the measured part."""
+        w = self._open.get((worker, window))
+        if w is not None and w.measure_from <= now <= w.end:
+            w.tokens += tokens
+            if decode is not None:
+                w.decode.append(decode)
+        self._close_before(now)
+
+    def _close_before(self, now: float) -> None:
+        for key in [k for k, w in self._open.items() if w.end <= now]:
+            w = self._open.pop(key)
+            if not w.loads or w.mixed:
+                continue
+            loads = sorted(w.loads)
+            bucket = load_bucket(loads[len(loads) // 2])
+            self._done.setdefault(bucket, deque(maxlen=self.max_windows)).append(w)
+
+    def close_all(self, now: float) -> None:
+        self._close_before(now)
+
+    def buckets(self) -> list[str]:
+        return sorted(self._done, key=_bucket_order)
+
+    def windows(self, bucket: str) -> list[_Window]:
+        return list(self._done.get(bucket, ()))
+
+    def interval(self, bucket: str, confidence: float = 0.95, min_windows: int = 3) -> dict | None:
+        """Throughput ratio policy / off (and decode-time speedup) over the bucket's measured windows."""
+        ws = self._done.get(bucket)
+        if not ws:
+            return None
+        span = self.window_s - self.washout_s
+        pol = [w.tokens / span for w in ws if w.regime == "policy" and w.tokens > 0]
+        off = [w.tokens / span for w in ws if w.regime == "off" and w.tokens > 0]
+        thr = log_ratio_interval(off, pol, confidence, min_windows)
+        if thr is None:
+            return None
+        dp = [sum(w.decode) / len(w.decode) for w in ws if w.regime == "policy" and w.decode]
+        do = [sum(w.decode) / len(w.decode) for w in ws if w.regime == "off" and w.decode]
+        dec = log_ratio_interval(dp, do, confidence, min_windows)
+        return {"throughput": thr, "decode": dec}
+
+
+def _bucket_order(b: str) -> int:
+    return int(b.split("-")[0].rstrip("+"))
+
+
+class Guard:
+    """Strata (class, bucket, arm) and buckets whose speedup is confidently below 1."""
+
+    def __init__(self) -> None:
+        self.strata: set[tuple[str, str, str]] = set()
+        self.buckets: set[str] = set()
+        self.engaged = 0  # times a stratum or bucket became guarded
+        self.released = 0
+
+    def update(self, key, interval: Interval | None, target: set) -> str | None:
+        """'engaged' / 'released' when the key changes state on this evidence, else None."""
+        if interval is None:
+            return None
+        if key not in target and interval.high < 1.0:
+            target.add(key)
+            self.engaged += 1
+            return "engaged"
+        if key in target and interval.estimate >= 1.0:
+            target.discard(key)
+            self.released += 1
+            return "released"
+        return None
+
+    def active(self, key: tuple[str, str, str]) -> bool:
+        return key in self.strata or key[1] in self.buckets
+
+
+def table_rows(book: RequestBook, guard: Guard, confidence: float = 0.95, min_n: int = 2) -> list[dict]:
+    """One row per (class, bucket, arm) the request book has seen, ordered by class, load, arm."""
+    rows = []
+    for key in sorted(book.keys(), key=lambda k: (k[0], _bucket_order(k[1]), k[2])):
+        iv = book.interval(key, confidence, min_n)
+        nt, nc = book.counts(key)
+        row = {"content_class": key[0], "load_bucket": key[1], "arm": key[2], "n_treated": nt, "n_control": nc,
+               "speedup": None, "low": None, "high": None, "guarded": guard.active(key)}
+        if iv is not None:
+            row.update(speedup=iv.estimate, low=iv.low, high=iv.high)
+        rows.append(row)
+    return rows
+
+
+def switchback_rows(book: SwitchbackBook, guard: Guard, confidence: float = 0.95,
+                    min_windows: int = 3) -> list[dict]:
+    rows = []
+    for b in book.buckets():
+        ws = book.windows(b)
+        res = book.interval(b, confidence, min_windows)
+        row = {"load_bucket": b, "windows_policy": sum(w.regime == "policy" for w in ws),
+               "windows_off": sum(w.regime == "off" for w in ws), "throughput_ratio": None, "low": None,
+               "high": None, "decode_speedup": None, "guarded": b in guard.buckets}
+        if res is not None:
+            thr, dec = res["throughput"], res["decode"]
+            row.update(throughput_ratio=thr.estimate, low=thr.low, high=thr.high,
+                       decode_speedup=dec.estimate if dec is not None else None)
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: Iterable[dict], switchback: Iterable[dict] = ()) -> str:
+    """The report as text: one line per stratum, then the switchback buckets."""
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [f"{'class':<11}{'load':>8}  {'arm':<7}{'n_spec':>7}{'n_off':>7}{'speedup':>9}  {'95% interval':<17}"
+             "guard"]
+    for r in rows:
+        ci = f"[{f(r['low'])}, {f(r['high'])}]" if r["speedup"] is not None else "-"
+        lines.append(f"{r['content_class']:<11}{r['load_bucket']:>8}  {r['arm']:<7}{r['n_treated']:>7}"
+                     f"{r['n_control']:>7}{f(r['speedup']):>9}  {ci:<17}{'ON' if r['guarded'] else ''}")
+    sb = list(switchback)
+    if sb:
+        lines.append("")
+        lines.append(f"{'switchback':<11}{'load':>8}  {'windows':>12}{'throughput':>12}  {'95% interval':<17}"
+                     f"{'decode':>8}  guard")
+        for r in sb:
+            ci = f"[{f(r['low'])}, {f(r['high'])}]" if r["throughput_ratio"] is not None else "-"
+            lines.append(f"{'':<11}{r['load_bucket']:>8}  {r['windows_policy']:>5}p/{r['windows_off']:>4}off"
+                         f"{f(r['throughput_ratio']):>12}  {ci:<17}{f(r['decode_speedup']):>8}  "
+                         f"{'ON' if r['guarded'] else ''}")
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""`Experimented`: any policy, wrapped in a request-level holdout, switchback windows and the guard.
+
+    policy = Experimented(build_inner(cfg), cfg.holdout, cfg.switchback, clock=time.time)
+    d = policy.decide(cls, workers, alphas)        # the inner decision, or off (reason holdout / guard /
+                                                   # switchback), with `d.assignment` set
+    policy.record(d, output_tokens, decode_s_per_token, now)   # when the request has finished
+    policy.report()                                 # the realized-speedup tables (control/holdout.py)
+
+The statistics, the assignment and the guard rules are in `control/holdout.py`. `clock` gives the switchback
+windows their time: wall time in the proxy (replicas agree on the window), the simulated clock in the
+simulator. Attributes the wrapper does not have (e.g. `default_profile`) are the inner policy's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from adaptspec.control.config import HoldoutConfig, SwitchbackConfig
+from adaptspec.control.holdout import (
+    CONTROL,
+    TREATED,
+    Assignment,
+    BlockAssigner,
+    Guard,
+    RequestBook,
+    SwitchbackBook,
+    load_bucket,
+    switchback_rows,
+    table_rows,
+)
+from adaptspec.control.types import AlphaSource, Decision, WorkerState
+
+
+class Experimented:
+    def __init__(self, inner, holdout: HoldoutConfig | None, switchback: SwitchbackConfig | None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.inner, self.holdout, self.switchback, self.clock = inner, holdout, switchback, clock
+        self.name = inner.name
+        self.assigner = BlockAssigner(holdout.share, holdout.seed) if holdout is not None else None
+        self.requests = RequestBook(holdout.max_samples if holdout is not None else 2000)
+        self.windows = (SwitchbackBook(switchback.share, switchback.window_s, switchback.washout_s, switchback.seed)
+                        if switchback is not None else None)
+        self.guard = Guard()
+        # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
+        self.changed: Counter[tuple[str, str, str, str]] = Counter()
+        self._closed = 0
+
+    def __getattr__(self, name: str):
+        if name == "inner":  # not set yet (copy / pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # -- decision ----------------------------------------------------------------------------------
+    def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
+        d = self.inner.decide(content_class, workers, alphas)
+        w = next((x for x in workers if x.name == d.worker), None)
+        load = (w.load if w is not None else 0.0) + 1.0
+        bucket = load_bucket(load)
+        arm = d.proposer if d.gamma > 0 else "none"
+        key = (content_class, bucket, arm)
+        window = regime = None
+        group, why = TREATED, ""
+        if self.windows is not None:
+            now = self.clock()
+            window = self.windows.index(now)
+            regime = self.windows.regime(d.worker, window, guarded=bucket in self.guard.buckets)
+            self.windows.note_decision(d.worker, window, regime, load, now)
+            if regime == "off" and arm != "none":
+                group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
+        if arm != "none" and regime != "off" and self.assigner is not None:
+            pick = self.assigner.pick(key)
+            if key in self.guard.strata:  # guarded: off, but for a randomized share that keeps the evidence fresh
+                group, why = (TREATED, "guard probe") if pick else (CONTROL, "guard")
+            elif pick:
+                group, why = CONTROL, "holdout"
+        a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why)
+        if group == CONTROL:
+            self.changed[(content_class, bucket, arm, why)] += 1
+            shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",
+                     "holdout": "holdout"}[why]
+            return replace(d, proposer="none", gamma=0, reason=f"{shown}; policy: {d.reason}", expected_speedup=1.0,
+                           assignment=a)
+        if why:
+            self.changed[(content_class, bucket, arm, why)] += 1
+            return replace(d, reason=f"{why}; {d.reason}", assignment=a)
+        return replace(d, assignment=a)
+
+    # -- outcome -----------------------------------------------------------------------------------
+    def record(self, decision: Decision, output_tokens: float, decode_s_per_token: float | None,
+               now: float | None = None) -> None:
+        """A request finished: its output tokens and decode seconds per token (None when unknown, e.g. a
+        non-streamed reply or a single token)."""
+        a = decision.assignment
+        if not isinstance(a, Assignment):
+            return
+        now = self.clock() if now is None else now
+        if self.windows is not None and a.window is not None:
+            self.windows.finish(a.worker, a.window, output_tokens, decode_s_per_token, now)
+            self._update_bucket_guard(now)
+        if a.arm == "none" or a.regime == "off" or decode_s_per_token is None or decode_s_per_token <= 0:
+            return  # request-level strata compare requests that shared the policy's windows only
+        key = (a.content_class, a.bucket, a.arm)
+        self.requests.observe(key, a.group, decode_s_per_token)
+        if self.holdout is not None and self.holdout.guard:
+            self.guard.update(key, self.requests.interval(key, self.holdout.confidence, self.holdout.min_samples),
+                              self.guard.strata)
+
+    def _update_bucket_guard(self, now: float) -> None:
+        sb, cfg = self.windows, self.switchback
+        n = sum(len(sb.windows(b)) for b in sb.buckets())
+        if n == self._closed or not cfg.guard:
+            self._closed = n
+            return
+        self._closed = n
+        for b in sb.buckets():
+            res = sb.interval(b, self.holdout.confidence if self.holdout else 0.95, cfg.min_windows)
+            if res is not None:
+                self.guard.update(b, res["throughput"], self.guard.buckets)
+
+    # -- report ------------------------------------------------------------------------------------
+    def report(self) -> dict:
+        conf = self.holdout.confidence if self.holdout is not None else 0.95
+        min_n = self.holdout.min_samples if self.holdout is not None else 2
+        if self.windows is not None:
+            self.windows.close_all(self.clock())
+        return {
+            "policy": self.name,
+            "confidence": conf,
+            "holdout": self.holdout.model_dump() if self.holdout is not None else None,
+            "switchback": self.switchback.model_dump() if self.switchback is not None else None,
+            "requests": table_rows(self.requests, self.guard, conf, min_n),
+            "windows": switchback_rows(self.windows, self.guard, conf, self.switchback.min_windows)
+            if self.windows is not None else [],
+            "guard": {"strata": [list(k) for k in sorted(self.guard.strata)], "buckets": sorted(self.guard.buckets),
+                      "engaged": self.guard.engaged, "released": self.guard.released},
+            "changed": [{"content_class": c, "load_bucket": b, "arm": arm, "reason": r, "count": n}
+                        for (c, b, arm, r), n in sorted(self.changed.items())],
+        }

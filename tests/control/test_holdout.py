@@ -1,0 +1,226 @@
+"""control/holdout.py and control/holdout_policy.py: assignment, intervals, switchback windows, the guard."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from adaptspec.control.config import StaticPolicy, parse_config
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.holdout import (
+    CONTROL,
+    TREATED,
+    BlockAssigner,
+    SwitchbackBook,
+    format_table,
+    load_bucket,
+    log_ratio_interval,
+    t_quantile,
+    window_uniform,
+)
+from adaptspec.control.holdout_policy import Experimented
+from adaptspec.control.policy import Static, build_policy
+from adaptspec.control.types import WorkerState
+from adaptspec.errors import ConfigError
+
+
+def test_load_buckets_are_powers_of_two():
+    got = [load_bucket(b) for b in (0, 1, 2, 3, 4, 7, 8, 63.6, 64, 255, 256, 5000)]
+    assert got == ["1", "1", "2-3", "2-3", "4-7", "4-7", "8-15", "64-127", "64-127", "128-255", "256+", "256+"]
+
+
+@pytest.mark.parametrize("df, want", [(1, 12.7062), (2, 4.3027), (5, 2.5706), (10, 2.2281), (30, 2.0423),
+                                      (1e6, 1.9600)])
+def test_t_quantile_matches_tables(df, want):
+    assert t_quantile(0.975, df) == pytest.approx(want, rel=2e-3)
+
+
+def test_block_assigner_holds_exactly_one_per_block_at_a_uniform_position():
+    # closed form: one hit per block of 4, its position uniform: each position gets n/4 of n blocks
+    a = BlockAssigner(0.25, seed=3)
+    n = 65_536
+    pos = [0, 0, 0, 0]
+    for _ in range(n):
+        hits = [a.pick(("code", "1", "ngram")) for _ in range(4)]
+        assert sum(hits) == 1
+        pos[hits.index(True)] += 1
+    p = 0.25
+    for c in pos:
+        assert abs(c - n * p) <= 6 * math.sqrt(n * p * (1 - p)) + 5
+
+
+def test_block_assigner_strata_are_independent():
+    a = BlockAssigner(0.02, seed=0)
+    held = {s: sum(a.pick((s, "1", "ngram")) for _ in range(500)) for s in ("code", "chat")}
+    assert held == {"code": 10, "chat": 10}  # exactly the share in each stratum, whatever the mix
+    assert not any(BlockAssigner(0.0).pick(("x",)) for _ in range(100))
+
+
+def test_log_ratio_interval_covers_the_true_ratio_at_its_confidence():
+    # lognormal decode times: off ~ exp(N(log 0.030, 0.3)), spec ~ exp(N(log 0.020, 0.5)); true geometric
+    # speedup 1.5. Welch on logs: coverage ~0.95 (binomial bounds, n = 2000 replications).
+    rng = random.Random(7)
+    n, hits = 2000, 0
+    for _ in range(n):
+        spec = [math.exp(rng.gauss(math.log(0.020), 0.5)) for _ in range(120)]
+        off = [math.exp(rng.gauss(math.log(0.030), 0.3)) for _ in range(12)]
+        iv = log_ratio_interval(spec, off)
+        hits += iv.low <= 1.5 <= iv.high
+    p = 0.95
+    assert abs(hits - n * p) <= 6 * math.sqrt(n * p * (1 - p)) + 5
+
+
+def test_log_ratio_interval_needs_samples_and_handles_constant_data():
+    assert log_ratio_interval([1.0], [2.0, 2.0]) is None
+    assert log_ratio_interval([1.0] * 5, [2.0] * 5, min_n=6) is None
+    iv = log_ratio_interval([1.0, 1.0], [2.0, 2.0])
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def _worker(load: float = 0.0) -> WorkerState:
+    return WorkerState(name="w0", proposers=("ngram", "draft"), running=load)
+
+
+def _experiment(holdout=None, switchback=None, clock=None) -> Experimented:
+    cfg = parse_config({"policy": {"kind": "static", "proposer": "ngram", "gamma": 4,
+                                   **({"holdout": holdout} if holdout else {}),
+                                   **({"switchback": switchback} if switchback else {})}})
+    pol = build_policy(cfg.policy)
+    if clock is not None:
+        pol.clock = clock
+    return pol
+
+
+def test_build_policy_wraps_only_when_an_experiment_is_configured():
+    assert isinstance(build_policy(StaticPolicy(kind="static")), Static)
+    pol = _experiment({"share": 0.1})
+    assert isinstance(pol, Experimented) and pol.name == "static"
+
+
+def test_holdout_serves_its_share_off_with_reason_holdout():
+    pol = _experiment({"share": 0.1})
+    alphas = AlphaTable()
+    ds = [pol.decide("code", [_worker()], alphas) for _ in range(200)]
+    held = [d for d in ds if d.assignment.group == CONTROL]
+    assert len(held) == 20
+    assert all(d.proposer == "none" and d.gamma == 0 and d.reason.startswith("holdout") for d in held)
+    served = [d for d in ds if d.assignment.group == TREATED]
+    assert all(d.proposer == "ngram" and d.gamma == 4 for d in served)
+    assert {(d.assignment.content_class, d.assignment.bucket, d.assignment.arm) for d in ds} == {("code", "1", "ngram")}
+    assert pol.report()["changed"] == [{"content_class": "code", "load_bucket": "1", "arm": "ngram",
+                                        "reason": "holdout", "count": 20}]
+
+
+def test_report_estimates_the_speedup_and_the_guard_engages_and_releases():
+    pol = _experiment({"share": 0.2, "min_samples": 5})
+    alphas, rng = AlphaTable(), random.Random(1)
+
+    def run(n: int, spec_s: float, off_s: float) -> list:
+        out = []
+        for _ in range(n):
+            d = pol.decide("chat", [_worker(5)], alphas)
+            base = off_s if d.gamma == 0 else spec_s
+            pol.record(d, 64, base * math.exp(rng.gauss(0.0, 0.1)), now=0.0)
+            out.append(d)
+        return out
+
+    run(200, 0.010, 0.020)  # speculation 2x faster
+    row = pol.report()["requests"][0]
+    assert (row["content_class"], row["load_bucket"], row["arm"]) == ("chat", "4-7", "ngram")
+    assert (row["n_treated"], row["n_control"]) == (160, 40)
+    assert row["low"] < 2.0 < row["high"] and row["high"] / row["low"] < 1.2 and not row["guarded"]
+    text = format_table(pol.report()["requests"])
+    assert "chat" in text and "4-7" in text and "ngram" in text
+
+    ds = run(600, 0.030, 0.020)  # now speculation is slower: the guard takes over
+    rep = pol.report()
+    assert rep["requests"][0]["guarded"] and rep["guard"]["engaged"] == 1
+    late = ds[-100:]
+    assert sum(d.gamma == 0 and d.reason.startswith("guard") for d in late) == 80  # probes: the share
+    assert sum(d.gamma == 4 and d.assignment.reason == "guard probe" for d in late) == 20
+
+    run(3000, 0.010, 0.020)  # faster again: the probes' evidence releases it
+    rep = pol.report()
+    assert not rep["requests"][0]["guarded"] and rep["guard"]["released"] == 1
+
+
+def test_requests_the_policy_serves_off_are_not_part_of_the_experiment():
+    cfg = parse_config({"policy": {"kind": "static", "holdout": {"share": 0.5}}})
+    pol = build_policy(cfg.policy)
+    ds = [pol.decide("chat", [_worker()], AlphaTable()) for _ in range(10)]
+    assert all(d.assignment.arm == "none" and d.assignment.group == TREATED for d in ds)
+    for d in ds:
+        pol.record(d, 10, 0.01, now=0.0)
+    assert pol.report()["requests"] == [] and pol.report()["changed"] == []
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_window_regimes_are_random_with_the_share_and_fixed_per_window():
+    n = 65_536
+    off = sum(window_uniform(5, "w0", i) < 0.3 for i in range(n))
+    assert abs(off - 0.3 * n) <= 6 * math.sqrt(n * 0.3 * 0.7) + 5
+    assert window_uniform(5, "w0", 12) == window_uniform(5, "w0", 12) != window_uniform(5, "w1", 12)
+    book = SwitchbackBook(0.3, 10.0, 2.0, seed=5)
+    assert book.regime("w0", 7) == ("off" if window_uniform(5, "w0", 7) < 0.3 else "policy")
+    assert book.regime("w0", 7, guarded=True) == ("policy" if window_uniform(5, "w0", 7) < 0.3 else "off")
+
+
+def test_switchback_compares_window_throughput_and_guards_a_slower_bucket():
+    clock = _Clock()
+    pol = _experiment(switchback={"share": 0.3, "window_s": 10.0, "washout_s": 2.0, "min_windows": 3},
+                      clock=clock)
+    alphas = AlphaTable()
+    # a closed loop of 1-second requests of 100 tokens; in off windows they take 0.8 s (speculation is slower)
+    regimes = []
+    while clock.t < 400.0:
+        guarded = bool(pol.guard.buckets)
+        d = pol.decide("chat", [_worker(40)], alphas)
+        regimes.append((guarded, d.assignment.window, d.assignment.regime))
+        assert (d.gamma == 0) == (d.assignment.regime == "off")
+        clock.t += 1.0 if d.gamma else 0.8
+        pol.record(d, 100, 0.01, now=clock.t)
+    rep = pol.report()
+    row = rep["windows"][0]
+    assert row["load_bucket"] == "32-63" and row["windows_policy"] >= 3 and row["windows_off"] >= 3
+    assert row["throughput_ratio"] == pytest.approx(0.8, rel=0.05) and row["high"] < 1.0
+    assert rep["guard"]["buckets"] == ["32-63"] and row["guarded"]
+    # guarded: only a share (0.3) of windows still runs the policy, instead of all but a share
+    after = [(w, r) for g, w, r in regimes if g]
+    assert len({w for w, _ in after}) >= 10
+    assert all(r == ("policy" if window_uniform(0, "w0", w) < 0.3 else "off") for w, r in after)
+    assert sum(r == "off" for _, r in after) > sum(r == "policy" for _, r in after)
+    assert any(r.startswith("switchback") or r.startswith("guard") for r in
+               (c["reason"] for c in rep["changed"]))
+
+
+def test_switchback_washout_is_not_measured():
+    book = SwitchbackBook(0.5, 10.0, 4.0, seed=0)
+    book.note_decision("w0", 0, "policy", 1.0, 0.5)
+    book.finish("w0", 0, 50, 0.01, 3.0)  # inside the washout: not counted
+    book.finish("w0", 0, 70, 0.01, 6.0)
+    book.finish("w0", 0, 90, 0.01, 11.0)  # after the window: not counted
+    book.close_all(20.0)
+    (w,) = book.windows("1")
+    assert w.tokens == 70
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ({"holdout": {"share": 0.0}}, "policy.holdout.share", 0.0),
+    ({"holdout": {"share": 0.02, "bogus": 1}}, "policy.holdout.bogus", 1),
+    ({"switchback": {"window_s": 5, "washout_s": 5}}, "policy.switchback", None),
+])
+def test_config_errors_name_the_key(section, key, value):
+    with pytest.raises(ConfigError) as e:
+        parse_config({"policy": {"kind": "goodput", **section}}, "pol.yaml")
+    assert e.value.key == key and e.value.file == "pol.yaml"
+    if value is not None:
+        assert e.value.value == value
