@@ -242,6 +242,7 @@ def simulate(
     telemetry: Callable[[float, StepCounters], None] | None = None,
     telemetry_interval_s: float = 0.25,
     counters: StepCounters | None = None,
+    on_finish: Callable[[object, int, float, int, float | None], None] | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
 
@@ -251,6 +252,9 @@ def simulate(
     `telemetry(now, counters)`: the engine's cumulative step counters (adaptspec.control.telemetry), from the
     truth cost of every step, at most every `telemetry_interval_s` simulated seconds (and once at the end);
     they start from `counters` (e.g. the previous point's `SimResult.counters`) or zero.
+
+    `on_finish(decision, request id, now, output tokens, decode seconds per token after the first or None)`:
+    every completion, with the policy's Decision for it (the holdout / switchback experiment's feedback).
     """
     truth = truth or AlphaModel()
     replay = workload if isinstance(workload, TraceWorkload) else None
@@ -306,6 +310,7 @@ def simulate(
     a_tok = np.zeros(slots, dtype=np.int64)
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
+    decisions: list = [None] * slots  # the Decision of the request in each slot (for on_finish)
     tele = _Telemetry(counters) if telemetry is not None else None
     next_report = t0 + telemetry_interval_s
     # trace replay: the chosen proposer's run per output position of the request in each slot
@@ -359,6 +364,7 @@ def simulate(
             else:
                 d = policy.decide(cname, [state], alphas)
             g = min(int(d.gamma), G) if d.proposer != "none" else 0
+            decisions[s] = d
             p = d.proposer if g > 0 else "none"
             if req is not None and g:
                 runs[s] = 1  # a proposer the trace lacks for this request never gets a draft accepted
@@ -494,6 +500,9 @@ def simulate(
                 observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
                         per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
                         num_drafts=int(pos_drf[s, 0]))
+            if on_finish is not None:
+                on_finish(decisions[s], int(rid[s]), t0 + t, int(gen[s]),
+                          (t - t_first[s]) / (gen[s] - 1) if gen[s] > 1 else None)
             if t_warm is not None and n_warm < completed <= n_target:
                 n_out = gen[s]
                 m_ttft.append(t_first[s] - t_arr[s])

@@ -1,0 +1,237 @@
+"""Holdouts and switchbacks in the simulator, checked against the truth the simulator knows.
+
+    python -m adaptspec.bench.holdout_sim coverage --profile h200-llama3-70b --seeds 20
+    python -m adaptspec.bench.holdout_sim switchback --profile h200-llama3-70b --concurrency 128 --seeds 20
+    python -m adaptspec.bench.holdout_sim cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20
+    python -m adaptspec.bench.holdout_sim guard --profile h200-llama3-70b --concurrency 128 --seeds 20
+    (any of them with --trace benchmarks/traces/tiny-shipped.jsonl --profile cpu-tiny: trace replay)
+
+The policy runs wrapped in `control/holdout_policy.Experimented` exactly as in the proxy (its decisions through
+`simulate`'s policy, its feedback through `simulate(on_finish=...)`, its switchback windows on the simulated
+clock). The truth is a paired run of the same requests (same seed: same requests, same acceptance coins):
+
+* request level: every request once more with the decision the policy made for it (`Replay`) and once with
+  speculation off; the true speedup of a stratum is the geometric mean over its requests of
+  decode-time-per-token off / with speculation, which the holdout's interval should cover;
+* system level: the policy alone vs off on the same requests; the ratio of output tokens/s is what the
+  switchback interval should cover;
+* cost: output tokens/s with the holdout vs the policy alone;
+* guard: the simulated time at which the guard first holds off the load bucket of a forced always-on policy
+  at a concurrency where it is slower than off.
+Every command prints one JSON line per seed and a summary line (stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+
+from adaptspec.bench.simulator import PolicySpec, ProfileCost, SimConfig, _SimClock, parse_policy, simulate
+from adaptspec.bench.workloads import AlphaModel, get_workload
+from adaptspec.control.config import EstimatorConfig, HoldoutConfig, SwitchbackConfig
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.holdout import CONTROL, load_bucket
+from adaptspec.control.holdout_policy import Experimented
+from adaptspec.control.policy import build_policy
+from adaptspec.control.profiles import load_profile
+from adaptspec.control.types import Decision
+
+
+class Recorder:
+    """The inner policy, remembering every decision in call order (= request id order: FIFO admission)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.decisions = inner, inner.name, []
+
+    def decide(self, content_class, workers, alphas) -> Decision:
+        d = self.inner.decide(content_class, workers, alphas)
+        self.decisions.append(d)
+        return d
+
+
+class Replay:
+    """The recorded decisions again, in the same order (the paired 'with speculation' run)."""
+
+    def __init__(self, decisions: list[Decision]) -> None:
+        self.name, self._d, self._i = "replay", decisions, 0
+
+    def decide(self, content_class, workers, alphas) -> Decision:
+        d = self._d[self._i] if self._i < len(self._d) else Decision(workers[0].name, "none", 0, content_class,
+                                                                      "replay", "past the recording")
+        self._i += 1
+        return d
+
+
+@dataclass
+class Setup:
+    profile: str
+    workload: object
+    concurrency: int
+    seed: int
+    requests: int
+    warmup: int
+    max_gamma: int = 8
+
+
+def _workload(trace: str | None, name: str):
+    if trace:
+        from adaptspec.bench.traces import TraceWorkload
+
+        return TraceWorkload.from_files([trace])
+    return get_workload(name)
+
+
+def _run(policy, s: Setup, finish=None, clock: _SimClock | None = None):
+    cost = ProfileCost(load_profile(s.profile))
+    worker = cost.worker(max_gamma=s.max_gamma, profile=s.profile)
+    clock = clock or _SimClock()
+    alphas = AlphaTable.from_config(EstimatorConfig(), clock=clock)
+    cfg = SimConfig(concurrency=s.concurrency, requests=s.requests, warmup=s.warmup, max_gamma=s.max_gamma,
+                    seed=s.seed)
+    return simulate(policy, cost, s.workload, cfg, truth=AlphaModel(aliases=cost.truth_aliases()), alphas=alphas,
+                    worker=worker, on_step=clock.set, on_finish=finish)
+
+
+def run_experiment(spec: PolicySpec, s: Setup, holdout: HoldoutConfig | None,
+                   switchback: SwitchbackConfig | None):
+    """The policy with the experiment: (SimResult, Experimented, Recorder, {rid: (decision, decode)}, t_guard)."""
+    clock = _SimClock()
+    rec = Recorder(build_policy(spec.policy))
+    pol = Experimented(rec, holdout, switchback, clock=clock)
+    seen: dict[int, tuple[Decision, float | None]] = {}
+    guard_at: list[float] = []
+
+    def finish(d, rid, now, tokens, decode):
+        pol.record(d, tokens, decode, now)
+        seen[rid] = (d, decode)
+        if not guard_at and (pol.guard.buckets or pol.guard.strata):
+            guard_at.append(now)
+
+    res = _run(pol, s, finish, clock)
+    return res, pol, rec, seen, (guard_at[0] if guard_at else None)
+
+
+def _decode_by_rid(policy, s: Setup) -> tuple[object, dict[int, float | None]]:
+    out: dict[int, float | None] = {}
+    res = _run(policy, s, lambda d, rid, now, tokens, decode: out.__setitem__(rid, decode))
+    return res, out
+
+
+def coverage(spec: PolicySpec, s: Setup, holdout: HoldoutConfig) -> list[dict]:
+    """Per stratum with an interval: the holdout's interval and the paired true speedup of its requests."""
+    _, pol, rec, seen, _ = run_experiment(spec, s, holdout, None)
+    _, spec_d = _decode_by_rid(Replay(rec.decisions), s)
+    _, off_d = _decode_by_rid(build_policy(parse_policy("off", s.profile).policy), s)
+    logs: dict[tuple, list[float]] = {}
+    for rid, (d, _) in seen.items():
+        a = d.assignment
+        on, off = spec_d.get(rid), off_d.get(rid)
+        if a is None or a.arm == "none" or not on or not off:
+            continue
+        logs.setdefault((a.content_class, a.bucket, a.arm), []).append(math.log(off / on))
+    rows = []
+    for r in pol.report()["requests"]:
+        key = (r["content_class"], r["load_bucket"], r["arm"])
+        if r["speedup"] is None or key not in logs:
+            continue
+        truth = math.exp(sum(logs[key]) / len(logs[key]))
+        rows.append({**r, "truth": truth, "covered": bool(r["low"] <= truth <= r["high"])})
+    return rows
+
+
+def switchback_check(spec: PolicySpec, s: Setup, sb: SwitchbackConfig) -> dict:
+    res, pol, _, _, _ = run_experiment(spec, s, None, sb.model_copy(update={"guard": False}))
+    alone = _run(build_policy(spec.policy), s)
+    off = _run(build_policy(parse_policy("off", s.profile).policy), s)
+    truth = float(alone.row()["output_tokens_per_s"] / off.row()["output_tokens_per_s"])
+    bucket = load_bucket(s.concurrency)
+    rows = [r for r in pol.report()["windows"] if r["load_bucket"] == bucket]
+    row = rows[0] if rows else {}
+    est = row.get("throughput_ratio")
+    return {"truth": truth, "bucket": bucket, "estimate": est, "low": row.get("low"), "high": row.get("high"),
+            "windows_policy": row.get("windows_policy"), "windows_off": row.get("windows_off"),
+            "covered": bool(est is not None and row["low"] <= truth <= row["high"]), "sim_time_s": res.sim_time_s}
+
+
+def cost_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig) -> dict:
+    res, pol, _, seen, _ = run_experiment(spec, s, holdout.model_copy(update={"guard": False}), None)
+    alone = _run(build_policy(spec.policy), s)
+    a, b = float(alone.row()["output_tokens_per_s"]), float(res.row()["output_tokens_per_s"])
+    held = sum(1 for d, _ in seen.values() if d.assignment is not None and d.assignment.group == CONTROL)
+    return {"policy_tok_s": a, "with_holdout_tok_s": b, "cost": 1.0 - b / a, "held": held, "requests": len(seen)}
+
+
+def guard_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig, sb: SwitchbackConfig) -> dict:
+    res, pol, _, _, t_guard = run_experiment(spec, s, holdout, sb)
+    off = _run(build_policy(parse_policy("off", s.profile).policy), s)
+    alone = _run(build_policy(spec.policy), s)
+    rep = pol.report()
+    a, o = float(alone.row()["output_tokens_per_s"]), float(off.row()["output_tokens_per_s"])
+    return {"slower_than_off": a < o, "ratio_truth": a / o,
+            "guard_at_s": t_guard, "guarded_buckets": rep["guard"]["buckets"],
+            "guarded_strata": len(rep["guard"]["strata"]), "sim_time_s": res.sim_time_s,
+            "tok_s_with_guard": float(res.row()["output_tokens_per_s"]), "tok_s_off": o}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m adaptspec.bench.holdout_sim", description=__doc__.split("\n")[0])
+    ap.add_argument("check", choices=("coverage", "switchback", "cost", "guard"))
+    ap.add_argument("--profile", default="h200-llama3-70b")
+    ap.add_argument("--trace", default=None, help="acceptance traces (JSONL) to replay instead of --workload")
+    ap.add_argument("--workload", default="mixed")
+    ap.add_argument("--policy", default=None, help="off, static:<p>:<g>, threshold, adaptive (default per check)")
+    ap.add_argument("--concurrency", default="1", help="comma-separated")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--share", type=float, default=None, help="holdout share (coverage 0.1, cost 0.02) or "
+                                                              "switchback share (0.5)")
+    ap.add_argument("--window-s", type=float, default=60.0)
+    ap.add_argument("--washout-s", type=float, default=20.0)
+    args = ap.parse_args(argv)
+    workload = _workload(args.trace, args.workload)
+    default_policy = {"coverage": "adaptive", "cost": "adaptive", "switchback": "static:draft:4",
+                      "guard": "static:draft:4"}[args.check]
+    spec = parse_policy(args.policy or default_policy, args.profile)
+    sb = SwitchbackConfig(share=args.share if args.check == "switchback" and args.share else 0.5,
+                          window_s=args.window_s, washout_s=args.washout_s)
+    hshare = args.share if args.share and args.check != "switchback" else (0.1 if args.check == "coverage" else 0.02)
+    holdout = HoldoutConfig(share=hshare)
+    for conc in (int(c) for c in args.concurrency.split(",")):
+        hits = total = 0
+        costs = []
+        for seed in range(args.seeds):
+            s = Setup(args.profile, workload, conc, seed, args.requests, args.warmup)
+            if args.check == "coverage":
+                rows = coverage(spec, s, holdout)
+                top = max(rows, key=lambda r: r["n_control"]) if rows else None
+                out = {"seed": seed, "concurrency": conc, "strata": len(rows),
+                       "covered_strata": sum(r["covered"] for r in rows), "primary": top}
+                ok = bool(top and top["covered"])
+            elif args.check == "switchback":
+                out = {"seed": seed, "concurrency": conc, **switchback_check(spec, s, sb)}
+                ok = out["covered"]
+            elif args.check == "cost":
+                out = {"seed": seed, "concurrency": conc, **cost_check(spec, s, holdout)}
+                costs.append(out["cost"])
+                ok = out["cost"] <= 0.015
+            else:
+                out = {"seed": seed, "concurrency": conc, **guard_check(spec, s, holdout, sb)}
+                ok = out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0
+            hits += ok
+            total += 1
+            print(json.dumps(out), flush=True)
+        summary = {"check": args.check, "policy": spec.name, "profile": args.profile,
+                   "workload": args.trace or args.workload, "concurrency": conc, "seeds": total, "passed": hits}
+        if costs:
+            summary["mean_cost"] = sum(costs) / len(costs)
+            summary["max_cost"] = max(costs)
+        print(json.dumps({"summary": summary}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
