@@ -2,7 +2,7 @@
 
     policy:    {kind: goodput|static|threshold|bandit, ...kind-specific,
                 holdout: {share, seed, confidence, min_samples, max_samples, guard},
-                switchback: {share, window_s, washout_s, seed, min_windows, guard}}
+                switchback: {share, window_s, washout_s, settle_s, seed, min_windows, guard}}
     estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
     state:     {backend: memory|redis, url, key_prefix}
@@ -53,6 +53,7 @@ class SwitchbackConfig(_Strict):
     share: float = Field(default=0.5, gt=0.0, lt=1.0)
     window_s: float = Field(default=30.0, gt=0.0)
     washout_s: float = Field(default=10.0, ge=0.0)  # not measured after a switch; >= a typical request's time
+    settle_s: float | None = Field(default=None, ge=0.0)  # a window is evaluated this long after its end
     seed: int | None = 0
     min_windows: int = Field(default=3, ge=2)  # per regime, before a load bucket gets an interval
     guard: bool = True  # buckets whose system throughput is confidently lower with the policy: off

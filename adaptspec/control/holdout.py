@@ -21,8 +21,11 @@ System level (switchback). A held request shares its batch with speculating ones
 their drafts cost the batch. Switchback windows can: per worker, time is cut into windows of `window_s`; each
 window runs the policy or speculation off (off with probability `share`, drawn per (seed, worker, window));
 the first `washout_s` of a window are not measured (the batch still holds requests of the previous regime),
-and the window's throughput is the output tokens of requests that started in the window and finished in its
-measured part, divided by that part's length (unbiased once washout_s exceeds the typical request duration). Windows are
+and the window's throughput is the output tokens the worker emitted in its measured part (each finished
+request's tokens spread evenly over its decode time) divided by that part's length; a window is evaluated
+`settle_s` after its end (tokens of requests still running then are left out). Requests of the previous
+regime still running after the washout blur the two regimes towards each other (the interval then
+understates the effect): keep washout_s above most requests' duration and window_s a few times that. Windows are
 compared within a load bucket by the same log-scale Welch interval, one sample per window.
 
 Guard. A stratum (or, from switchback evidence, a whole load bucket) whose interval lies wholly below 1 is
@@ -153,6 +156,8 @@ class Assignment:
     window: int | None = None  # switchback window index (None: switchback off)
     regime: str | None = None  # "policy" | "off": the window's regime for this request (None: switchback off)
     reason: str = ""  # "holdout" | "guard" | "guard probe" | "switchback" | ""
+    load: float = 1.0  # the batch the request joined
+    decided_at: float = 0.0  # clock reading at the decision (switchback only)
 
 
 @dataclass
@@ -161,10 +166,14 @@ class _Window:
     measure_from: float
     end: float
     regime: str
-    tokens: float = 0.0
+    tokens: float = 0.0  # output tokens the worker emitted in [measure_from, end) (finished requests)
     mixed: bool = False  # the guard flipped the regime mid-window: not a clean sample
     loads: list = field(default_factory=list)
     decode: list = field(default_factory=list)
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / (self.end - self.measure_from)
 
 
 class RequestBook:
@@ -199,8 +208,10 @@ class SwitchbackBook:
     """Switchback windows per worker: regime schedule, measured throughput, per-bucket comparison."""
 
     def __init__(self, share: float, window_s: float, washout_s: float, seed: int | None = 0,
-                 max_windows: int = 400) -> None:
+                 max_windows: int = 400, settle_s: float | None = None) -> None:
         self.share, self.window_s, self.washout_s, self.seed = share, window_s, washout_s, seed
+        # a window is evaluated settle_s after its end, once most requests that ran in it have reported
+        self.settle_s = window_s if settle_s is None else settle_s
         self._open: dict[tuple[str, int], _Window] = {}
         self._done: dict[str, deque] = {}  # bucket -> closed windows
         self.max_windows = max_windows
@@ -228,16 +239,34 @@ class SwitchbackBook:
         w.loads.append(load)
 
     def finish(self, worker: str, window: int, tokens: float, decode: float | None, now: float) -> None:
-        """A request that started in `window` finished at `now`: counted when `now` is in the measured part."""
+        """A request that started in `window` finished at `now` after `tokens` output tokens, decoding at
+        `decode` seconds per token after the first (None: unknown, its tokens count at `now`).
+
+        Its tokens are spread evenly over [first token, now] and every window of the worker gets the share
+        emitted in its measured part, whichever window the request started in: a window's throughput is
+        what the whole worker emitted while it ran (the batch-mates' slowdown included). Its decode time
+        counts for the window it started in when it ended there.
+        """
+        t1 = now - decode * (tokens - 1) if decode is not None and tokens > 1 else now
+        first, last = self.index(t1), self.index(now)
+        for i in range(max(first, last - 10_000), last + 1):  # (a bogus timestamp is not worth a long loop)
+            w = self._open.get((worker, i))
+            if w is None:
+                continue
+            if now == t1:
+                w.tokens += tokens if w.measure_from <= now < w.end else 0.0
+                continue
+            lo, hi = max(t1, w.measure_from), min(now, w.end)
+            if hi > lo:
+                w.tokens += tokens * (hi - lo) / (now - t1)
         w = self._open.get((worker, window))
-        if w is not None and w.measure_from <= now <= w.end:
-            w.tokens += tokens
-            if decode is not None:
-                w.decode.append(decode)
+        if w is not None and decode is not None and now <= w.end:
+            w.decode.append(decode)
         self._close_before(now)
 
     def _close_before(self, now: float) -> None:
-        for key in [k for k, w in self._open.items() if w.end <= now]:
+        """Windows whose end is `settle_s` past: requests still running then are not waited for."""
+        for key in [k for k, w in self._open.items() if w.end + self.settle_s <= now]:
             w = self._open.pop(key)
             if not w.loads or w.mixed:
                 continue
@@ -246,6 +275,7 @@ class SwitchbackBook:
             self._done.setdefault(bucket, deque(maxlen=self.max_windows)).append(w)
 
     def close_all(self, now: float) -> None:
+        """Evaluate what has settled by `now` (the report calls it)."""
         self._close_before(now)
 
     def buckets(self) -> list[str]:
@@ -259,9 +289,8 @@ class SwitchbackBook:
         ws = self._done.get(bucket)
         if not ws:
             return None
-        span = self.window_s - self.washout_s
-        pol = [w.tokens / span for w in ws if w.regime == "policy" and w.tokens > 0]
-        off = [w.tokens / span for w in ws if w.regime == "off" and w.tokens > 0]
+        pol = [w.throughput for w in ws if w.regime == "policy" and w.tokens > 0]
+        off = [w.throughput for w in ws if w.regime == "off" and w.tokens > 0]
         thr = log_ratio_interval(off, pol, confidence, min_windows)
         if thr is None:
             return None

@@ -41,8 +41,8 @@ class Experimented:
         self.name = inner.name
         self.assigner = BlockAssigner(holdout.share, holdout.seed) if holdout is not None else None
         self.requests = RequestBook(holdout.max_samples if holdout is not None else 2000)
-        self.windows = (SwitchbackBook(switchback.share, switchback.window_s, switchback.washout_s, switchback.seed)
-                        if switchback is not None else None)
+        self.windows = (SwitchbackBook(switchback.share, switchback.window_s, switchback.washout_s, switchback.seed,
+                                       settle_s=switchback.settle_s) if switchback is not None else None)
         self.guard = Guard()
         # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
         self.changed: Counter[tuple[str, str, str, str]] = Counter()
@@ -63,6 +63,7 @@ class Experimented:
         key = (content_class, bucket, arm)
         window = regime = None
         group, why = TREATED, ""
+        now = 0.0
         if self.windows is not None:
             now = self.clock()
             window = self.windows.index(now)
@@ -76,7 +77,7 @@ class Experimented:
                 group, why = (TREATED, "guard probe") if pick else (CONTROL, "guard")
             elif pick:
                 group, why = CONTROL, "holdout"
-        a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why)
+        a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why, load, now)
         if group == CONTROL:
             self.changed[(content_class, bucket, arm, why)] += 1
             shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",

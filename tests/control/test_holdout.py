@@ -202,15 +202,21 @@ def test_switchback_compares_window_throughput_and_guards_a_slower_bucket():
                (c["reason"] for c in rep["changed"]))
 
 
-def test_switchback_washout_is_not_measured():
-    book = SwitchbackBook(0.5, 10.0, 4.0, seed=0)
+def test_switchback_counts_what_the_worker_emitted_in_the_measured_part():
+    book = SwitchbackBook(0.5, 10.0, 4.0, seed=0, settle_s=10.0)
     book.note_decision("w0", 0, "policy", 1.0, 0.5)
-    book.finish("w0", 0, 50, 0.01, 3.0)  # inside the washout: not counted
-    book.finish("w0", 0, 70, 0.01, 6.0)
-    book.finish("w0", 0, 90, 0.01, 11.0)  # after the window: not counted
-    book.close_all(20.0)
-    (w,) = book.windows("1")
-    assert w.tokens == 70
+    book.note_decision("w0", 1, "off", 1.0, 10.5)
+    book.finish("w0", 0, 31, 0.1, 3.0)  # decoded 0.0-3.0: all inside the washout, counts nowhere
+    book.finish("w0", 0, 81, 0.1, 12.0)  # 4.0-12.0: 6/8 of it in window 0's measured part, none in 1's
+    book.close_all(19.9)
+    assert book.windows("1") == []  # window 0 settles at its end + settle_s = 20
+    book.finish("w0", 1, 50, None, 15.0)  # no decode time: all at its end, in window 1's measured part
+    book.finish("w0", 0, 161, 0.1, 20.0)  # 4.0-20.0: 6/16 in window 0 (4-10), 6/16 in window 1 (14-20)
+    book.close_all(30.0)
+    w0, w1 = book.windows("1")
+    assert (w0.regime, w0.tokens) == ("policy", pytest.approx(81 * 6 / 8 + 161 * 6 / 16))
+    assert (w1.regime, w1.tokens) == ("off", pytest.approx(50 + 161 * 6 / 16))
+    assert w0.decode == [0.1]  # only the request that started and ended in window 0
 
 
 @pytest.mark.parametrize("section, key, value", [
