@@ -108,7 +108,7 @@ def run_experiment(spec: PolicySpec, s: Setup, holdout: HoldoutConfig | None,
         pol.record(d, tokens, decode, now)
         seen[rid] = (d, decode)
         if not guard_at and (pol.guard.buckets or pol.guard.strata):
-            guard_at.append(now)
+            guard_at.append(float(now))
 
     res = _run(pol, s, finish, clock)
     return res, pol, rec, seen, (guard_at[0] if guard_at else None)
@@ -205,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         costs = []
         for seed in range(args.seeds):
             s = Setup(args.profile, workload, conc, seed, args.requests, args.warmup)
+            # the experiment's own randomness (which requests / windows) follows the seed too: a trace replay
+            # has the same requests for every seed
+            holdout = holdout.model_copy(update={"seed": seed})
+            sb = sb.model_copy(update={"seed": seed})
             if args.check == "coverage":
                 rows = coverage(spec, s, holdout)
                 top = max(rows, key=lambda r: r["n_control"]) if rows else None
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 out = {"seed": seed, "concurrency": conc, **guard_check(spec, s, holdout, sb)}
                 ok = out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0
-            hits += ok
+            hits += bool(ok)
             total += 1
             print(json.dumps(out), flush=True)
         summary = {"check": args.check, "policy": spec.name, "profile": args.profile,
