@@ -143,17 +143,24 @@ def coverage(spec: PolicySpec, s: Setup, holdout: HoldoutConfig) -> list[dict]:
 
 
 def switchback_check(spec: PolicySpec, s: Setup, sb: SwitchbackConfig) -> dict:
+    """The switchback interval vs the true throughput ratio, both after the start-up transient: the truth
+    over the runs' measured part (after `s.warmup` completions), the windows that start after the
+    experiment run's warmup."""
     res, pol, _, _, _ = run_experiment(spec, s, None, sb.model_copy(update={"guard": False}))
     alone = _run(build_policy(spec.policy), s)
     off = _run(build_policy(parse_policy("off", s.profile).policy), s)
     truth = float(alone.row()["output_tokens_per_s"] / off.row()["output_tokens_per_s"])
     bucket = load_bucket(s.concurrency)
-    rows = [r for r in pol.report()["windows"] if r["load_bucket"] == bucket]
-    row = rows[0] if rows else {}
-    est = row.get("throughput_ratio")
-    return {"truth": truth, "bucket": bucket, "estimate": est, "low": row.get("low"), "high": row.get("high"),
-            "windows_policy": row.get("windows_policy"), "windows_off": row.get("windows_off"),
-            "covered": bool(est is not None and row["low"] <= truth <= row["high"]), "sim_time_s": res.sim_time_s}
+    since = res.sim_time_s - res.window_s  # when the warmup ended
+    pol.windows.close_all(res.sim_time_s)
+    got = pol.windows.interval(bucket, 0.95, sb.min_windows, since=since)
+    ws = [w for w in pol.windows.windows(bucket) if w.start >= since]
+    thr = got["throughput"] if got else None
+    return {"truth": truth, "bucket": bucket, "estimate": thr.estimate if thr else None,
+            "low": thr.low if thr else None, "high": thr.high if thr else None,
+            "windows_policy": sum(w.regime == "policy" for w in ws), "windows_off": sum(w.regime == "off" for w in ws),
+            "covered": bool(thr is not None and thr.low <= truth <= thr.high), "sim_time_s": float(res.sim_time_s),
+            "warmup_s": float(since)}
 
 
 def cost_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig) -> dict:
@@ -191,13 +198,14 @@ def main(argv: list[str] | None = None) -> int:
                                                               "switchback share (0.5)")
     ap.add_argument("--window-s", type=float, default=60.0)
     ap.add_argument("--washout-s", type=float, default=20.0)
+    ap.add_argument("--cooldown-s", type=float, default=0.0)
     args = ap.parse_args(argv)
     workload = _workload(args.trace, args.workload)
     default_policy = {"coverage": "adaptive", "cost": "adaptive", "switchback": "static:draft:4",
                       "guard": "static:draft:4"}[args.check]
     spec = parse_policy(args.policy or default_policy, args.profile)
     sb = SwitchbackConfig(share=args.share if args.check == "switchback" and args.share else 0.5,
-                          window_s=args.window_s, washout_s=args.washout_s)
+                          window_s=args.window_s, washout_s=args.washout_s, cooldown_s=args.cooldown_s)
     hshare = args.share if args.share and args.check != "switchback" else (0.1 if args.check == "coverage" else 0.02)
     holdout = HoldoutConfig(share=hshare)
     for conc in (int(c) for c in args.concurrency.split(",")):

@@ -2,7 +2,7 @@
 
     policy:    {kind: goodput|static|threshold|bandit, ...kind-specific,
                 holdout: {share, seed, confidence, min_samples, max_samples, guard},
-                switchback: {share, window_s, washout_s, settle_s, seed, min_windows, guard}}
+                switchback: {share, window_s, washout_s, cooldown_s, settle_s, seed, min_windows, guard}}
     estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
     state:     {backend: memory|redis, url, key_prefix}
@@ -54,14 +54,16 @@ class SwitchbackConfig(_Strict):
     window_s: float = Field(default=30.0, gt=0.0)
     washout_s: float = Field(default=10.0, ge=0.0)  # not measured after a switch; >= a typical request's time
     settle_s: float | None = Field(default=None, ge=0.0)  # a window is evaluated this long after its end
+    cooldown_s: float = Field(default=0.0, ge=0.0)  # nor measured before its end (requests change pace there)
     seed: int | None = 0
     min_windows: int = Field(default=3, ge=2)  # per regime, before a load bucket gets an interval
     guard: bool = True  # buckets whose system throughput is confidently lower with the policy: off
 
     @model_validator(mode="after")
     def _washout_inside(self) -> SwitchbackConfig:
-        if self.washout_s >= self.window_s:
-            raise ValueError(f"washout_s ({self.washout_s:g}) must be shorter than window_s ({self.window_s:g})")
+        if self.washout_s + self.cooldown_s >= self.window_s:
+            raise ValueError(f"washout_s + cooldown_s ({self.washout_s + self.cooldown_s:g}) must be shorter than "
+                             f"window_s ({self.window_s:g})")
         return self
 
 

@@ -166,14 +166,15 @@ class _Window:
     measure_from: float
     end: float
     regime: str
-    tokens: float = 0.0  # output tokens the worker emitted in [measure_from, end) (finished requests)
+    measure_to: float = math.inf  # the measured part is [measure_from, measure_to)
+    tokens: float = 0.0  # output tokens the worker emitted in the measured part (finished requests)
     mixed: bool = False  # the guard flipped the regime mid-window: not a clean sample
     loads: list = field(default_factory=list)
     decode: list = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
-        return self.tokens / (self.end - self.measure_from)
+        return self.tokens / (min(self.end, self.measure_to) - self.measure_from)
 
 
 class RequestBook:
@@ -208,10 +209,13 @@ class SwitchbackBook:
     """Switchback windows per worker: regime schedule, measured throughput, per-bucket comparison."""
 
     def __init__(self, share: float, window_s: float, washout_s: float, seed: int | None = 0,
-                 max_windows: int = 400, settle_s: float | None = None) -> None:
+                 max_windows: int = 400, settle_s: float | None = None, cooldown_s: float = 0.0) -> None:
         self.share, self.window_s, self.washout_s, self.seed = share, window_s, washout_s, seed
         # a window is evaluated settle_s after its end, once most requests that ran in it have reported
         self.settle_s = window_s if settle_s is None else settle_s
+        # the last cooldown_s of a window are not measured either: a request running across the switch
+        # changes pace there, which spreading its tokens evenly would misplace
+        self.cooldown_s = cooldown_s
         self._open: dict[tuple[str, int], _Window] = {}
         self._done: dict[str, deque] = {}  # bucket -> closed windows
         self.max_windows = max_windows
@@ -232,7 +236,8 @@ class SwitchbackBook:
         w = self._open.get(key)
         if w is None:
             start = window * self.window_s
-            w = self._open[key] = _Window(start, start + self.washout_s, start + self.window_s, regime)
+            w = self._open[key] = _Window(start, start + self.washout_s, start + self.window_s, regime,
+                                          start + self.window_s - self.cooldown_s)
             self._close_before(now)
         elif w.regime != regime:
             w.mixed = True
@@ -254,9 +259,9 @@ class SwitchbackBook:
             if w is None:
                 continue
             if now == t1:
-                w.tokens += tokens if w.measure_from <= now < w.end else 0.0
+                w.tokens += tokens if w.measure_from <= now < min(w.end, w.measure_to) else 0.0
                 continue
-            lo, hi = max(t1, w.measure_from), min(now, w.end)
+            lo, hi = max(t1, w.measure_from), min(now, w.end, w.measure_to)
             if hi > lo:
                 w.tokens += tokens * (hi - lo) / (now - t1)
         w = self._open.get((worker, window))
@@ -284,9 +289,11 @@ class SwitchbackBook:
     def windows(self, bucket: str) -> list[_Window]:
         return list(self._done.get(bucket, ()))
 
-    def interval(self, bucket: str, confidence: float = 0.95, min_windows: int = 3) -> dict | None:
-        """Throughput ratio policy / off (and decode-time speedup) over the bucket's measured windows."""
-        ws = self._done.get(bucket)
+    def interval(self, bucket: str, confidence: float = 0.95, min_windows: int = 3,
+                 since: float = -math.inf) -> dict | None:
+        """Throughput ratio policy / off (and decode-time speedup) over the bucket's measured windows (those
+        starting at `since` or later)."""
+        ws = [w for w in self._done.get(bucket, ()) if w.start >= since]
         if not ws:
             return None
         pol = [w.throughput for w in ws if w.regime == "policy" and w.tokens > 0]

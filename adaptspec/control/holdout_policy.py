@@ -42,7 +42,8 @@ class Experimented:
         self.assigner = BlockAssigner(holdout.share, holdout.seed) if holdout is not None else None
         self.requests = RequestBook(holdout.max_samples if holdout is not None else 2000)
         self.windows = (SwitchbackBook(switchback.share, switchback.window_s, switchback.washout_s, switchback.seed,
-                                       settle_s=switchback.settle_s) if switchback is not None else None)
+                                       settle_s=switchback.settle_s, cooldown_s=switchback.cooldown_s)
+                        if switchback is not None else None)
         self.guard = Guard()
         # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
         self.changed: Counter[tuple[str, str, str, str]] = Counter()
