@@ -183,6 +183,12 @@ def guard_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig, sb: Switchba
             "tok_s_with_guard": float(res.row()["output_tokens_per_s"]), "tok_s_off": o}
 
 
+def _emit(obj: dict) -> None:
+    """One result line on stdout (results, not logs)."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptspec.bench.holdout_sim", description=__doc__.split("\n")[0])
     ap.add_argument("check", choices=("coverage", "switchback", "cost", "guard"))
@@ -235,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
                 ok = out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0
             hits += bool(ok)
             total += 1
-            print(json.dumps(out), flush=True)
+            _emit(out)
         summary = {"check": args.check, "policy": spec.name, "profile": args.profile,
                    "workload": args.trace or args.workload, "concurrency": conc, "seeds": total, "passed": hits}
         if costs:
             summary["mean_cost"] = sum(costs) / len(costs)
             summary["max_cost"] = max(costs)
-        print(json.dumps({"summary": summary}), flush=True)
+        _emit({"summary": summary})
     return 0
 
 
