@@ -1,0 +1,65 @@
+"""The holdout / switchback / guard in the simulator against its paired truth (small versions of
+benchmarks/holdout.sh; the full 20-seed figures are in docs/results/holdout.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adaptspec.bench.holdout_sim import Setup, _workload, cost_check, coverage, guard_check, switchback_check
+from adaptspec.bench.simulator import parse_policy
+from adaptspec.control.config import HoldoutConfig, SwitchbackConfig
+
+TRACE = str(Path(__file__).resolve().parents[2] / "benchmarks" / "traces" / "tiny-shipped.jsonl")
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return _workload(TRACE, "mixed")
+
+
+def test_request_level_interval_covers_the_paired_truth_at_low_load(trace):
+    rows = coverage(parse_policy("adaptive", "cpu-tiny"), Setup("cpu-tiny", trace, 1, 0, 900, 0),
+                    HoldoutConfig(share=0.1, seed=0))
+    assert rows, "no stratum got an interval"
+    top = max(rows, key=lambda r: r["n_control"])
+    assert top["n_control"] >= 10 and top["covered"], top
+    assert sum(r["covered"] for r in rows) >= len(rows) - 1
+
+
+def test_synthetic_workload_interval_covers_too():
+    s = Setup("h200-llama3-70b", _workload(None, "mixed"), 1, 3, 400, 0)
+    rows = coverage(parse_policy("adaptive", "h200-llama3-70b"), s, HoldoutConfig(share=0.1, seed=3))
+    top = max(rows, key=lambda r: r["n_control"])
+    assert top["covered"] and 1.5 < top["truth"] < 3.0, top
+
+
+def test_a_two_percent_holdout_costs_little_throughput(trace):
+    out = cost_check(parse_policy("adaptive", "cpu-tiny"), Setup("cpu-tiny", trace, 1, 0, 600, 0),
+                     HoldoutConfig(share=0.02))
+    assert 0.0 <= out["cost"] <= 0.015, out
+    assert out["held"] >= 6
+
+
+def test_guard_turns_a_slower_always_on_policy_off_within_two_minutes(trace):
+    sb = SwitchbackConfig(share=0.5, window_s=3.0, washout_s=0.6)
+    out = guard_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 1, 0, 250, 0),
+                      HoldoutConfig(share=0.02), sb)
+    assert out["slower_than_off"] and out["guarded_buckets"] == ["1"]
+    assert out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0, out
+
+
+def test_guard_leaves_a_faster_policy_alone(trace):
+    sb = SwitchbackConfig(share=0.5, window_s=3.0, washout_s=0.6)
+    out = guard_check(parse_policy("static:ngram:4", "cpu-tiny"), Setup("cpu-tiny", trace, 1, 0, 250, 0),
+                      HoldoutConfig(share=0.02), sb)
+    assert not out["slower_than_off"] and out["guard_at_s"] is None and out["guarded_buckets"] == []
+
+
+def test_switchback_interval_covers_the_system_throughput_ratio_at_high_load(trace):
+    sb = SwitchbackConfig(share=0.5, window_s=40.0, washout_s=15.0, cooldown_s=10.0)
+    out = switchback_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 128, 0, 5000, 600),
+                           sb)
+    assert out["windows_policy"] >= 3 and out["windows_off"] >= 3
+    assert out["truth"] < 0.9 and out["covered"], out
