@@ -15,9 +15,9 @@ sim coverage-h200 coverage --profile h200-llama3-70b --concurrency 1 --seeds 20 
 sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 20 --requests 1000 --share 0.1
 # 2. switchback interval vs the true system throughput ratio, high load (forced always-on draft g=4)
 sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 30000 \
-    --window-s 300 --washout-s 90
+    --warmup 1000 --window-s 300 --washout-s 90 --cooldown-s 60
 sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 30000 \
-    --window-s 120 --washout-s 30
+    --warmup 1000 --window-s 120 --washout-s 30 --cooldown-s 20
 # 3. throughput cost of a 2% holdout (adaptive policy), low and high load
 sim cost-h200 cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20 --requests 2000 --share 0.02
 sim cost-trace cost --trace $TRACE --profile cpu-tiny --concurrency 1,32 --seeds 20 --requests 2000 --share 0.02
@@ -27,4 +27,4 @@ sim guard-trace guard --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 
 sim guard-trace-faster guard --trace $TRACE --profile cpu-tiny --policy static:ngram:4 --concurrency 1 --seeds 20 \
     --requests 300 --window-s 3 --washout-s 0.6
 sim guard-h200 guard --profile h200-llama3-70b --concurrency 128 --seeds 5 --requests 12000 \
-    --window-s 300 --washout-s 90
+    --window-s 300 --washout-s 90 --cooldown-s 60
