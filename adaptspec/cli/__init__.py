@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "simulate": "adaptspec.cli._simulate",
     "bench": "adaptspec.cli._bench",
     "launch": "adaptspec.cli._launch",
+    "calibrate": "adaptspec.cli._calibrate",
 }
 
 
