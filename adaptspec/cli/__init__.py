@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "bench": "adaptspec.cli._bench",
     "launch": "adaptspec.cli._launch",
     "trace": "adaptspec.cli._trace",
+    "calibrate": "adaptspec.cli._calibrate",
 }
 
 

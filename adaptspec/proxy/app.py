@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 
 from adaptspec.control.classify import classify_request
-from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import handlers, health
 from adaptspec.proxy.errors import error_middleware
-from adaptspec.proxy.feedback import CALIBRATION_GAUGE_DOCS, Feedback
+from adaptspec.proxy.feedback import FEEDBACK_GAUGE_DOCS, Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
@@ -63,7 +63,7 @@ class Proxy:
         self.feedback = Feedback(self)
         self.scraper = Scraper(self, self.scrape_interval_s)
         self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
-        self.metrics.add_collector(StateCollector(self.feedback.calibration_gauges, CALIBRATION_GAUGE_DOCS))
+        self.metrics.add_collector(StateCollector(self.feedback.gauges, FEEDBACK_GAUGE_DOCS))
 
     # -- configuration -------------------------------------------------------------------------------
     def apply_config(self, config) -> None:
@@ -117,12 +117,15 @@ class Proxy:
             raise RequestError("Incorrect or missing API key (send 'Authorization: Bearer <key>').", status=401,
                                type="authentication_error", code="invalid_api_key")
 
-    def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset()):
-        """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory."""
+    def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset(),
+               regime: str = GREEDY):
+        """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory.
+        `regime`: the request's sampling regime (estimators.sampling_regime), whose alpha estimates it reads."""
         eligible = Pools.eligible(candidates, exclude)
         remote = self.state.remote_inflight
         states = [w.state(remote.get(w.name, 0)) for w in eligible]
-        decision = self.policy.decide(content_class, states, self.state.alphas)
+        alphas = self.state.alphas if regime == GREEDY else self.state.alphas.view(regime)
+        decision = self.policy.decide(content_class, states, alphas)
         worker = self.pools.workers.get(decision.worker)
         if worker is None or worker not in eligible:
             worker = min(eligible, key=lambda w: w.state(remote.get(w.name, 0)).load)

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from adaptspec.control.estimators import sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy.errors import error_response, sse_error_event
@@ -89,10 +90,11 @@ def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
 class _Plan:
     """What one attempt sends: worker, applied (proposer, gamma), body bytes, and whether to strip usage."""
 
-    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan")
+    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime")
 
     def __init__(self, proxy, body: dict, raw: bytes, stream: bool, decision, worker, cls: str):
         self.worker, self.decision = worker, decision
+        self.regime = sampling_regime(body.get("temperature"), body.get("top_k"))
         own = worker.engine == "adaptspec"  # the engine that reads a body `speculation` field
         client_spec = body.get("speculation") if own and worker.per_request else None
         if client_spec is not None and proxy.allow_client_speculation:  # benchmarks, debugging: opt-in
@@ -203,7 +205,8 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         candidates = proxy.pools.serving(model)
         t1 = time.perf_counter()
         cls = proxy.classify(body)
-        decision, worker = proxy.decide(cls, candidates)
+        decision, worker = proxy.decide(cls, candidates, regime=sampling_regime(body.get("temperature"),
+                                                                                body.get("top_k")))
         proxy.metrics.decision_time.observe(time.perf_counter() - t1)
         plan = _Plan(proxy, body, raw, stream, decision, worker, cls)
         resp, status, plan = await _dispatch(request, proxy, plan, body, raw, stream, candidates, cls, path, t0)
@@ -269,7 +272,7 @@ def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, 
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
     exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
     try:
-        decision, nxt = proxy.decide(cls, candidates, exclude)
+        decision, nxt = proxy.decide(cls, candidates, exclude, plan.regime)
     except UpstreamError:
         raise UpstreamError(f"All workers for this model failed before answering (last: {worker.name}: "
                             f"{exc.__class__.__name__}); retry shortly.", status=503) from None
@@ -300,7 +303,8 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
             tokens = float(m.group(1)) if m else 0.0
             m = _PROMPT_TOKENS.search(data)
             prompt = float(m.group(1)) if m else None
-        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
+        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
+                                   plan.regime)
         e2e = now - t0
         proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
         proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
@@ -409,7 +413,8 @@ def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | No
             stats, positions = s, position_stats(p)
     if tokens is None:
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
-    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
+    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
+                               plan.regime)
     m = proxy.metrics
     m.child(m.e2e, cls, plan.proposer).observe(now - t0)
     if t_first is not None:
