@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import time
+import zlib
 
 import aiohttp
 from aiohttp import web
@@ -33,18 +34,52 @@ _FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
 SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+def _decoder(request: web.Request):
+    """A streaming decompressor for the body's Content-Encoding (None: identity); 415 for others."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, detected from the first bytes
+    raise RequestError(f"Unsupported Content-Encoding {encoding[:40]!r}; send gzip, deflate or identity.",
+                       status=415, code="unsupported_content_encoding")
+
+
+def _too_large(limit: int) -> RequestError:
+    return RequestError(f"Request body exceeds the limit of {limit} bytes (after decompression).", status=413,
+                        code="body_too_large")
+
+
+async def _read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The body, decompressed while it streams in; 413 as soon as either size passes `limit` (a 291 KB gzip
+    of 200 MB stops after ~limit bytes of output), 400 for a body that is not what its encoding claims,
+    408 when it takes longer than `timeout_s`."""
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.",
                            status=413, code="body_too_large")
-    if request.content_length is not None:
-        return await request.read()
+    decoder = _decoder(request)
     buf = bytearray()
-    async for chunk in request.content.iter_any():
-        buf += chunk
-        if len(buf) > limit:
-            raise RequestError(f"Request body exceeds the limit of {limit} bytes.", status=413,
-                               code="body_too_large")
+    received = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.content.iter_any():
+                received += len(chunk)
+                if received > limit:
+                    raise _too_large(limit)
+                if decoder is not None:
+                    chunk = decoder.decompress(chunk, limit + 1 - len(buf))  # output capped: memory stays bounded
+                buf += chunk
+                if len(buf) > limit or (decoder is not None and decoder.unconsumed_tail):
+                    raise _too_large(limit)
+    except TimeoutError:
+        raise RequestError(f"Request body not received within {timeout_s:g} s.", status=408,
+                           code="body_timeout") from None
+    except zlib.error as exc:
+        raise RequestError(f"Request body is not valid compressed data (Content-Encoding gzip/deflate): {exc}",
+                           code="invalid_content_encoding") from None
+    if decoder is not None and (not decoder.eof or decoder.unused_data):
+        raise RequestError("Request body is not valid compressed data (truncated, or data after its end).",
+                           code="invalid_content_encoding")
     return bytes(buf)
 
 
@@ -198,7 +233,7 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
     status = 500
     try:
         proxy.check_auth(request)
-        raw = await _read_body(request, proxy.max_body_bytes)
+        raw = await _read_body(request, proxy.max_body_bytes, proxy.body_timeout_s)
         body, model, stream = _parse(raw, kind)
         candidates = proxy.pools.serving(model)
         t1 = time.perf_counter()
