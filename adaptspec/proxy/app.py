@@ -82,6 +82,10 @@ class Proxy:
         self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
         self.keepalive_timeout_s = float(getattr(server, "keepalive_timeout_s", None) or 30.0)
         self.body_timeout_s = float(getattr(server, "body_timeout_s", None) or 60.0)
+        self.first_byte_timeout_s = float(getattr(server, "first_byte_timeout_s", None) or 60.0)
+        self.stall_timeout_s = float(getattr(server, "stall_timeout_s", None) or 30.0)
+        self.pools.eject_after = int(getattr(server, "eject_after_failures", None) or 3)
+        self.pools.backoff_s = float(getattr(server, "eject_backoff_s", None) or 2.0)
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
         if getattr(self, "scraper", None) is not None:

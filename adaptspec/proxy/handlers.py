@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
-_STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError)
+_PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, TimeoutError)
+_STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError)
 _FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
 SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
@@ -268,18 +268,30 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
         up = None
         try:
             proxy.metrics.overhead.observe(time.perf_counter() - t0)
+            # Until the client has seen a byte the attempt can move: a stream's head must come within
+            # first_byte_timeout_s, a whole non-stream answer within request_timeout_s, and both end at once
+            # when the worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`).
             try:
-                up = await session.post(worker.url + path, data=plan.payload, timeout=proxy.upstream_timeout,
-                                        headers=_upstream_headers(proxy, request, worker))
-                is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
-                if not is_sse:
-                    data = await up.read()
+                async with asyncio.timeout(proxy.first_byte_timeout_s if stream else proxy.request_timeout_s) as dl:
+                    worker.heads.add(dl)
+                    try:
+                        up = await session.post(worker.url + path, data=plan.payload, timeout=proxy.upstream_timeout,
+                                                headers=_upstream_headers(proxy, request, worker))
+                        is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
+                        if not is_sse:
+                            data = await up.read()
+                    finally:
+                        worker.heads.discard(dl)
             except _PRE_RESPONSE_ERRORS as exc:
                 if up is not None:
                     up.close()
                     up = None
                 plan = _retry_plan(proxy, plan, failed, exc, body, raw, stream, candidates, cls)
                 continue
+            if up.status >= 500:
+                proxy.pools.failure(worker, f"HTTP {up.status}")
+            else:
+                proxy.pools.success(worker)
             if is_sse:
                 resp, status = await _relay_stream(request, proxy, plan, up, cls, t0)
                 return resp, status, plan
@@ -300,7 +312,7 @@ def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, 
     failed[worker.name] = failed.get(worker.name, 0) + 1
     proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
     # A refused/timed-out connect means the worker is down; a dropped pooled connection gets one more try.
-    if isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError)) or failed[worker.name] >= 2:
+    if isinstance(exc, (aiohttp.ClientConnectorError, TimeoutError)) or failed[worker.name] >= 2:
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
     exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
     try:
@@ -355,22 +367,26 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
     usage_payloads: list[dict] = []
     strip = plan.strip_usage
     accounted = False
+    stall = proxy.stall_timeout_s
     while True:
         try:
-            chunk = await up.content.readany()
+            async with asyncio.timeout(stall):  # a worker silent this long is stalled (frozen)
+                chunk = await up.content.readany()
         except _STREAM_ERRORS as exc:
-            proxy.pools.mark_unhealthy(worker, f"stream broke: {exc.__class__.__name__}: {exc}")
-            log.warning("upstream %s broke mid-stream (%s); ending the client's stream with an error event",
-                        worker.name, exc.__class__.__name__)
+            stalled = isinstance(exc, TimeoutError)
+            what = f"sent nothing for {stall:g} s" if stalled else f"failed mid-stream ({exc.__class__.__name__})"
+            proxy.pools.mark_unhealthy(worker, f"stream {what}")
+            log.warning("upstream %s %s; ending the client's stream with an error event", worker.name, what)
             try:
-                await resp.write(sse_error_event(f"The upstream worker {worker.name} failed mid-stream; "
-                                                 "the response is incomplete."))
+                await resp.write(sse_error_event(
+                    f"The upstream worker {worker.name} {what}; the response is incomplete.",
+                    code="upstream_timeout" if stalled else "upstream_disconnected"))
                 await resp.write_eof()
             except ConnectionResetError:
                 pass  # the client is gone too; nothing left to tell it
             if not accounted:
                 _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
-            return resp, 502  # the client saw 200 + an error event; metrics count the failure
+            return resp, 504 if stalled else 502  # the client saw 200 + an error event; metrics count the failure
         if not chunk:
             break
         if t_first is None:

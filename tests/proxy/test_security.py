@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import socket
@@ -309,3 +310,14 @@ async def test_slow_headers_idle_connections_and_slow_bodies_are_timed_out():
         out = await asyncio.to_thread(_raw_exchange, s.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                                       b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mo")
         assert out.split(b" ")[1] == b"408" and b"\"body_timeout\"" in out
+
+
+async def test_credentials_in_worker_urls_never_reach_the_log(caplog):
+    dead = f"http://admin:s3cret-pw@127.0.0.1:{free_port()}"  # nothing listens: the request path logs it
+    async with stack(pool={"workers": [{"name": "w0", "url": dead}]}) as s:
+        with caplog.at_level(logging.DEBUG, logger="adaptspec"):
+            status, _, body = await s.post({"model": "tiny", "messages": CHAT})
+            assert status == 503, body
+            await s.proxy.scraper.scrape_once()
+    assert "ejected" in caplog.text and "***@127.0.0.1" in caplog.text
+    assert "s3cret-pw" not in caplog.text and "s3cret-pw" not in repr(s.proxy.pools.workers["w0"])
