@@ -1,9 +1,11 @@
 """HTTP handlers: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
 
-The generation path, in order: auth -> read body (size cap) -> parse + validate -> workers serving the
-model (404) -> classify -> decide (`Proxy.decide`, synchronous, in memory) -> rewrite the body for
-per-request workers -> send; connection failures before the first byte move the request to another
-eligible worker -> relay (non-stream: whole body; stream: SSE chunk by chunk) -> feedback + metrics.
+The generation path, in order: auth -> read body (decompressed while read; size cap and timeout) ->
+parse + validate (JSON depth / number limits) -> workers serving the model (404) -> classify -> decide
+(`Proxy.decide`, synchronous, in memory) -> rewrite the body for per-request workers -> send; connection
+failures, timeouts and ejections before the first byte move the request to another eligible worker ->
+relay (non-stream: whole body; stream: SSE chunk by chunk, a stall ends it with an SSE error) -> feedback
++ metrics. Client strings never become metric labels or response headers (closed sets only).
 """
 
 from __future__ import annotations
