@@ -22,7 +22,7 @@ from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import handlers, health
-from adaptspec.proxy.errors import error_middleware
+from adaptspec.proxy.errors import JsonErrorServer, error_middleware
 from adaptspec.proxy.feedback import FEEDBACK_GAUGE_DOCS, Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
@@ -81,6 +81,12 @@ class Proxy:
         self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         self.request_timeout_s = getattr(server, "request_timeout_s", None)
         self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
+        self.keepalive_timeout_s = float(getattr(server, "keepalive_timeout_s", None) or 30.0)
+        self.body_timeout_s = float(getattr(server, "body_timeout_s", None) or 60.0)
+        self.first_byte_timeout_s = float(getattr(server, "first_byte_timeout_s", None) or 60.0)
+        self.stall_timeout_s = float(getattr(server, "stall_timeout_s", None) or 30.0)
+        self.pools.eject_after = int(getattr(server, "eject_after_failures", None) or 3)
+        self.pools.backoff_s = float(getattr(server, "eject_backoff_s", None) or 2.0)
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
         if getattr(self, "scraper", None) is not None:
@@ -210,9 +216,25 @@ def create_app(proxy: Proxy) -> web.Application:
     return app
 
 
+class _Runner(web.AppRunner):
+    """AppRunner whose connections answer HTTP parser errors (431 headers, 400) in JSON (errors.py)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = JsonErrorServer  # the same server; only how it makes connection handlers changes
+        return server
+
+
 async def start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects."""
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects.
+
+    Request bodies are decompressed by `handlers._read_body` (auto_decompress off), which counts the
+    decompressed bytes against the limit; `keepalive_timeout` closes idle connections and, from the
+    connection's start, ones that never finish sending a request head (slowloris).
+    """
+    proxy = app["proxy"]
+    runner = _Runner(app, access_log=None, handler_cancellation=True, auto_decompress=False,
+                     keepalive_timeout=proxy.keepalive_timeout_s)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, backlog=1024).start()
