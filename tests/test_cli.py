@@ -112,7 +112,7 @@ def test_log_options_reach_nested_subcommands():
 
 def test_errors_go_to_stderr_with_non_zero_exit(tmp_path):
     missing = tmp_path / "missing.yaml"
-    for args in (("policy", "check", str(missing)), ("plan", "--alpha", "0.8"), ("worker", "--default-k", "-1"),
+    for args in (("policy",), ("policy", "check", str(missing)), ("plan", "--alpha", "0.8"), ("worker", "--default-k", "-1"),
                  ("plan", "--log-level", "noisy")):
         r = cli(*args)
         assert r.returncode != 0 and not r.stdout and r.stderr.strip(), args
