@@ -25,6 +25,8 @@ ENVIRONMENT = f"""environment (a flag given on the command line wins):
   {ENV_HOST}        default for --host
   {ENV_PORT}        default for --port
   {ENV_ACCESS_LOG}  default for --access-log (-, off, or a file)
+  ADAPTSPEC_OTEL=1      an OpenTelemetry span per API request, exported over OTLP/HTTP
+                        (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME; pip install 'adaptspec[otel]')
   ADAPTSPEC_LOG_LEVEL   default for --log-level (DEBUG, INFO, WARNING, ERROR, CRITICAL)
   ADAPTSPEC_LOG_FORMAT  default for --log-format (text, json)
   ${{VAR}} and ${{VAR:-default}} in the config file are expanded from the environment (e.g. worker URLs);
@@ -117,12 +119,18 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no pools are configured, and the embedded reference worker needs the worker extra: "
                      "pip install 'adaptspec[worker]', or give --config with pools / --upstream URL")
     from adaptspec.cli._logging import configure_access_log
+    from adaptspec.proxy import tracing
     from adaptspec.proxy.serve import serve
 
     try:
         configure_access_log(args.access_log)
     except OSError as exc:
         return _fail(f"cannot open the access log {args.access_log!r}: {exc.strerror or exc}")
+    if tracing.enabled():
+        try:
+            tracing.setup()
+        except ConfigError as exc:
+            return _fail(str(exc))
     host = args.host or getattr(config.server, "host", None) or "127.0.0.1"
     port = args.port if args.port is not None else (getattr(config.server, "port", None) or 8000)
     return serve(config, host=host, port=port, config_path=args.config if not args.upstream else None,
