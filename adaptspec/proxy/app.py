@@ -21,7 +21,7 @@ from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
-from adaptspec.proxy import handlers, health
+from adaptspec.proxy import accesslog, handlers, health
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
 from adaptspec.proxy.feedback import FEEDBACK_GAUGE_DOCS, Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
@@ -204,6 +204,7 @@ def create_app(proxy: Proxy) -> web.Application:
     r.add_get("/health", handlers.health)
     r.add_get("/metrics", handlers.metrics)
     health.add_routes(app)  # /health/live, /health/ready, /version
+    accesslog.install(app)  # request ids (echoed, forwarded, in log lines), trace context, access log
 
     async def on_startup(app: web.Application) -> None:
         await proxy.start()

@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from adaptspec.control.estimators import sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
+from adaptspec.proxy import accesslog
 from adaptspec.proxy.errors import error_response, sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 
@@ -216,9 +217,7 @@ def _upstream_headers(proxy, request: web.Request, worker) -> dict[str, str]:
         auth = request.headers.get("Authorization")
         if auth:  # transparent proxy: no keys of ours in play, pass the client's through
             headers["Authorization"] = auth
-    rid = request.headers.get("X-Request-Id")
-    if rid:
-        headers["X-Request-Id"] = rid
+    headers.update(accesslog.upstream_headers(request))  # request id, W3C trace context
     return headers
 
 
@@ -233,7 +232,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 async def _generate(request: web.Request, kind: str, path: str) -> web.StreamResponse:
     proxy = request.app["proxy"]
     t0 = time.perf_counter()
-    cls, plan = "unknown", None
+    cls, plan, model = "unknown", None, None
     status = 500
     try:
         proxy.check_auth(request)
@@ -256,6 +255,8 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         raise
     finally:
         m = proxy.metrics
+        accesslog.note(model=model, status=status, **{"class": cls}, **({} if plan is None else {
+            "proposer": plan.proposer, "gamma": plan.gamma, "worker": plan.worker.name}))
         if plan is None:
             m.child(m.requests, cls, "none", "0", "none", str(status)).inc()
         else:
@@ -316,6 +317,7 @@ def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, 
     worker = plan.worker
     failed[worker.name] = failed.get(worker.name, 0) + 1
     proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
+    accesslog.count_retry()
     # A refused/timed-out connect means the worker is down; a dropped pooled connection gets one more try.
     if isinstance(exc, (aiohttp.ClientConnectorError, TimeoutError)) or failed[worker.name] >= 2:
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
@@ -355,6 +357,7 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
         proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
                                    plan.regime)
         e2e = now - t0
+        accesslog.note(prompt_tokens=prompt, output_tokens=tokens, ttft_ms=round(e2e * 1000, 3))
         proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
         proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
     headers = plan.headers(cls)
@@ -468,6 +471,8 @@ def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | No
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
     proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
                                plan.regime)
+    accesslog.note(prompt_tokens=prompt, output_tokens=tokens,
+                   ttft_ms=None if t_first is None else round((t_first - t0) * 1000, 3))
     m = proxy.metrics
     m.child(m.e2e, cls, plan.proposer).observe(now - t0)
     if t_first is not None:
