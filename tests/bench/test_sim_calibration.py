@@ -107,3 +107,20 @@ def test_cli_no_calibration_flag(tmp_path):
     assert all("calibration" in r for r in on) and not any("calibration" in r for r in off)
     assert set(on[1]["calibration"]) >= {"trusted", "steps", "coefficients", "truth", "rel_error",
                                           "step_time_rel_error"}
+
+
+def test_calibration_table_ratios_and_errors(tmp_path):
+    from adaptspec.bench.report import calibration_table, plot_calibration
+
+    tput = {"wrong+cal": 98.0, "right+cal": 100.0, "wrong": 80.0, "right": 102.0}
+    rows = [{"scenario": "s", "mode": m, "policy": "adaptive", "concurrency": 8, "output_tokens_per_s": v,
+             **({"calibration": {"trusted": True, "rel_error": {"overhead_s": 0.041, "compute_s_per_token": -0.2,
+                                                                "kv_s_per_token": None},
+                                 "step_time_rel_error": 0.012}} if m == "wrong+cal" else {})}
+            for m, v in tput.items()]
+    rows.append({**rows[0], "policy": "off", "output_tokens_per_s": 1.0})  # not adaptive: ignored
+    line = calibration_table(rows, "s").splitlines()[2]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells == ["8", "98", "100", "80", "102", "0.980x", "0.961x", "True", "+4.1%", "-20.0%", "–",
+                     "+1.2%"]
+    assert plot_calibration(rows, tmp_path / "c.png").stat().st_size > 0
