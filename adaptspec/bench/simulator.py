@@ -741,9 +741,11 @@ def calibration_summary(costs: CalibratedCosts, truth: Profile, window: StepCoun
     """A fit at the end of a point, for its row: trusted, evidence, the target's fitted coefficients and,
     when the truth's target is additive (so that its coefficients are the fit's true values), their relative
     errors; the model proposers' fitted per-pass / per-token costs where identified; and, given the point's
-    telemetry `window`, the relative error of the engine time the fit predicts for it (`step_time_rel_error`:
-    what the policy's pricing depends on, whatever the truth's form)."""
-    out: dict = {"trusted": costs.trusted, "steps": costs.steps,
+    telemetry `window`, the relative error of the engine time the fit (snapped, as priced) predicts for it
+    (`step_time_rel_error`: what the policy's pricing depends on, whatever the truth's form), the mean step
+    and the fit's per-step residual `sigma_s`."""
+    sigma = costs.sigma_s if math.isfinite(costs.sigma_s) else None
+    out: dict = {"trusted": costs.trusted, "steps": costs.steps, "sigma_s": sigma,
                  "coefficients": {k: costs.coefficients[k] for k in BASE_FEATURES},
                  "fitted": {k: costs.fitted[k] for k in BASE_FEATURES},
                  "proposers": {k: v for k, v in costs.coefficients.items()
@@ -753,9 +755,10 @@ def calibration_summary(costs: CalibratedCosts, truth: Profile, window: StepCoun
         out["truth"] = true
         out["rel_error"] = {k: (costs.coefficients[k] - v) / v if v > 0 else None for k, v in true.items()}
     if window is not None and window.step_seconds > 0:
-        theta = np.array([costs.coefficients[k] for k in feature_names(costs.proposers)])  # [d]
+        theta = np.array([costs.snapped[k] for k in feature_names(costs.proposers)])  # [d], as the policy prices
         predicted = float(theta @ regressors(window, costs.proposers))
         out["step_time_rel_error"] = predicted / window.step_seconds - 1.0
+        out["mean_step_s"] = window.step_seconds / window.steps
     return out
 
 
