@@ -123,3 +123,27 @@ def test_calibrate_cli_on_the_real_reference_worker(tmp_path, capsys):
                  + per_step["drafted"] * m.compute_s_per_token)
     measured = window.step_seconds / window.steps
     assert abs(predicted - measured) <= 0.15 * measured, (predicted, measured, window, path.read_text())
+
+
+def test_calibrate_cli_reads_history_once(upstreams, tmp_path, capsys):
+    """--duration 0: the cumulative counters as one window: the level is fitted, the slopes stay the prior's."""
+    from adaptspec.cli import main
+    from adaptspec.control.profiles import load_profile
+
+    up = upstreams("w0", step_model=",".join(map(str, TRUTH)))
+    for _ in range(3):  # some history (each read of /metrics advances the fake's counters by one window)
+        httpx_get(up.url + "/metrics")
+    assert main(["calibrate", "--url", up.url, "--duration", "0", "--prior", "cpu-tiny"]) == 0
+    captured = capsys.readouterr()
+    path = tmp_path / "once.yaml"
+    path.write_text(captured.out)
+    prof, tiny = load_profile(str(path)), load_profile("cpu-tiny")
+    assert prof.target.compute_s_per_token == tiny.target.compute_s_per_token  # (prior)
+    assert "(prior)" in captured.out and "provisional: true" in captured.out
+    assert "warning: only" in captured.err
+
+
+def httpx_get(url: str) -> str:
+    import httpx
+
+    return httpx.get(url, timeout=10).text
