@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from adaptspec.control.calibration import StepCalibrator
+
 from .conftest import eventually, metric, pool
 
 pytestmark = pytest.mark.integration
@@ -27,9 +29,9 @@ def test_wrong_profile_is_replaced_by_the_fit_of_the_workers_telemetry(upstreams
 
     eventually(close, timeout=30)
     text = px.metrics()
-    # noise-free telemetry: the fit's errors are ~0; the eagle head has no data and keeps the prior (NaN error)
-    assert metric(text, "adaptspec_step_model_coefficient_error", worker="w0", coefficient="overhead_s") < 1e-4
-    assert metric(text, "adaptspec_step_model_steps", worker="w0") >= 1000
+    # noise-free telemetry: the fit's errors are small (only the prior's pull leaves residuals); the eagle head has no data and keeps the prior (NaN error)
+    assert metric(text, "adaptspec_step_model_coefficient_error", worker="w0", coefficient="overhead_s") < 0.05 * TRUTH[0]
+    assert metric(text, "adaptspec_step_model_steps", worker="w0") >= StepCalibrator.min_steps
     eagle = metric(text, "adaptspec_step_model_coefficient_error", worker="w0", coefficient="eagle_pass_s")
     assert eagle != eagle  # NaN
 
@@ -131,8 +133,7 @@ def test_calibrate_cli_reads_history_once(upstreams, tmp_path, capsys):
     from adaptspec.control.profiles import load_profile
 
     up = upstreams("w0", step_model=",".join(map(str, TRUTH)))
-    for _ in range(3):  # some history (each read of /metrics advances the fake's counters by one window)
-        httpx_get(up.url + "/metrics")
+    # the one read is the history: the fake advances its counters by one window (50-200 steps) per read
     assert main(["calibrate", "--url", up.url, "--duration", "0", "--prior", "cpu-tiny"]) == 0
     captured = capsys.readouterr()
     path = tmp_path / "once.yaml"
@@ -142,8 +143,3 @@ def test_calibrate_cli_reads_history_once(upstreams, tmp_path, capsys):
     assert "(prior)" in captured.out and "provisional: true" in captured.out
     assert "warning: only" in captured.err
 
-
-def httpx_get(url: str) -> str:
-    import httpx
-
-    return httpx.get(url, timeout=10).text
