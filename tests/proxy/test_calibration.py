@@ -143,3 +143,32 @@ def test_calibrate_cli_reads_history_once(upstreams, tmp_path, capsys):
     assert "(prior)" in captured.out and "provisional: true" in captured.out
     assert "warning: only" in captured.err
 
+
+
+def test_calibration_can_be_switched_off_in_the_config():
+    """In process: the same telemetry gives the worker a fitted step model unless `calibration.enabled` is false
+    (the fit is still kept, for the gauges)."""
+    from adaptspec.control.config import parse_config
+    from adaptspec.control.telemetry import StepCounters
+    from adaptspec.proxy.app import Proxy
+
+    def run(enabled: bool):
+        cfg = parse_config({"calibration": {"enabled": enabled, "min_steps": 10},
+                            "pools": [{"name": "p", "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}],
+                                       "profile": "h200-llama3-70b"}]})
+        proxy = Proxy(cfg)
+        worker = proxy.pools.workers["w0"]
+        total = StepCounters()
+        for i in range(1000):  # one-step windows; the prior is worth 20 steps, so 2% of its pull remains
+            b = 1 + (i * 7) % 32
+            total = total.add_step(0.008 + 2e-4 * b, b, 200.0 * b)
+            proxy.feedback.on_steps(worker, total)
+        gauges = proxy.feedback.gauges()
+        trusted = dict(gauges["adaptspec_step_model_trusted"][1])
+        return worker.step_costs, trusted[("w0",)]
+
+    costs, trusted = run(True)
+    assert costs is not None and costs.trusted and trusted == 1.0
+    assert costs.coefficients["overhead_s"] == pytest.approx(0.008, rel=0.1)
+    costs, trusted = run(False)
+    assert costs is None and trusted == 1.0
