@@ -180,9 +180,9 @@ class StepCalibrator:
     only set the baseline); `observe(window)` takes one window's deltas directly (simulators)."""
 
     prior: Profile
-    prior_steps: float = 50.0
+    prior_steps: float = 20.0
     half_life_steps: float = 20_000.0
-    min_steps: float = 1000.0
+    min_steps: float = 300.0
     min_spread: float = 0.05
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)

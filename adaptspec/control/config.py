@@ -157,12 +157,22 @@ class ServerConfig(_Strict):
     eject_backoff_s: float = Field(default=2.0, gt=0)  # ejected this long, doubling per ejection in a row (32x)
 
 
+class CalibrationConfig(_Strict):
+    """Online step-time calibration (control/calibration.py) of every worker that exports step telemetry."""
+
+    enabled: bool = True  # price a worker with its fitted step model once trusted (false: the profile only)
+    min_steps: float = Field(default=300.0, ge=0)  # engine steps before the fit is trusted
+    prior_steps: float = Field(default=20.0, gt=0)  # weight of the profile, in engine steps
+    half_life_steps: float = Field(default=20_000.0, gt=0)  # forgetting
+
+
 class Config(_Strict):
     policy: PolicyConfig = Field(default_factory=lambda: GoodputPolicy(kind="goodput"))
     estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
     pools: list[PoolConfig] = Field(default_factory=list)
     state: StateConfig = Field(default_factory=StateConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
 
 
 # -- loading -------------------------------------------------------------------------------------------

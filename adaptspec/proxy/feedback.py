@@ -192,12 +192,19 @@ class Feedback:
         return default if isinstance(default, Profile) else load_profile(_DEFAULT_PRIOR)
 
     def on_steps(self, worker, counters) -> None:
-        """One scrape of the worker's cumulative step counters -> its calibrator -> `worker.step_costs`."""
+        """One scrape of the worker's cumulative step counters -> its calibrator -> `worker.step_costs`
+        (left None with `calibration.enabled: false`: the gauges still show the fit)."""
+        cfg = getattr(self.proxy.config, "calibration", None)
+        opts = {} if cfg is None else {"min_steps": cfg.min_steps, "prior_steps": cfg.prior_steps,
+                                       "half_life_steps": cfg.half_life_steps}
         cal = self._calibrators.get(worker.name)
         prior = self._prior(worker)
-        if cal is None or cal.prior.name != prior.name:  # new worker, or its profile changed on reload
-            cal = self._calibrators[worker.name] = StepCalibrator(prior)
-        if cal.update(counters) or worker.step_costs is None:
+        if cal is None or cal.prior.name != prior.name or any(getattr(cal, k) != v for k, v in opts.items()):
+            cal = self._calibrators[worker.name] = StepCalibrator(prior, **opts)  # new, or reconfigured
+        changed = cal.update(counters)
+        if cfg is not None and not cfg.enabled:
+            worker.step_costs = None
+        elif changed or worker.step_costs is None:
             worker.step_costs = cal.costs()
 
     def gauges(self) -> dict:
