@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_tiny_models import build_corpus  # noqa: E402
@@ -94,6 +97,40 @@ def table(name: str, res: dict) -> str:
     return "\n".join(lines)
 
 
+def _median_ms(fn, reps: int) -> float:
+    fn()  # warm-up
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return round(1e3 * statistics.median(ts), 3)
+
+
+@torch.inference_mode()
+def pass_costs_at(engine: Engine, b: int, context: int = 200, reps: int = 100) -> dict:
+    """Median ms of one pass at batch b: the target's decode step (1 token per request at `context`), a
+    verify step with 4 drafts, the draft model's 1-token step, and the EAGLE head's draft step (head +
+    lm_head + the request's distribution + sampling, as `EagleProposer` runs it)."""
+    from adaptspec.worker.sampling import logits_to_probs, sample_from_probs
+
+    target, draft = engine.model, engine._proposers["draft"].model
+    eagle = engine._proposers["eagle"]
+    tcache, dcache = target.new_cache(b, context + 8), draft.new_cache(b, context + 8)
+    slots, starts = list(range(b)), [context] * b
+    f, tok = torch.randn(b, target.cfg.hidden_size), torch.randint(0, target.cfg.vocab_size, (b,))
+
+    def head_pass():
+        g = eagle.head(f, eagle.embed(tok))
+        sp = logits_to_probs(eagle.lm_head(g), [0.0] * b, [1.0] * b)
+        sample_from_probs(sp.probs, None, greedy=sp.greedy)
+
+    return {"target_decode_ms": _median_ms(lambda: target.forward([[1]] * b, slots, starts, tcache), reps),
+            "target_verify_k4_ms": _median_ms(lambda: target.forward([[1] * 5] * b, slots, starts, tcache), reps),
+            "draft_pass_ms": _median_ms(lambda: draft.forward([[1]] * b, slots, starts, dcache), reps),
+            "eagle_pass_ms": _median_ms(head_pass, reps)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=ROOT / "../shared/data")
@@ -103,8 +140,17 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--costs", default=None, metavar="B,B,...",
+                    help="only time single passes (target, draft model, EAGLE head) at these batch sizes")
     args = ap.parse_args()
     engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads)
+    if args.costs:
+        torch.set_num_threads(args.threads)
+        costs = {b: pass_costs_at(engine, int(b)) for b in args.costs.split(",")}
+        print(json.dumps(costs, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(costs, indent=2) + "\n")
+        return
     with engine:
         warm = [[{"role": "user", "content": "Hello there."}]]
         run_set(engine, warm, args.gamma, 16)

@@ -112,7 +112,18 @@ def test_log_options_reach_nested_subcommands():
 
 def test_errors_go_to_stderr_with_non_zero_exit(tmp_path):
     missing = tmp_path / "missing.yaml"
-    for args in (("policy", "check", str(missing)), ("plan", "--alpha", "0.8"), ("worker", "--default-k", "-1"),
+    for args in (("policy",), ("policy", "check", str(missing)), ("plan", "--alpha", "0.8"), ("worker", "--default-k", "-1"),
                  ("plan", "--log-level", "noisy")):
         r = cli(*args)
         assert r.returncode != 0 and not r.stdout and r.stderr.strip(), args
+
+
+def test_tracing_without_the_otel_extra_is_a_clear_error():
+    # as if opentelemetry were not installed: a None entry in sys.modules makes its import fail
+    code = ("import sys; sys.modules['opentelemetry'] = None; from adaptspec.cli import main; "
+            "sys.exit(main(['serve', '--upstream', 'http://127.0.0.1:9']))")
+    base = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                       env={**base, "ADAPTSPEC_OTEL": "1"})
+    assert r.returncode == 2 and not r.stdout
+    assert "pip install 'adaptspec[otel]'" in r.stderr and "ADAPTSPEC_OTEL" in r.stderr

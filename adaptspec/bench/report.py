@@ -210,3 +210,67 @@ def plot_sweep(rows: Sequence[dict], out: str | Path, title: str = "") -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+# ---- online calibration under a wrong belief (adaptspec simulate, issue 11) ---------------------------
+
+CALIBRATION_MODES = ("wrong+cal", "right+cal", "wrong", "right")  # belief wrong/right, calibrated or not
+
+
+def calibration_table(rows: Sequence[dict], scenario: str, adaptive: str = "adaptive") -> str:
+    """Markdown for one scenario: `adaptive` under a wrong belief with calibration against the right belief
+    (with and without calibration), and the fit at each point. Rows carry `scenario` and `mode`
+    (one of CALIBRATION_MODES) besides the simulator's keys."""
+    mine = [r for r in rows if r.get("scenario") == scenario and r["policy"] == adaptive]
+    key = load_key(mine)
+    by = {(r["mode"], r[key]): r for r in mine}
+    loads = sorted({r[key] for r in mine})
+    head = [key, "wrong belief + cal", "right belief + cal", "wrong, no cal", "right, no cal",
+            "wrong+cal / right+cal", "wrong+cal / right no cal", "trusted", "overhead err", "slope err", "kv err",
+            "step time err"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for load in loads:
+        t = {m: (by.get((m, load)) or {}).get("output_tokens_per_s") for m in CALIBRATION_MODES}
+        ratio = [f"{t['wrong+cal'] / t[m]:.3f}x" if t["wrong+cal"] and t[m] else "–" for m in ("right+cal", "right")]
+        cal = (by.get(("wrong+cal", load)) or {}).get("calibration") or {}
+        err = cal.get("rel_error") or {}
+        pct = [f"{err[k]:+.1%}" if err.get(k) is not None else "–"
+               for k in ("overhead_s", "compute_s_per_token", "kv_s_per_token")]
+        st = cal.get("step_time_rel_error")
+        lines.append("| " + " | ".join([_fmt(load)] + [_fmt(t[m]) for m in CALIBRATION_MODES] + ratio
+                                       + [_fmt(cal.get("trusted")), *pct, f"{st:+.1%}" if st is not None else "–"])
+                     + " |")
+    return "\n".join(lines)
+
+
+def plot_calibration(rows: Sequence[dict], out: str | Path, adaptive: str = "adaptive") -> Path:
+    """One line per scenario: adaptive under the wrong belief / adaptive under the right belief, with and
+    without calibration, against load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), sharey=True)
+    for ax, (mode, label) in zip(axes, (("wrong+cal", "with online calibration"), ("wrong", "no calibration")),
+                                 strict=True):
+        for s in scenarios:
+            mine = [r for r in rows if r["scenario"] == s and r["policy"] == adaptive]
+            key = load_key(mine)
+            tab = {(r["mode"], r[key]): r["output_tokens_per_s"] for r in mine}
+            xs = sorted(x for m, x in tab if m == mode and (("right+cal", x) in tab))
+            ax.plot(xs, [tab[(mode, x)] / tab[("right+cal", x)] for x in xs], marker="o", markersize=3, label=s)
+        ax.axhline(0.97, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_title(f"adaptive, wrong belief, {label}")
+        ax.set_xlabel("concurrency")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("throughput / adaptive with the right belief (calibrated)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -45,6 +45,14 @@ import numpy as np
 from adaptspec.bench.oracle import LiveBatch, Oracle
 from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
+from adaptspec.control.calibration import (
+    BASE_FEATURES,
+    CalibratedCosts,
+    StepCalibrator,
+    feature_names,
+    prior_coefficients,
+    regressors,
+)
 from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.profiles import Profile
 from adaptspec.control.telemetry import StepCounters
@@ -242,6 +250,7 @@ def simulate(
     telemetry: Callable[[float, StepCounters], None] | None = None,
     telemetry_interval_s: float = 0.25,
     counters: StepCounters | None = None,
+    calibrator: StepCalibrator | None = None,
     on_finish: Callable[[object, int, float, int, float | None], None] | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
@@ -252,6 +261,11 @@ def simulate(
     `telemetry(now, counters)`: the engine's cumulative step counters (adaptspec.control.telemetry), from the
     truth cost of every step, at most every `telemetry_interval_s` simulated seconds (and once at the end);
     they start from `counters` (e.g. the previous point's `SimResult.counters`) or zero.
+
+    `calibrator`: the proxy's online step-time calibration, played here: every telemetry report is fed to it
+    (`StepCalibrator.update`, cumulative counters as a scrape gives them) and the worker the policy sees
+    carries its fit as `step_costs` (priced with once trusted), as proxy/feedback.py does. Carry one over from
+    point to point together with `counters` (its baseline is the previous point's last report).
 
     `on_finish(decision, request id, now, output tokens, decode seconds per token after the first or None)`:
     every completion, with the policy's Decision for it (the holdout / switchback experiment's feedback).
@@ -311,7 +325,8 @@ def simulate(
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     decisions: list = [None] * slots  # the Decision of the request in each slot (for on_finish)
-    tele = _Telemetry(counters) if telemetry is not None else None
+    tele = _Telemetry(counters) if telemetry is not None or calibrator is not None else None
+    step_costs = calibrator.costs() if calibrator is not None else None
     next_report = t0 + telemetry_interval_s
     # trace replay: the chosen proposer's run per output position of the request in each slot
     runs = np.ones((slots, replay.max_output if replay else 1), dtype=np.int64)
@@ -352,7 +367,7 @@ def simulate(
             r, ta = waiting.popleft()
             s = free.pop()
             cname = cls_names[wl_cls[r]]
-            state = _with_load(base_worker, n_active, len(waiting), traffic)
+            state = _with_load(base_worker, n_active, len(waiting), traffic, step_costs)
             req = replay.request(r) if replay is not None else None
             if req is not None:
                 state = _offering(state, req)
@@ -485,7 +500,7 @@ def simulate(
         if on_step is not None:
             on_step(t0 + t)
         if tele is not None and t0 + t >= next_report:
-            telemetry(t0 + t, tele.snapshot())
+            step_costs = _report(tele.snapshot(), t0 + t, telemetry, calibrator, step_costs)
             next_report = t0 + t + telemetry_interval_s
 
         # completions
@@ -524,7 +539,7 @@ def simulate(
 
     t_warm = t_warm if t_warm is not None else 0.0
     if tele is not None:
-        telemetry(t0 + t, tele.snapshot())
+        _report(tele.snapshot(), t0 + t, telemetry, calibrator, step_costs)
     return SimResult(
         output_tokens=tokens_total - tokens_at_warm,
         window_s=t - t_warm,
@@ -540,6 +555,16 @@ def simulate(
         sim_time_s=t,
         counters=tele.snapshot() if tele is not None else None,
     )
+
+
+def _report(snap: StepCounters, now: float, telemetry: Callable[[float, StepCounters], None] | None,
+            calibrator: StepCalibrator | None, costs: CalibratedCosts | None) -> CalibratedCosts | None:
+    """One telemetry report: to the callback, and to the calibrator (the proxy's scrape); its current fit."""
+    if telemetry is not None:
+        telemetry(now, snap)
+    if calibrator is not None and calibrator.update(snap):
+        return calibrator.costs()
+    return costs
 
 
 class _Telemetry:
@@ -564,13 +589,14 @@ class _Telemetry:
         return StepCounters(self.steps, self.seconds, self.tokens, self.kv, dict(self.drafted), dict(self.passes))
 
 
-def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None) -> WorkerState:
+def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None,
+               step_costs: CalibratedCosts | None = None) -> WorkerState:
     traffic = traffic or TrafficShape()
     return WorkerState(
         name=w.name, engine=w.engine, per_request=w.per_request, proposers=w.proposers, gamma=w.gamma,
         max_gamma=w.max_gamma, profile=w.profile, running=float(running), waiting=float(waiting),
         kv_usage=w.kv_usage, inflight=running + waiting, healthy=w.healthy,
-        prefill_ratio=traffic.prefill_ratio, prompt_tokens=traffic.prompt_tokens,
+        prefill_ratio=traffic.prefill_ratio, prompt_tokens=traffic.prompt_tokens, step_costs=step_costs,
     )
 
 
@@ -649,6 +675,7 @@ def sweep(
     progress: bool = True,
     warm_start: bool = True,
     telemetry: Callable[[float, StepCounters], None] | None = None,
+    calibrate: bool = True,
 ) -> list[dict]:
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
@@ -658,6 +685,11 @@ def sweep(
     next) or starts from the priors at every point (`warm_start=False`, a cold start each time).
     `telemetry(now, counters)`: the engine's step counters (see `simulate`), continued from point to point
     of a policy; a new policy is a new engine (its counters start from zero: a reset to the consumer).
+
+    `calibrate`: play the proxy's online step-time calibration (`simulate(calibrator=...)`): one
+    StepCalibrator per policy whose prior is the belief, fed by the engine's telemetry, carried over between
+    points like the AlphaTable (fresh at each point with `warm_start=False`). Each row then has a
+    `calibration` entry (`calibration_summary`). False: the policies price with the belief alone.
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
@@ -666,7 +698,7 @@ def sweep(
     from adaptspec.control.profiles import load_profile
     from adaptspec.errors import ConfigError
 
-    load_profile(profile)  # the belief must load too
+    belief = load_profile(profile)  # the belief must load too
     truth_name = truth_profile or profile
     cost = ProfileCost(load_profile(truth_name))
     worker = cost.worker(max_gamma=max_gamma, profile=profile)
@@ -686,6 +718,7 @@ def sweep(
             alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
             oracle = Oracle(cost, max_gamma) if spec.hindsight else None  # stateless: one per sweep
             counters = None
+            calibrator = StepCalibrator(belief) if calibrate else None
             for kind, value in loads:
                 bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
                 cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
@@ -695,16 +728,47 @@ def sweep(
                 if not warm_start:
                     clock = _SimClock()
                     alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
+                    calibrator = StepCalibrator(belief) if calibrate else None
                 res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
-                               on_step=clock.set, t0=clock.t, telemetry=telemetry, counters=counters)
+                               on_step=clock.set, t0=clock.t, telemetry=telemetry, counters=counters,
+                               calibrator=calibrator)
+                point = res.counters.since(counters or StepCounters()) if res.counters is not None else None
                 counters = res.counters
                 row = {"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,
                        "seed": seed}
                 if truth_profile is not None:
                     row["truth_profile"] = truth_profile
-                rows.append({**row, **res.row()})
+                row = {**row, **res.row()}
+                if calibrator is not None:
+                    row["calibration"] = calibration_summary(calibrator.costs(), cost.profile, point)
+                rows.append(row)
                 bar.update(1)
     return rows
+
+
+def calibration_summary(costs: CalibratedCosts, truth: Profile, window: StepCounters | None = None) -> dict:
+    """A fit at the end of a point, for its row: trusted, evidence, the target's fitted coefficients and,
+    when the truth's target is additive (so that its coefficients are the fit's true values), their relative
+    errors; the model proposers' fitted per-pass / per-token costs where identified; and, given the point's
+    telemetry `window`, the relative error of the engine time the fit (snapped, as priced) predicts for it
+    (`step_time_rel_error`: what the policy's pricing depends on, whatever the truth's form), the mean step
+    and the fit's per-step residual `sigma_s`."""
+    sigma = costs.sigma_s if math.isfinite(costs.sigma_s) else None
+    out: dict = {"trusted": costs.trusted, "steps": costs.steps, "sigma_s": sigma,
+                 "coefficients": {k: costs.coefficients[k] for k in BASE_FEATURES},
+                 "fitted": {k: costs.fitted[k] for k in BASE_FEATURES},
+                 "proposers": {k: v for k, v in costs.coefficients.items()
+                               if k not in BASE_FEATURES and costs.fitted[k]}}
+    if truth.target.additive:
+        true = dict(zip(BASE_FEATURES, prior_coefficients(truth)[:3].tolist(), strict=True))
+        out["truth"] = true
+        out["rel_error"] = {k: (costs.coefficients[k] - v) / v if v > 0 else None for k, v in true.items()}
+    if window is not None and window.step_seconds > 0:
+        theta = np.array([costs.snapped[k] for k in feature_names(costs.proposers)])  # [d], as the policy prices
+        predicted = float(theta @ regressors(window, costs.proposers))
+        out["step_time_rel_error"] = predicted / window.step_seconds - 1.0
+        out["mean_step_s"] = window.step_seconds / window.steps
+    return out
 
 
 def _with_proposers(w: WorkerState, proposers: tuple[str, ...]) -> WorkerState:

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "launch": "adaptspec.cli._launch",
     "trace": "adaptspec.cli._trace",
     "report": "adaptspec.cli._report",
+    "calibrate": "adaptspec.cli._calibrate",
 }
 
 

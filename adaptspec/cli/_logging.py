@@ -4,8 +4,9 @@
     --log-format json   {"ts": "2026-12-01T14:40:15.123Z", "level": "INFO", "logger": "adaptspec.serve",
                          "message": "...", <fields passed as `extra=`>}   one object a line
 
-Fields given to a log call through `extra={...}` (a request id, a worker name) become keys of the JSON object,
-so log shippers can index them without parsing the message.
+Fields given to a log call through `extra={...}` (a worker name) become keys of the JSON object, so log
+shippers can index them without parsing the message. Lines logged while the proxy serves a request carry its
+`request_id` (adaptspec.logcontext), in both formats (text: a trailing ` request_id=...`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import logging
 import sys
 import time
+
+from adaptspec.logcontext import RequestIdFilter
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMATS = ("text", "json")
@@ -38,8 +41,36 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, separators=(",", ":"))
 
 
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        rid = getattr(record, "request_id", None)
+        return f"{line} request_id={rid}" if rid is not None else line
+
+
+def configure_access_log(target: str) -> None:
+    """The proxy's access log (logger `adaptspec.access`, one JSON object a line, independent of --log-level
+    and --log-format): "-" for stderr, "off", or a file to append to."""
+    log = logging.getLogger("adaptspec.access")
+    log.propagate = False
+    for old in list(log.handlers):
+        log.removeHandler(old)
+        old.close()
+    if target == "off":
+        log.setLevel(logging.CRITICAL + 1)
+        return
+    handler = logging.StreamHandler(sys.stderr) if target == "-" else logging.FileHandler(target)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
 def configure(level: str, fmt: str) -> None:
     """Replace the root handlers: one stderr handler at `level` in format `fmt` (validated by the parser)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RequestIdFilter())
     logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)

@@ -11,7 +11,7 @@ def register(subparsers) -> None:
     check = sub.add_parser("check", help="validate YAML config / policy files (exit 0 if all are valid)")
     check.add_argument("files", nargs="+", metavar="FILE")
     check.set_defaults(func=run_check)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=lambda args: (p.print_help(sys.stderr), 2)[1])  # a usage error: help on stderr
 
 
 def summary(cfg) -> str:

@@ -19,10 +19,14 @@ log = logging.getLogger("adaptspec.serve")
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.yaml"
 ENV_CONFIG, ENV_HOST, ENV_PORT = "ADAPTSPEC_CONFIG", "ADAPTSPEC_HOST", "ADAPTSPEC_PORT"
+ENV_ACCESS_LOG = "ADAPTSPEC_ACCESS_LOG"
 ENVIRONMENT = f"""environment (a flag given on the command line wins):
   {ENV_CONFIG}      default for --config
   {ENV_HOST}        default for --host
   {ENV_PORT}        default for --port
+  {ENV_ACCESS_LOG}  default for --access-log (-, off, or a file)
+  ADAPTSPEC_OTEL=1      an OpenTelemetry span per API request, exported over OTLP/HTTP
+                        (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME; pip install 'adaptspec[otel]')
   ADAPTSPEC_LOG_LEVEL   default for --log-level (DEBUG, INFO, WARNING, ERROR, CRITICAL)
   ADAPTSPEC_LOG_FORMAT  default for --log-format (text, json)
   ${{VAR}} and ${{VAR:-default}} in the config file are expanded from the environment (e.g. worker URLs);
@@ -50,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                   "from their /v1/models)")
     p.add_argument("--watch", type=float, default=1.0, metavar="SECONDS",
                    help="poll the config file for changes this often (0: only reload on SIGHUP; default 1)")
+    p.add_argument("--access-log", default=None, metavar="-|off|FILE",
+                   help=f"one JSON line per API request (id, model, class, proposer, gamma, worker, status, "
+                        f"tokens, TTFT, total, retries) to stderr (-), a file, or off "
+                        f"(default: ${ENV_ACCESS_LOG}, else -)")
     p.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the embedded `adaptspec worker` (repeatable)")
     p.set_defaults(func=run)
@@ -88,6 +96,8 @@ def _from_environment(args: argparse.Namespace) -> str | None:
         args.config = os.environ[ENV_CONFIG]
     if args.host is None and os.environ.get(ENV_HOST):
         args.host = os.environ[ENV_HOST]
+    if args.access_log is None:
+        args.access_log = os.environ.get(ENV_ACCESS_LOG) or "-"
     if args.port is None and os.environ.get(ENV_PORT):
         raw = os.environ[ENV_PORT]
         if not raw.strip().isdigit() or not 0 <= int(raw) <= 65535:
@@ -108,8 +118,19 @@ def run(args: argparse.Namespace) -> int:
     if not config.pools and importlib.util.find_spec("torch") is None:
         return _fail("no pools are configured, and the embedded reference worker needs the worker extra: "
                      "pip install 'adaptspec[worker]', or give --config with pools / --upstream URL")
+    from adaptspec.cli._logging import configure_access_log
+    from adaptspec.proxy import tracing
     from adaptspec.proxy.serve import serve
 
+    try:
+        configure_access_log(args.access_log)
+    except OSError as exc:
+        return _fail(f"cannot open the access log {args.access_log!r}: {exc.strerror or exc}")
+    if tracing.enabled():
+        try:
+            tracing.setup()
+        except ConfigError as exc:
+            return _fail(str(exc))
     host = args.host or getattr(config.server, "host", None) or "127.0.0.1"
     port = args.port if args.port is not None else (getattr(config.server, "port", None) or 8000)
     return serve(config, host=host, port=port, config_path=args.config if not args.upstream else None,

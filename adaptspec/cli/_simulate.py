@@ -12,7 +12,10 @@ exploring one), `oracle` (per-request hindsight optimum; needs `--trace`), plus 
 `--policy-file` (named after the file). `--trace FILE` (repeatable, mixed in file order) replays measured
 acceptance, classes and lengths from acceptance traces (format: adaptspec/bench/traces.py) instead of the
 synthetic `--workload`. `--profile` is what the policies believe, `--truth-profile` what the simulated
-engine costs (default: the same); both take a built-in name or a YAML path. Closed-loop clients per
+engine costs (default: the same); both take a built-in name or a YAML path. As in the proxy, the policies
+calibrate the step-time model online from the engine's step telemetry with --profile as the prior
+(`--no-calibration`: the belief alone); each row's `calibration` has the fit and, for an additive truth, its
+relative errors. Closed-loop clients per
 `--concurrency` point, or open-loop Poisson arrivals per `--rate` point. Deterministic under `--seed`.
 The engine model is documented in adaptspec/bench/simulator.py, the calibration in adaptspec/bench/workloads.py.
 """
@@ -51,6 +54,9 @@ def register(subparsers) -> None:
     p.add_argument("--cold-start", action="store_true",
                    help="alpha estimates from the priors at every point (default: carried over from the "
                         "policy's previous point, like a proxy that has been serving)")
+    p.add_argument("--no-calibration", action="store_true",
+                   help="price with --profile alone (default: calibrate the step-time model online from the "
+                        "simulated engine's telemetry, with --profile as the prior, as the proxy does)")
     p.add_argument("--tolerance", type=float, default=0.98, help="target: adaptive >= this x best static")
     p.add_argument("--json", help="write the rows as JSON")
     p.add_argument("--md", help="write markdown tables")
@@ -100,7 +106,8 @@ def run(args) -> int:
         rows = sweep(specs, args.profile, workload, loads, truth_profile=args.truth_profile, seed=args.seed,
                      requests=args.requests,
                      warmup=args.warmup, max_batch=args.max_batch, max_gamma=args.max_gamma,
-                     proposers=proposers, progress=not args.no_progress, warm_start=not args.cold_start)
+                     proposers=proposers, progress=not args.no_progress, warm_start=not args.cold_start,
+                     calibrate=not args.no_calibration)
     except (ConfigError, ValueError) as exc:
         print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
         return 2

@@ -24,8 +24,9 @@ the intercept next to batched tokens, or drafted tokens inside batched tokens).
 Identification. With a constant batch the intercept and the per-token slope cannot be told apart (the
 regressors are collinear). A slope is fitted only when its regressor per step varies enough across windows
 once the regressors before it are accounted for (relative residual spread >= `min_spread`); until then it
-keeps the prior's value and the intercept absorbs the level. The model is `trusted` once `min_steps` steps
-were seen; before that the policy keeps the profile.
+keeps the prior's value and the intercept absorbs the level; so does a fitted slope whose standard error
+exceeds its value while the prior lies within two errors of it (the data neither determine nor contradict
+it). The model is `trusted` once `min_steps` steps were seen; before that the policy keeps the profile.
 
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
@@ -179,9 +180,9 @@ class StepCalibrator:
     only set the baseline); `observe(window)` takes one window's deltas directly (simulators)."""
 
     prior: Profile
-    prior_steps: float = 50.0
+    prior_steps: float = 20.0
     half_life_steps: float = 20_000.0
-    min_steps: float = 1000.0
+    min_steps: float = 300.0
     min_spread: float = 0.05
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
@@ -259,28 +260,41 @@ class StepCalibrator:
             self._cached = self._fit()
         return self._cached
 
-    def _fit(self) -> CalibratedCosts:
-        d = len(self.names)
+    def _solve(self, free: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(coefficients, standard errors, sigma) with the `free` ones fitted and the others at the prior."""
         theta = self.theta0.copy()
-        errors = np.full(d, math.nan)
+        errors = np.full(len(self.names), math.nan)
+        sigma = math.nan
+        if not free.any():
+            return theta, errors, sigma
+        n = self.steps
+        fx = np.where(~free)[0]
+        idx = np.where(free)[0]
+        s_ff = self._s[np.ix_(idx, idx)]
+        # the prior: worth prior_steps steps of each coefficient's own (partial) information per step
+        partial = 1.0 / np.diag(np.linalg.pinv(s_ff / n))
+        ridge = self.prior_steps * np.clip(partial, 0.0, None)
+        m = s_ff + np.diag(ridge)
+        g = self._r[idx] - self._s[np.ix_(idx, fx)] @ self.theta0[fx] + ridge * self.theta0[idx]
+        theta[idx] = nnls_quadratic(m, g)
+        rss = self._q - 2.0 * theta @ self._r + theta @ self._s @ theta
+        dof = self._windows - len(idx)
+        if dof > 0.5:
+            sigma = math.sqrt(max(rss, 0.0) / dof)
+            errors[idx] = sigma * np.sqrt(np.clip(np.diag(np.linalg.inv(m)), 0.0, None))
+        return theta, errors, sigma
+
+    def _fit(self) -> CalibratedCosts:
         free = self._identified()
         n = self.steps
-        sigma = math.nan
-        if free.any():
-            fx = np.where(~free)[0]
-            idx = np.where(free)[0]
-            s_ff = self._s[np.ix_(idx, idx)]
-            # the prior: worth prior_steps steps of each coefficient's own (partial) information per step
-            partial = 1.0 / np.diag(np.linalg.pinv(s_ff / n))
-            ridge = self.prior_steps * np.clip(partial, 0.0, None)
-            m = s_ff + np.diag(ridge)
-            g = self._r[idx] - self._s[np.ix_(idx, fx)] @ self.theta0[fx] + ridge * self.theta0[idx]
-            theta[idx] = nnls_quadratic(m, g)
-            rss = self._q - 2.0 * theta @ self._r + theta @ self._s @ theta
-            dof = self._windows - len(idx)
-            if dof > 0.5:
-                sigma = math.sqrt(max(rss, 0.0) / dof)
-                errors[idx] = sigma * np.sqrt(np.clip(np.diag(np.linalg.inv(m)), 0.0, None))
+        theta, errors, sigma = self._solve(free)
+        # a slope the data hardly determine (standard error above its value) and that does not contradict
+        # the prior (within 2 errors of it) keeps the prior's value: noise must not move a cost
+        vague = free & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
+            np.abs(theta - self.theta0) <= 2.0 * errors)
+        if vague.any():
+            free = free & ~vague
+            theta, errors, sigma = self._solve(free)
         snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
         sums = self._s[0]  # sum of each regressor over the windows (x_0 = steps)
         decode = sums[1] - sum(sums[4 + 2 * i] for i in range(len(self.proposers)))

@@ -7,7 +7,8 @@
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
     state:     {backend: memory|redis, url, key_prefix}
     server:    {host, port, api_keys_env, max_body_bytes, scrape_interval_s, request_timeout_s,
-                allow_client_speculation}
+                allow_client_speculation, keepalive_timeout_s, body_timeout_s, first_byte_timeout_s,
+                stall_timeout_s, eject_after_failures, eject_backoff_s}
 
 Every section is optional; a file without `pools` is valid (`adaptspec serve` then starts an embedded
 worker). Any error raises `ConfigError` naming the file, the dotted key (`pools[0].engine`) and the value.
@@ -186,6 +187,23 @@ class ServerConfig(_Strict):
     request_timeout_s: float = Field(default=600.0, gt=0)
     # a client's own `speculation` field is ignored unless this is on; when on, it is clamped to the pool
     allow_client_speculation: bool = False
+    keepalive_timeout_s: float = Field(default=30.0, gt=0)  # idle keep-alive connection, and slow header reads
+    body_timeout_s: float = Field(default=60.0, gt=0)  # the whole request body, from the end of its headers
+    # upstream attempts: a stream's response head (non-stream answers are bounded by request_timeout_s), the
+    # longest silence inside a stream; either one ejects the worker and moves requests with no byte yet
+    first_byte_timeout_s: float = Field(default=60.0, gt=0)
+    stall_timeout_s: float = Field(default=30.0, gt=0)
+    eject_after_failures: int = Field(default=3, ge=1)  # failed exchanges / scrapes in a row
+    eject_backoff_s: float = Field(default=2.0, gt=0)  # ejected this long, doubling per ejection in a row (32x)
+
+
+class CalibrationConfig(_Strict):
+    """Online step-time calibration (control/calibration.py) of every worker that exports step telemetry."""
+
+    enabled: bool = True  # price a worker with its fitted step model once trusted (false: the profile only)
+    min_steps: float = Field(default=300.0, ge=0)  # engine steps before the fit is trusted
+    prior_steps: float = Field(default=20.0, gt=0)  # weight of the profile, in engine steps
+    half_life_steps: float = Field(default=20_000.0, gt=0)  # forgetting
 
 
 class Config(_Strict):
@@ -194,6 +212,7 @@ class Config(_Strict):
     pools: list[PoolConfig] = Field(default_factory=list)
     state: StateConfig = Field(default_factory=StateConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
 
 
 # -- loading -------------------------------------------------------------------------------------------

@@ -23,6 +23,14 @@ and by 0.5^(elapsed / half_life_s): after a step change in acceptance the estima
 within a few half-lives. Sufficient statistics are plain dicts (`KeyStats.to_dict`, `merge_stats`,
 `decay_stats`) so several proxies can share them (e.g. in Redis).
 
+Sampling regime. Acceptance depends on the temperature: a greedy request (T = 0 or top_k = 1) accepts a
+draft token when it is the target's argmax, a sampled one with probability min(1, p/q) (point-mass n-gram
+drafts: p of the token), which is lower. Keys therefore carry a regime, "greedy" (the default everywhere,
+stored under the plain class) or "sampled" (stored under "<class>@sampled"). A sampled key's prior mean is
+its greedy estimate times `sampled_factor[proposer]` (DEFAULT_SAMPLED_FACTOR: 0.85 for models, 0.75 for
+n-gram lookup), so what greedy traffic taught carries over, discounted, until sampled feedback arrives.
+Engine-wide counters carry no temperature and count as greedy.
+
 Counters. `CounterTracker` turns cumulative engine counters into deltas; a counter that goes down means
 the engine restarted, and its new value is the delta. The first value seen is a baseline (delta 0), so a
 proxy that starts next to a long-running engine does not ingest its whole history as one burst.
@@ -51,6 +59,32 @@ DEFAULT_PRIOR_ALPHA: dict[str, dict[str, float]] = {
     "ngram": {"default": 0.30, "code": 0.50, "structured": 0.45, "summarize": 0.60, "translate": 0.10,
               "math": 0.30, "chat": 0.15},
 }
+
+
+GREEDY, SAMPLED = "greedy", "sampled"
+REGIMES: tuple[str, ...] = (GREEDY, SAMPLED)
+_REGIME_SEP = "@"
+# sampled-regime prior = greedy estimate x factor (model drafts: min(1, p/q) < argmax agreement; n-gram
+# point-mass drafts: accepted with the target's probability of the token)
+DEFAULT_SAMPLED_FACTOR: dict[str, float] = {"draft": 0.85, "eagle": 0.85, "ngram": 0.75}
+
+
+def sampling_regime(temperature: object = None, top_k: object = None) -> str:
+    """"greedy" for temperature 0 or top_k 1, else "sampled" (an absent temperature is OpenAI's default, 1)."""
+    if isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k == 1:
+        return GREEDY
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature <= 0:
+        return GREEDY
+    return SAMPLED
+
+
+def regime_key(content_class: str, regime: str = GREEDY) -> str:
+    """The class part of a table key: the class itself for greedy, "<class>@<regime>" otherwise."""
+    if regime == GREEDY:
+        return content_class
+    if regime not in REGIMES:
+        raise ValueError(f"unknown sampling regime {regime!r} (one of {', '.join(REGIMES)})")
+    return f"{content_class}{_REGIME_SEP}{regime}"
 
 
 def prior_alpha(proposer: str, content_class: str, table: Mapping[str, Mapping[str, float]] | None = None) -> float:
@@ -199,9 +233,13 @@ class AlphaTable:
         half_life_s: float | None = None,
         clock: Callable[[], float] = time.time,
         max_positions: int = 16,
+        sampled_factor: Mapping[str, float] | None = None,
     ) -> None:
         if prior_strength <= 0:
             raise ValueError("prior_strength must be > 0")
+        self.sampled_factor = {**DEFAULT_SAMPLED_FACTOR, **(sampled_factor or {})}
+        if any(not 0.0 <= f <= 1.0 for f in self.sampled_factor.values()):
+            raise ValueError(f"sampled_factor values must be in [0, 1]: {self.sampled_factor}")
         self.prior = {p: dict(c) for p, c in (prior or {}).items()}
         self.prior_strength = float(prior_strength)
         self.half_life_tokens = half_life_tokens
@@ -219,6 +257,8 @@ class AlphaTable:
                 del self._est_cache[k]
         else:
             self._est_cache.pop(key, None)
+            if _REGIME_SEP not in key[2]:  # a greedy estimate is the prior of its sampled key
+                self._est_cache.pop((key[0], key[1], regime_key(key[2], SAMPLED)), None)
 
     @classmethod
     def from_config(cls, cfg, clock: Callable[[], float] = time.time) -> AlphaTable:
@@ -250,11 +290,13 @@ class AlphaTable:
         now: float | None = None,
         steps: float = 0.0,
         drafts: float = 0.0,
+        regime: str = GREEDY,
     ) -> None:
         """Add Bernoulli counts to a key, after discounting its history by the tokens and time passed.
 
         `steps` / `drafts`: verification steps of the requests counted, and how many of them drafted (for
-        the propose rate of proposers that do not always find a draft, like n-gram lookup)."""
+        the propose rate of proposers that do not always find a draft, like n-gram lookup). `regime`:
+        "greedy" or "sampled" (see the module doc)."""
         if successes < 0 or failures < 0:
             raise ValueError(f"negative counts: successes={successes}, failures={failures}")
         if steps < 0 or not 0 <= drafts <= steps + 1e-9:
@@ -262,7 +304,7 @@ class AlphaTable:
         if successes + failures <= 0 and not any(pos_trials) and steps <= 0:
             return
         now = self.clock() if now is None else now
-        key = (worker, proposer, content_class)
+        key = (worker, proposer, regime_key(content_class, regime))
         self._invalidate(key)
         st = self._stats.get(key)
         if st is None:
@@ -287,6 +329,7 @@ class AlphaTable:
         steps: float | None = None,
         gamma: float | None = None,
         num_drafts: float | None = None,
+        regime: str = GREEDY,
     ) -> None:
         """Add per-request stats or counter deltas for one key.
 
@@ -314,7 +357,7 @@ class AlphaTable:
             succ = sum(acc)
             fail = max(float(drafts) - (acc[-1] if acc else 0.0), 0.0)
             self.observe_counts(worker, proposer, cls, succ, fail, trials, acc, draft_tokens=draft_tokens,
-                                now=now)
+                                now=now, regime=regime)
             return
         if drafts:
             g = draft_tokens / drafts
@@ -323,13 +366,13 @@ class AlphaTable:
         else:  # no step count: accepted / drafted (biased low when runs are truncated at gamma)
             fail = draft_tokens - accepted_tokens
         self.observe_counts(worker, proposer, cls, float(accepted_tokens), fail, draft_tokens=draft_tokens,
-                            now=now)
+                            now=now, regime=regime)
 
     def observe_alpha(self, worker: str, proposer: str, cls: str, alpha: float, weight: float,
-                      now: float | None = None) -> None:
+                      now: float | None = None, regime: str = GREEDY) -> None:
         """Add a direct alpha measurement worth `weight` Bernoulli trials (e.g. from an SGLang gauge)."""
         a = min(max(float(alpha), 0.0), 1.0)
-        self.observe_counts(worker, proposer, cls, a * weight, (1.0 - a) * weight, now=now)
+        self.observe_counts(worker, proposer, cls, a * weight, (1.0 - a) * weight, now=now, regime=regime)
 
     # -- queries -------------------------------------------------------------------------------------
     def _age_factor(self, st: KeyStats | None, now: float | None) -> float:
@@ -362,7 +405,10 @@ class AlphaTable:
                 m0 = a / (a + b)
         return m0
 
-    def get(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> AlphaEstimate:
+    def get(self, worker: str, proposer: str, content_class: str, now: float | None = None,
+            regime: str = GREEDY) -> AlphaEstimate:
+        if regime != GREEDY:
+            return self._get_regime(worker, proposer, content_class, now, regime)
         st = self._stats.get((worker, proposer, content_class))
         if st is None and (worker, proposer, ANY_CLASS) not in self._stats:  # fast path: prior only
             est = self._prior_estimates.get((proposer, content_class))
@@ -385,9 +431,30 @@ class AlphaTable:
         self._est_cache[key] = (t, est)
         return est
 
+    def _get_regime(self, worker: str, proposer: str, content_class: str, now: float | None,
+                    regime: str) -> AlphaEstimate:
+        """A non-greedy key: its own counts, with the greedy estimate x sampled_factor as the prior mean."""
+        key = (worker, proposer, regime_key(content_class, regime))
+        t = (self.clock() if now is None else now) if self.half_life_s else None
+        hit = self._est_cache.get(key)
+        if hit is not None and (t is None or abs(t - hit[0]) < 1e-3 * self.half_life_s):
+            return hit[1]
+        m0 = self.get(worker, proposer, content_class, now).mean * self.sampled_factor.get(proposer, 1.0)
+        est = self._estimate(self._stats.get(key), worker, proposer, content_class, t, m0=m0)
+        if len(self._est_cache) >= 65_536:
+            self._est_cache.clear()
+        self._est_cache[key] = (t, est)
+        return est
+
+    def view(self, regime: str) -> RegimeView:
+        """An `AlphaSource` whose `get` reads this table's `regime` keys (for a policy's decide)."""
+        regime_key("", regime)  # validates
+        return RegimeView(self, regime)
+
     def _estimate(self, st: KeyStats | None, worker: str, proposer: str, content_class: str,
-                  now: float | None) -> AlphaEstimate:
-        m0 = self.prior_mean(worker, proposer, content_class, now)
+                  now: float | None, m0: float | None = None) -> AlphaEstimate:
+        if m0 is None:
+            m0 = self.prior_mean(worker, proposer, content_class, now)
         d = self._age_factor(st, now)
         a, b, n = self._posterior(st, m0, d)
         tot = a + b
@@ -413,8 +480,8 @@ class AlphaTable:
     def keys(self) -> list[tuple[str, str, str]]:
         return list(self._stats)
 
-    def stats(self, worker: str, proposer: str, content_class: str) -> dict | None:
-        st = self._stats.get((worker, proposer, content_class))
+    def stats(self, worker: str, proposer: str, content_class: str, regime: str = GREEDY) -> dict | None:
+        st = self._stats.get((worker, proposer, regime_key(content_class, regime)))
         return None if st is None else st.to_dict()
 
     def forget(self, worker: str) -> None:
@@ -448,6 +515,18 @@ class AlphaTable:
         table = cls(**kwargs)
         table.load_dict(d)
         return table
+
+
+class RegimeView:
+    """`AlphaTable.get` for one sampling regime, behind the `AlphaSource` interface the policies take."""
+
+    __slots__ = ("table", "regime")
+
+    def __init__(self, table: AlphaTable, regime: str) -> None:
+        self.table, self.regime = table, regime
+
+    def get(self, worker: str, proposer: str, content_class: str) -> AlphaEstimate:
+        return self.table.get(worker, proposer, content_class, regime=self.regime)
 
 
 class CounterTracker:

@@ -225,7 +225,7 @@ class _CostModelPolicy:
         self._calibrated: dict[tuple[str, str], Profile] = {}  # (profile, fit fingerprint) -> priced profile
         # Per worker: content classes of its recent requests (the mix its running batch is made of), a
         # version bumped as that mix is refreshed, and memoised batch-wide gammas:
-        # (worker, proposer, half-octave batch bucket) -> (gamma, mix version).
+        # (worker, profile (a new fit is a new name), proposer, half-octave batch bucket) -> (gamma, mix version).
         self._recent: dict[str, deque[str]] = {}
         self._seen: dict[str, int] = {}
         self._mix_version: dict[str, int] = {}
@@ -316,7 +316,7 @@ class _CostModelPolicy:
         """
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
-        key = (w.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))
+        key = (w.name, prof.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))
         hit = self._common.get(key)
         if hit is not None and hit[1] == version:
             return hit[0]

@@ -18,6 +18,11 @@ Each wraps one vLLM method and calls the original first, so vLLM's own bookkeepi
   OutputProcessor.add_request / _finish_request
                                        API-server side: remember the request's labels, count its
                                        acceptance into the per-class Prometheus counters at finish.
+  Scheduler.schedule / update_from_output
+                                       engine core: step telemetry of every completed step, shipped in
+                                       the step's SchedulerStats (vllm_plugin.encode_step_window).
+  StatLoggerManager.record             API server: takes the step window out of the stats before vLLM's
+                                       loggers see them, into the adaptspec:engine_*_total counters.
 """
 
 from __future__ import annotations
@@ -25,10 +30,19 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 
 from prometheus_client import Counter, Gauge
 
-from adaptspec.integrations.vllm_plugin import request_labels, request_limit, validate_xargs
+from adaptspec.control import telemetry
+from adaptspec.integrations.vllm_plugin import (
+    encode_step_window,
+    pop_step_window,
+    request_labels,
+    request_limit,
+    telemetry_proposer,
+    validate_xargs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +76,40 @@ def class_counters() -> ClassCounters:
     return ClassCounters()
 
 
+STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")
+
+
+class StepTelemetryCounters:
+    """The step-telemetry counter families (control/telemetry.py), in the process that serves /metrics."""
+
+    def __init__(self) -> None:
+        self.steps = Counter(telemetry.METRIC_STEPS, "Engine steps (one target forward each).")
+        self.seconds = Counter(telemetry.METRIC_STEP_SECONDS, "Wall seconds of engine steps, drafting included.")
+        self.batched = Counter(telemetry.METRIC_BATCHED_TOKENS, "Tokens through the target forward.")
+        self.kv = Counter(telemetry.METRIC_KV_TOKENS, "Context tokens attended, summed over steps.")
+        self.drafted = Counter(telemetry.METRIC_DRAFTED_TOKENS, "Tokens drafted, by proposer.", ["proposer"])
+        self.passes = Counter(telemetry.METRIC_DRAFT_PASSES, "Batched draft-model passes, by proposer.",
+                              ["proposer"])
+        for p in STEP_PROPOSERS:  # the closed label set, exported from the start
+            self.drafted.labels(p)
+            self.passes.labels(p)
+
+    def observe(self, window: dict) -> None:
+        self.steps.inc(window["steps"])
+        self.seconds.inc(window["seconds"])
+        self.batched.inc(window["batched"])
+        self.kv.inc(window["kv"])
+        for p, n in window["drafted"].items():
+            self.drafted.labels(p if p in STEP_PROPOSERS else "hybrid").inc(n)
+        for p, n in window["passes"].items():
+            self.passes.labels(p if p in STEP_PROPOSERS else "hybrid").inc(n)
+
+
+@functools.cache
+def step_counters() -> StepTelemetryCounters:
+    return StepTelemetryCounters()
+
+
 def _limit_of(request) -> int | None:
     limit = getattr(request, _LIMIT_ATTR, _UNSET)
     if limit is _UNSET:
@@ -85,6 +133,7 @@ def install(vllm_version: str) -> None:
         if _installed:
             return
         _patch_scheduler()
+        _patch_step_telemetry()
         _patch_frontend()
         # Lets a scraper tell a vLLM that honours vllm_xargs from one that would silently ignore them.
         from adaptspec import __version__
@@ -153,6 +202,69 @@ def _patch_scheduler() -> None:
     Scheduler.add_request = add_request_with_metrics
 
 
+_T0_ATTR = "_adaptspec_t0"
+_WINDOW_ATTR = "_adaptspec_steps"
+_LAST_ATTR = "_adaptspec_last_end"
+
+
+def _patch_step_telemetry() -> None:
+    """Engine core: count each completed step, ship the window in the step's SchedulerStats."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    schedule = _seam(Scheduler, "schedule")
+    update = _seam(Scheduler, "update_from_output")
+
+    @functools.wraps(schedule)
+    def schedule_timed(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = schedule(self, *args, **kwargs)
+        setattr(out, _T0_ATTR, t0)
+        return out
+
+    @functools.wraps(update)
+    def update_counted(self, scheduler_output, model_runner_output):
+        tokens = scheduler_output.total_num_scheduled_tokens
+        kv = 0
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(req_id)
+            if request is not None:
+                kv += request.num_computed_tokens  # advanced at schedule time: context + this step's tokens
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        drafted = sum(len(v) for v in spec.values())
+        outputs = update(self, scheduler_output, model_runner_output)
+        end = time.perf_counter()
+        if tokens > 0:
+            # wall time since the step was scheduled or the previous step finished (async scheduling
+            # overlaps steps: each second is counted once)
+            start = max(getattr(scheduler_output, _T0_ATTR, end), getattr(self, _LAST_ATTR, 0.0))
+            w = getattr(self, _WINDOW_ATTR, None)
+            if w is None:
+                w = {"steps": 0, "seconds": 0.0, "batched": 0, "kv": 0, "drafted": 0, "passes": 0}
+                setattr(self, _WINDOW_ATTR, w)
+            w["steps"] += 1
+            w["seconds"] += end - start
+            w["batched"] += tokens
+            w["kv"] += kv
+            w["drafted"] += drafted
+            if drafted:  # a model drafter runs max(k) batched passes; n-gram lookup none (its entries stay 0)
+                w["passes"] += max(len(v) for v in spec.values())
+            setattr(self, _LAST_ATTR, end)
+        w = getattr(self, _WINDOW_ATTR, None)
+        if w:
+            stats = next((eco.scheduler_stats for eco in outputs.values() if eco.scheduler_stats is not None), None)
+            if stats is not None:
+                cfg = getattr(getattr(self, "vllm_config", None), "speculative_config", None)
+                proposer = telemetry_proposer(getattr(cfg, "method", None))
+                if proposer == "ngram":
+                    w["passes"] = 0
+                stats.num_kv_fetch_reqs_by_stage.update(encode_step_window(w, proposer))
+                setattr(self, _WINDOW_ATTR, None)
+        return outputs
+
+    Scheduler.schedule = schedule_timed
+    Scheduler.update_from_output = update_counted
+
+
 def _patch_frontend() -> None:
     from vllm.sampling_params import SamplingParams
     from vllm.v1.engine.input_processor import InputProcessor
@@ -192,6 +304,20 @@ def _patch_frontend() -> None:
         labels = getattr(req_state, _LABELS_ATTR, None) or request_labels(None)
         class_counters().observe(labels, drafts, metrics.num_draft_tokens, accepted)
 
+    from vllm.v1.metrics.loggers import StatLoggerManager
+
+    record = _seam(StatLoggerManager, "record")
+
+    @functools.wraps(record)
+    def record_with_steps(self, scheduler_stats, *args, **kwargs):
+        if scheduler_stats is not None:
+            window = pop_step_window(scheduler_stats.num_kv_fetch_reqs_by_stage)
+            if window is not None:
+                step_counters().observe(window)
+        return record(self, scheduler_stats, *args, **kwargs)
+
     InputProcessor._validate_params = _validate_params
     OutputProcessor.add_request = add_request
     OutputProcessor._finish_request = _finish_request
+    StatLoggerManager.record = record_with_steps
+    step_counters()  # exported from start-up, zeros until the first step

@@ -15,6 +15,12 @@ request carry its own limit through vLLM's extra request args:
   and each finished request adds its drafts / draft tokens / accepted tokens to
   `adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total{content_class,proposer}`
   on vLLM's own /metrics, next to `adaptspec:vllm_plugin_info{version,vllm_version} 1`.
+* step telemetry (control/telemetry.py): the engine core's scheduler counts every step it completes (wall
+  seconds since the step was scheduled or the previous one finished, scheduled tokens, context tokens,
+  verified draft tokens, draft passes) and ships the window since the last stats message inside the
+  SchedulerStats it already sends to the API server (integer entries `adaptspec:*` of the
+  `num_kv_fetch_reqs_by_stage` dict, removed again before vLLM's loggers read it); the API server adds them
+  to `adaptspec:engine_*_total` counters on /metrics, so the proxy calibrates a vLLM worker like its own.
 
 Launch vLLM with a speculative config whose `num_speculative_tokens` is the pool's `max_gamma`
 (`adaptspec launch vllm` prints the command). Supported vLLM: see SUPPORTED_VLLM; any other version
@@ -87,6 +93,49 @@ def request_labels(extra_args: Mapping | None) -> tuple[str, str]:
     cls = extra_args.get(XARG_CONTENT_CLASS)
     proposer = extra_args.get(XARG_PROPOSER) or os.environ.get(ENV_PROPOSER) or UNKNOWN
     return (cls if isinstance(cls, str) and cls else UNKNOWN), str(proposer)
+
+
+# Step-window entries carried in SchedulerStats.num_kv_fetch_reqs_by_stage (ints: microseconds for seconds).
+STEP_PREFIX = "adaptspec:"
+_STEP_KEYS = ("steps", "step_us", "batched", "kv")
+
+
+def telemetry_proposer(method: str | None) -> str:
+    """vLLM's speculative method -> the telemetry proposer label (ngram / draft / eagle / hybrid)."""
+    m = (method or "").lower()
+    if m in ("ngram", "suffix", "ngram_gpu"):
+        return "ngram"
+    if m in ("draft_model", "draft"):
+        return "draft"
+    if m.startswith(("eagle", "mtp", "medusa")) or m.endswith("_mtp"):
+        return "eagle"
+    return "hybrid"
+
+
+def encode_step_window(window: Mapping[str, float], proposer: str) -> dict[str, int]:
+    """A step window {steps, seconds, batched, kv, drafted, passes} as integer stats entries."""
+    out = {f"{STEP_PREFIX}steps": int(window["steps"]), f"{STEP_PREFIX}step_us": int(round(window["seconds"] * 1e6)),
+           f"{STEP_PREFIX}batched": int(window["batched"]), f"{STEP_PREFIX}kv": int(window["kv"])}
+    if window.get("drafted") or window.get("passes"):
+        out[f"{STEP_PREFIX}drafted:{proposer}"] = int(window.get("drafted", 0))
+        out[f"{STEP_PREFIX}passes:{proposer}"] = int(window.get("passes", 0))
+    return out
+
+
+def pop_step_window(entries: dict) -> dict | None:
+    """Remove the step-window entries from a stats dict; -> {steps, seconds, batched, kv, drafted: {p: n},
+    passes: {p: n}} or None when it carried none."""
+    keys = [k for k in entries if isinstance(k, str) and k.startswith(STEP_PREFIX)]
+    if not keys:
+        return None
+    raw = {k[len(STEP_PREFIX):]: entries.pop(k) for k in keys}
+    out: dict = {"steps": raw.get("steps", 0), "seconds": raw.get("step_us", 0) / 1e6,
+                 "batched": raw.get("batched", 0), "kv": raw.get("kv", 0), "drafted": {}, "passes": {}}
+    for k, v in raw.items():
+        what, _, proposer = k.partition(":")
+        if proposer and what in ("drafted", "passes"):
+            out[what][proposer] = v
+    return out
 
 
 def register() -> None:

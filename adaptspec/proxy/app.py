@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 
 from adaptspec.control.classify import classify_request
-from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
-from adaptspec.proxy import handlers, health, report
-from adaptspec.proxy.errors import error_middleware
-from adaptspec.proxy.feedback import CALIBRATION_GAUGE_DOCS, Feedback
+from adaptspec.proxy import accesslog, handlers, health, report
+from adaptspec.proxy.errors import JsonErrorServer, error_middleware
+from adaptspec.proxy.feedback import FEEDBACK_GAUGE_DOCS, Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
@@ -63,7 +63,7 @@ class Proxy:
         self.feedback = Feedback(self)
         self.scraper = Scraper(self, self.scrape_interval_s)
         self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
-        self.metrics.add_collector(StateCollector(self.feedback.calibration_gauges, CALIBRATION_GAUGE_DOCS))
+        self.metrics.add_collector(StateCollector(self.feedback.gauges, FEEDBACK_GAUGE_DOCS))
         self.metrics.add_collector(report.ReportCollector(self))
 
     # -- configuration -------------------------------------------------------------------------------
@@ -82,6 +82,12 @@ class Proxy:
         self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
         self.request_timeout_s = getattr(server, "request_timeout_s", None)
         self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
+        self.keepalive_timeout_s = float(getattr(server, "keepalive_timeout_s", None) or 30.0)
+        self.body_timeout_s = float(getattr(server, "body_timeout_s", None) or 60.0)
+        self.first_byte_timeout_s = float(getattr(server, "first_byte_timeout_s", None) or 60.0)
+        self.stall_timeout_s = float(getattr(server, "stall_timeout_s", None) or 30.0)
+        self.pools.eject_after = int(getattr(server, "eject_after_failures", None) or 3)
+        self.pools.backoff_s = float(getattr(server, "eject_backoff_s", None) or 2.0)
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
         if getattr(self, "scraper", None) is not None:
@@ -118,12 +124,15 @@ class Proxy:
             raise RequestError("Incorrect or missing API key (send 'Authorization: Bearer <key>').", status=401,
                                type="authentication_error", code="invalid_api_key")
 
-    def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset()):
-        """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory."""
+    def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset(),
+               regime: str = GREEDY):
+        """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory.
+        `regime`: the request's sampling regime (estimators.sampling_regime), whose alpha estimates it reads."""
         eligible = Pools.eligible(candidates, exclude)
         remote = self.state.remote_inflight
         states = [w.state(remote.get(w.name, 0)) for w in eligible]
-        decision = self.policy.decide(content_class, states, self.state.alphas)
+        alphas = self.state.alphas if regime == GREEDY else self.state.alphas.view(regime)
+        decision = self.policy.decide(content_class, states, alphas)
         worker = self.pools.workers.get(decision.worker)
         if worker is None or worker not in eligible:
             worker = min(eligible, key=lambda w: w.state(remote.get(w.name, 0)).load)
@@ -196,6 +205,7 @@ def create_app(proxy: Proxy) -> web.Application:
     r.add_get("/health", handlers.health)
     r.add_get("/metrics", handlers.metrics)
     health.add_routes(app)  # /health/live, /health/ready, /version
+    accesslog.install(app)  # request ids (echoed, forwarded, in log lines), trace context, access log
     report.add_routes(app)  # /adaptspec/report
 
     async def on_startup(app: web.Application) -> None:
@@ -209,9 +219,25 @@ def create_app(proxy: Proxy) -> web.Application:
     return app
 
 
+class _Runner(web.AppRunner):
+    """AppRunner whose connections answer HTTP parser errors (431 headers, 400) in JSON (errors.py)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = JsonErrorServer  # the same server; only how it makes connection handlers changes
+        return server
+
+
 async def start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects."""
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects.
+
+    Request bodies are decompressed by `handlers._read_body` (auto_decompress off), which counts the
+    decompressed bytes against the limit; `keepalive_timeout` closes idle connections and, from the
+    connection's start, ones that never finish sending a request head (slowloris).
+    """
+    proxy = app["proxy"]
+    runner = _Runner(app, access_log=None, handler_cancellation=True, auto_decompress=False,
+                     keepalive_timeout=proxy.keepalive_timeout_s)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, backlog=1024).start()

@@ -10,6 +10,8 @@ import json
 import logging
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.web_protocol import RequestHandler
 
 from adaptspec.errors import RequestError
 
@@ -21,8 +23,11 @@ _TYPE_BY_STATUS = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     422: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
 }
 
@@ -36,13 +41,48 @@ def error_response(status: int, message: str, *, type: str | None = None, code: 
 
 
 def from_request_error(exc: RequestError) -> web.Response:
-    return error_response(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param)
+    resp = error_response(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param)
+    if exc.status in (408, 413):
+        resp.force_close()  # the rest of the body is unread: close instead of draining it for keep-alive
+    return resp
 
 
 def sse_error_event(message: str, *, type: str = "upstream_error", code: str = "upstream_disconnected") -> bytes:
     """A final SSE event the `openai` client raises as an APIError."""
     payload = {"error": {"message": message, "type": type, "code": code, "param": None}}
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _parser_status(exc: BaseException | None) -> int:
+    if isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and "Too many headers" in exc.message):
+        return 431  # Request Header Fields Too Large
+    return 400
+
+
+class JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler with its own error answers (bad request line or headers, header limits)
+    in the OpenAI JSON shape instead of plain text: 431 for oversized/too many headers, 400 for the rest."""
+
+    __slots__ = ()
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status == 500:
+            return super().handle_error(request, status, exc, message)  # logs with the traceback
+        status = _parser_status(exc)
+        log.debug("bad HTTP request from %s: %s", request.remote, exc)  # the client's problem, not a log line each
+        if request.writer.output_size > 0:
+            raise ConnectionError("Response is sent already, cannot send another response with the error message")
+        text = {431: "Request header fields too large or too many (limits: 8190 bytes per field, 128 fields)."}.get(
+            status, f"Malformed HTTP request: {message or exc}")
+        resp = error_response(status, text, code="headers_too_large" if status == 431 else "bad_request")
+        resp.force_close()
+        return resp
+
+
+class JsonErrorServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return JsonErrorHandler(self, loop=self._loop, **self._kwargs)
 
 
 @web.middleware

@@ -2,7 +2,7 @@
 
 Which source wins, per worker:
 
-1. per-request stats in the response (exact, attributed to this request's proposer, gamma and class,
+1. per-request stats in the response (to the key of the request's sampling regime, greedy or sampled) (exact, attributed to this request's proposer, gamma and class,
    and naturally split between proxy replicas, since each sees only its own responses):
    `usage.speculative {draft_tokens, accepted_tokens, steps}` (adaptspec worker; with its
    `tried_per_position` / `accepted_per_position` the per-position conditional rates are counted exactly) or
@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 
 from adaptspec.control.calibration import StepCalibrator
-from adaptspec.control.estimators import CounterTracker, ingest_sglang, ingest_vllm
+from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker, ingest_sglang, ingest_vllm
 from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,9 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
-CALIBRATION_GAUGE_DOCS = {
+FEEDBACK_GAUGE_DOCS = {
+    "adaptspec_alpha_estimate_sampled": "Posterior mean of alpha for sampled requests (temperature > 0; "
+                                        "adaptspec_alpha_estimate is the greedy one)",
     "adaptspec_step_model_coefficient": "Fitted step-time coefficient of the worker (seconds per step / token / "
                                         "pass; control/calibration.py)",
     "adaptspec_step_model_coefficient_error": "Standard error of the fitted coefficient (NaN: held at the prior)",
@@ -124,7 +127,7 @@ class Feedback:
     def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
-                    prompt: float | None = None) -> None:
+                    prompt: float | None = None, regime: str = GREEDY) -> None:
         m = self.proxy.metrics
         if output_tokens > 0:
             m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
@@ -147,12 +150,16 @@ class Feedback:
             tried, acc = positions
             succ = sum(acc)
             kw: dict = {"draft_tokens": draft}
+            if regime != GREEDY:
+                kw["regime"] = regime
             if steps and steps >= tried[0]:  # position 0 is tried by every draft: the propose rate's numerator
                 kw.update(steps=steps, drafts=tried[0])
             self.proxy.state.apply("observe_counts",
                                    (worker.name, proposer, content_class, succ, sum(tried) - succ, tried, acc), kw)
             return
         kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
+        if regime != GREEDY:
+            kwargs["regime"] = regime
         if steps:
             kwargs["steps"] = steps
         self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
@@ -185,16 +192,30 @@ class Feedback:
         return default if isinstance(default, Profile) else load_profile(_DEFAULT_PRIOR)
 
     def on_steps(self, worker, counters) -> None:
-        """One scrape of the worker's cumulative step counters -> its calibrator -> `worker.step_costs`."""
+        """One scrape of the worker's cumulative step counters -> its calibrator -> `worker.step_costs`
+        (left None with `calibration.enabled: false`: the gauges still show the fit)."""
+        cfg = getattr(self.proxy.config, "calibration", None)
+        opts = {} if cfg is None else {"min_steps": cfg.min_steps, "prior_steps": cfg.prior_steps,
+                                       "half_life_steps": cfg.half_life_steps}
         cal = self._calibrators.get(worker.name)
         prior = self._prior(worker)
-        if cal is None or cal.prior.name != prior.name:  # new worker, or its profile changed on reload
-            cal = self._calibrators[worker.name] = StepCalibrator(prior)
-        if cal.update(counters) or worker.step_costs is None:
+        if cal is None or cal.prior.name != prior.name or any(getattr(cal, k) != v for k, v in opts.items()):
+            cal = self._calibrators[worker.name] = StepCalibrator(prior, **opts)  # new, or reconfigured
+        changed = cal.update(counters)
+        if cfg is not None and not cfg.enabled:
+            worker.step_costs = None
+        elif changed or worker.step_costs is None:
             worker.step_costs = cal.costs()
 
-    def calibration_gauges(self) -> dict:
-        """{gauge name: (labels, rows)} for a `StateCollector`."""
+    def gauges(self) -> dict:
+        """{gauge name: (labels, rows)} for a `StateCollector`: sampled-regime alphas, step-model fits."""
+        sampled = []
+        alphas = self.proxy.state.alphas
+        for w in list(self.proxy.pools.workers.values()):
+            for p in w.proposers:
+                if p != "none":
+                    sampled += [((w.name, p, c), alphas.get(w.name, p, c, regime=SAMPLED).mean)
+                                for c in CONTENT_CLASSES]
         coef, err, trusted, steps = [], [], [], []
         for name, cal in self._calibrators.items():
             c = cal.costs()
@@ -204,7 +225,8 @@ class Feedback:
             trusted.append(((name,), float(c.trusted)))
             steps.append(((name,), c.steps))
         labels = ("worker", "coefficient")
-        return {"adaptspec_step_model_coefficient": (labels, coef),
+        return {"adaptspec_alpha_estimate_sampled": (("worker", "proposer", "content_class"), sampled),
+                "adaptspec_step_model_coefficient": (labels, coef),
                 "adaptspec_step_model_coefficient_error": (labels, err),
                 "adaptspec_step_model_trusted": (("worker",), trusted),
                 "adaptspec_step_model_steps": (("worker",), steps)}

@@ -1,9 +1,11 @@
 """HTTP handlers: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
 
-The generation path, in order: auth -> read body (size cap) -> parse + validate -> workers serving the
-model (404) -> classify -> decide (`Proxy.decide`, synchronous, in memory) -> rewrite the body for
-per-request workers -> send; connection failures before the first byte move the request to another
-eligible worker -> relay (non-stream: whole body; stream: SSE chunk by chunk) -> feedback + metrics.
+The generation path, in order: auth -> read body (decompressed while read; size cap and timeout) ->
+parse + validate (JSON depth / number limits) -> workers serving the model (404) -> classify -> decide
+(`Proxy.decide`, synchronous, in memory) -> rewrite the body for per-request workers -> send; connection
+failures, timeouts and ejections before the first byte move the request to another eligible worker ->
+relay (non-stream: whole body; stream: SSE chunk by chunk, a stall ends it with an SSE error) -> feedback
++ metrics. Client strings never become metric labels or response headers (closed sets only).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import json
 import logging
 import re
 import time
+import zlib
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from adaptspec.control.estimators import sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
+from adaptspec.proxy import accesslog
 from adaptspec.proxy.errors import error_response, sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 from adaptspec.proxy.report import record as record_experiment
@@ -28,24 +33,58 @@ log = logging.getLogger(__name__)
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError)
-_STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError)
+_PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, TimeoutError)
+_STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError)
 _FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
 SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+def _decoder(request: web.Request):
+    """A streaming decompressor for the body's Content-Encoding (None: identity); 415 for others."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, detected from the first bytes
+    raise RequestError(f"Unsupported Content-Encoding {encoding[:40]!r}; send gzip, deflate or identity.",
+                       status=415, code="unsupported_content_encoding")
+
+
+def _too_large(limit: int) -> RequestError:
+    return RequestError(f"Request body exceeds the limit of {limit} bytes (after decompression).", status=413,
+                        code="body_too_large")
+
+
+async def _read_body(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The body, decompressed while it streams in; 413 as soon as either size passes `limit` (a 291 KB gzip
+    of 200 MB stops after ~limit bytes of output), 400 for a body that is not what its encoding claims,
+    408 when it takes longer than `timeout_s`."""
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.",
                            status=413, code="body_too_large")
-    if request.content_length is not None:
-        return await request.read()
+    decoder = _decoder(request)
     buf = bytearray()
-    async for chunk in request.content.iter_any():
-        buf += chunk
-        if len(buf) > limit:
-            raise RequestError(f"Request body exceeds the limit of {limit} bytes.", status=413,
-                               code="body_too_large")
+    received = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.content.iter_any():
+                received += len(chunk)
+                if received > limit:
+                    raise _too_large(limit)
+                if decoder is not None:
+                    chunk = decoder.decompress(chunk, limit + 1 - len(buf))  # output capped: memory stays bounded
+                buf += chunk
+                if len(buf) > limit or (decoder is not None and decoder.unconsumed_tail):
+                    raise _too_large(limit)
+    except TimeoutError:
+        raise RequestError(f"Request body not received within {timeout_s:g} s.", status=408,
+                           code="body_timeout") from None
+    except zlib.error as exc:
+        raise RequestError(f"Request body is not valid compressed data (Content-Encoding gzip/deflate): {exc}",
+                           code="invalid_content_encoding") from None
+    if decoder is not None and (not decoder.eof or decoder.unused_data):
+        raise RequestError("Request body is not valid compressed data (truncated, or data after its end).",
+                           code="invalid_content_encoding")
     return bytes(buf)
 
 
@@ -90,10 +129,11 @@ def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
 class _Plan:
     """What one attempt sends: worker, applied (proposer, gamma), body bytes, and whether to strip usage."""
 
-    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan")
+    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime")
 
     def __init__(self, proxy, body: dict, raw: bytes, stream: bool, decision, worker, cls: str):
         self.worker, self.decision = worker, decision
+        self.regime = sampling_regime(body.get("temperature"), body.get("top_k"))
         own = worker.engine == "adaptspec"  # the engine that reads a body `speculation` field
         client_spec = body.get("speculation") if own and worker.per_request else None
         if client_spec is not None and proxy.allow_client_speculation:  # benchmarks, debugging: opt-in
@@ -178,9 +218,7 @@ def _upstream_headers(proxy, request: web.Request, worker) -> dict[str, str]:
         auth = request.headers.get("Authorization")
         if auth:  # transparent proxy: no keys of ours in play, pass the client's through
             headers["Authorization"] = auth
-    rid = request.headers.get("X-Request-Id")
-    if rid:
-        headers["X-Request-Id"] = rid
+    headers.update(accesslog.upstream_headers(request))  # request id, W3C trace context
     return headers
 
 
@@ -195,16 +233,17 @@ async def completions(request: web.Request) -> web.StreamResponse:
 async def _generate(request: web.Request, kind: str, path: str) -> web.StreamResponse:
     proxy = request.app["proxy"]
     t0 = time.perf_counter()
-    cls, plan = "unknown", None
+    cls, plan, model = "unknown", None, None
     status = 500
     try:
         proxy.check_auth(request)
-        raw = await _read_body(request, proxy.max_body_bytes)
+        raw = await _read_body(request, proxy.max_body_bytes, proxy.body_timeout_s)
         body, model, stream = _parse(raw, kind)
         candidates = proxy.pools.serving(model)
         t1 = time.perf_counter()
         cls = proxy.classify(body)
-        decision, worker = proxy.decide(cls, candidates)
+        decision, worker = proxy.decide(cls, candidates, regime=sampling_regime(body.get("temperature"),
+                                                                                body.get("top_k")))
         proxy.metrics.decision_time.observe(time.perf_counter() - t1)
         plan = _Plan(proxy, body, raw, stream, decision, worker, cls)
         resp, status, plan = await _dispatch(request, proxy, plan, body, raw, stream, candidates, cls, path, t0)
@@ -217,6 +256,8 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         raise
     finally:
         m = proxy.metrics
+        accesslog.note(model=model, status=status, **{"class": cls}, **({} if plan is None else {
+            "proposer": plan.proposer, "gamma": plan.gamma, "worker": plan.worker.name}))
         if plan is None:
             m.child(m.requests, cls, "none", "0", "none", str(status)).inc()
         else:
@@ -234,18 +275,30 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
         up = None
         try:
             proxy.metrics.overhead.observe(time.perf_counter() - t0)
+            # Until the client has seen a byte the attempt can move: a stream's head must come within
+            # first_byte_timeout_s, a whole non-stream answer within request_timeout_s, and both end at once
+            # when the worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`).
             try:
-                up = await session.post(worker.url + path, data=plan.payload, timeout=proxy.upstream_timeout,
-                                        headers=_upstream_headers(proxy, request, worker))
-                is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
-                if not is_sse:
-                    data = await up.read()
+                async with asyncio.timeout(proxy.first_byte_timeout_s if stream else proxy.request_timeout_s) as dl:
+                    worker.heads.add(dl)
+                    try:
+                        up = await session.post(worker.url + path, data=plan.payload, timeout=proxy.upstream_timeout,
+                                                headers=_upstream_headers(proxy, request, worker))
+                        is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
+                        if not is_sse:
+                            data = await up.read()
+                    finally:
+                        worker.heads.discard(dl)
             except _PRE_RESPONSE_ERRORS as exc:
                 if up is not None:
                     up.close()
                     up = None
                 plan = _retry_plan(proxy, plan, failed, exc, body, raw, stream, candidates, cls)
                 continue
+            if up.status >= 500:
+                proxy.pools.failure(worker, f"HTTP {up.status}")
+            else:
+                proxy.pools.success(worker)
             if is_sse:
                 resp, status = await _relay_stream(request, proxy, plan, up, cls, t0)
                 return resp, status, plan
@@ -265,12 +318,13 @@ def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, 
     worker = plan.worker
     failed[worker.name] = failed.get(worker.name, 0) + 1
     proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
+    accesslog.count_retry()
     # A refused/timed-out connect means the worker is down; a dropped pooled connection gets one more try.
-    if isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError)) or failed[worker.name] >= 2:
+    if isinstance(exc, (aiohttp.ClientConnectorError, TimeoutError)) or failed[worker.name] >= 2:
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
     exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
     try:
-        decision, nxt = proxy.decide(cls, candidates, exclude)
+        decision, nxt = proxy.decide(cls, candidates, exclude, plan.regime)
     except UpstreamError:
         raise UpstreamError(f"All workers for this model failed before answering (last: {worker.name}: "
                             f"{exc.__class__.__name__}); retry shortly.", status=503) from None
@@ -301,9 +355,11 @@ def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, c
             tokens = float(m.group(1)) if m else 0.0
             m = _PROMPT_TOKENS.search(data)
             prompt = float(m.group(1)) if m else None
-        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
+        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
+                                   plan.regime)
         record_experiment(proxy, plan, tokens, None, now)  # no first-token time: throughput only
         e2e = now - t0
+        accesslog.note(prompt_tokens=prompt, output_tokens=tokens, ttft_ms=round(e2e * 1000, 3))
         proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
         proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
     headers = plan.headers(cls)
@@ -322,22 +378,26 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
     usage_payloads: list[dict] = []
     strip = plan.strip_usage
     accounted = False
+    stall = proxy.stall_timeout_s
     while True:
         try:
-            chunk = await up.content.readany()
+            async with asyncio.timeout(stall):  # a worker silent this long is stalled (frozen)
+                chunk = await up.content.readany()
         except _STREAM_ERRORS as exc:
-            proxy.pools.mark_unhealthy(worker, f"stream broke: {exc.__class__.__name__}: {exc}")
-            log.warning("upstream %s broke mid-stream (%s); ending the client's stream with an error event",
-                        worker.name, exc.__class__.__name__)
+            stalled = isinstance(exc, TimeoutError)
+            what = f"sent nothing for {stall:g} s" if stalled else f"failed mid-stream ({exc.__class__.__name__})"
+            proxy.pools.mark_unhealthy(worker, f"stream {what}")
+            log.warning("upstream %s %s; ending the client's stream with an error event", worker.name, what)
             try:
-                await resp.write(sse_error_event(f"The upstream worker {worker.name} failed mid-stream; "
-                                                 "the response is incomplete."))
+                await resp.write(sse_error_event(
+                    f"The upstream worker {worker.name} {what}; the response is incomplete.",
+                    code="upstream_timeout" if stalled else "upstream_disconnected"))
                 await resp.write_eof()
             except ConnectionResetError:
                 pass  # the client is gone too; nothing left to tell it
             if not accounted:
                 _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
-            return resp, 502  # the client saw 200 + an error event; metrics count the failure
+            return resp, 504 if stalled else 502  # the client saw 200 + an error event; metrics count the failure
         if not chunk:
             break
         if t_first is None:
@@ -411,8 +471,11 @@ def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | No
             stats, positions = s, position_stats(p)
     if tokens is None:
         tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
-    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt)
+    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
+                               plan.regime)
     record_experiment(proxy, plan, tokens, t_first, now)
+    accesslog.note(prompt_tokens=prompt, output_tokens=tokens,
+                   ttft_ms=None if t_first is None else round((t_first - t0) * 1000, 3))
     m = proxy.metrics
     m.child(m.e2e, cls, plan.proposer).observe(now - t0)
     if t_first is not None:

@@ -4,7 +4,7 @@ A valid file replaces policy, pools, API keys and limits at once (`Proxy.apply_c
 flight keep the worker records they hold, so nothing is dropped. An invalid file is rejected with the
 loader's ConfigError (file, key, value) in the log, counted in
 `adaptspec_config_reloads_total{result="error"}`, and the last good config stays. Sections that cannot
-change without a restart (`state`, `server.host`/`port`) are reported and ignored.
+change without a restart (`state`, `server.host`/`port`/`keepalive_timeout_s`) are reported and ignored.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class Reloader:
                 self.proxy.metrics.config_reloads.labels("error").inc()
                 log.error("config reload (%s) rejected, keeping the last good config: %s", why, exc)
                 return False
-            for section, attrs in (("state", ("backend", "url", "key_prefix")), ("server", ("host", "port"))):
+            for section, attrs in (("state", ("backend", "url", "key_prefix")),
+                                   ("server", ("host", "port", "keepalive_timeout_s"))):
                 a, b = getattr(old, section, None), getattr(new, section, None)
                 for attr in attrs:
                     if getattr(a, attr, None) != getattr(b, attr, None):

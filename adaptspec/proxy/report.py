@@ -2,7 +2,7 @@
 
 The policy's experiment (control/holdout_policy.py `Experimented`, set up by `policy.holdout` /
 `policy.switchback` in the config) holds the numbers; this module only reads them out. Without either
-section the report says so (`"enabled": false`) and no gauges are exported.
+section the report says so (`"enabled": false`) and the gauges are declared without samples.
 
 Gauges (read at scrape time) and PromQL:
 
@@ -71,9 +71,8 @@ class ReportCollector(Collector):
 
     def collect(self):
         exp = experiment(self._proxy)
-        if exp is None:
-            return
-        rep = exp.report()
+        # declared even without an experiment (empty), so dashboards and alerts find the names
+        rep = exp.report() if exp is not None else {"requests": [], "windows": [], "changed": []}
         labels = ["content_class", "load_bucket", "arm"]
         est = GaugeMetricFamily("adaptspec_realized_speedup", "Realized speedup of the policy's arm over the "
                                 "holdout: control / treated decode time per token (geometric means)", labels=labels)

@@ -19,7 +19,8 @@ Occupancy series of one family with several label sets (data-parallel engines, s
 summed, except the KV usage fraction, which is averaged. Speculation families are handed unchanged to
 `adaptspec.control.estimators.ingest_vllm` / `ingest_sglang` (see feedback.py for which source wins).
 
-Health: a worker whose scrape fails to connect is marked unhealthy; unhealthy workers are probed on
+Health: a worker whose scrape fails to connect is ejected, and so is one whose scrapes time out
+`eject_after_failures` times in a row (upstream.Pools); ejected workers are probed, after their backoff, on
 `/health` (404 -> `/v1/models`, for plain OpenAI servers) every interval and marked healthy when they
 answer. Workers of engine `openai` are not scraped (no metrics to read), only probed when unhealthy.
 """
@@ -160,8 +161,11 @@ class Scraper:
         session: aiohttp.ClientSession = self.proxy.session
         timeout = aiohttp.ClientTimeout(total=max(1.0, 4 * self.interval_s))
         if not worker.healthy:
+            if time.monotonic() < worker.retry_at:
+                return  # ejected: left alone until its backoff ends (upstream.Pools)
             await self._probe(worker, session, timeout)
             if not worker.healthy:
+                self.proxy.pools.probe_failed(worker)
                 return
         if worker.models is None:
             await self._learn_models(worker, session, timeout)
@@ -177,7 +181,10 @@ class Scraper:
             self.proxy.metrics.scrape_errors.labels(worker.name).inc()
             if isinstance(exc, aiohttp.ClientConnectionError):
                 self.proxy.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
+            else:  # a timeout: a frozen (SIGSTOPped, swapping) worker accepts connections but never answers
+                self.proxy.pools.failure(worker, f"scrape timed out after {timeout.total:g} s")
             return
+        worker.failures = 0  # "in a row": an answered scrape ends a run of timeouts
         sample = parse_metrics(text)
         worker.apply_sample(sample)
         self.proxy.feedback.on_sample(worker, sample)

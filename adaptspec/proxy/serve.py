@@ -66,7 +66,7 @@ async def _main(config, host: str, port: int, config_path: str | None, watch_s: 
         reloader.start()
     else:  # SIGHUP's default action would end the process
         loop.add_signal_handler(signal.SIGHUP, lambda: log.info("SIGHUP: no --config file to reload"))
-    names = ", ".join(f"{w.name}={w.url}" for w in proxy.pools.workers.values())
+    names = ", ".join(f"{w.name}={w.safe_url}" for w in proxy.pools.workers.values())
     log.info("adaptspec proxy on http://%s:%d (policy %s, state %s) -> %s", host, port,
              getattr(proxy.policy, "name", "?"), proxy.state.backend, names)
     try:

@@ -25,10 +25,19 @@ log = logging.getLogger(__name__)
 PER_REQUEST_ENGINES = frozenset({"adaptspec", "vllm"})
 
 
+def redact_userinfo(url: str) -> str:
+    """`scheme://user:pass@host/...` -> `scheme://***@host/...`; other URLs unchanged."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    if not sep or "@" not in netloc:
+        return url
+    return f"{scheme}://***@{netloc.rpartition('@')[2]}{slash}{path}"
+
+
 @dataclass(eq=False)
 class Worker:
     name: str
-    url: str
+    url: str = field(repr=False)  # may carry credentials (user:pass@): log `safe_url`
     pool: str
     engine: str = "adaptspec"
     per_request: bool = True
@@ -47,11 +56,18 @@ class Worker:
     request_feedback: bool = False  # has delivered per-request speculation stats (see feedback.py)
     traffic: TrafficShape = field(default_factory=TrafficShape)  # recent prompt / generated tokens per request
     step_costs: object | None = None  # control.calibration.CalibratedCosts from its step telemetry (feedback.py)
+    # outlier ejection (Pools.failure / ejected / success): failures in a row, ejections in a row, when the
+    # ejected worker may be probed again, and the deadlines of attempts still waiting for its first byte
+    failures: int = 0
+    ejections: int = 0
+    retry_at: float = 0.0
+    heads: set = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
+        self.safe_url = redact_userinfo(self.url)  # for logs: `http://user:pass@h` -> `http://***@h`
         self.auth_headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def apply_sample(self, sample) -> None:
@@ -157,15 +173,46 @@ class Pools:
                                 "retry shortly.", status=503)
         return out
 
+    # -- health: outlier ejection --------------------------------------------------------------------------
+    eject_after = 3  # failures in a row (timeouts, refused connections, failed scrapes) that eject a worker
+    backoff_s = 2.0  # first ejection; doubles with each ejection in a row, up to 32x
+
+    def failure(self, worker: Worker, reason: str) -> None:
+        """One failed exchange with `worker`; `eject_after` in a row eject it."""
+        worker.failures += 1
+        if worker.failures >= self.eject_after:
+            self.mark_unhealthy(worker, f"{worker.failures} failures in a row, last: {reason}")
+
+    def success(self, worker: Worker) -> None:
+        worker.failures = 0
+        worker.ejections = 0
+
     def mark_unhealthy(self, worker: Worker, reason: str) -> None:
+        """Eject `worker` for a backoff period (then the scraper probes it), and move the attempts still
+        waiting for its first byte to other workers (their deadlines expire now: handlers retry them)."""
         if worker.healthy:
-            log.warning("worker %s (%s) marked unhealthy: %s", worker.name, worker.url, reason)
+            worker.ejections += 1
+            worker.retry_at = time.monotonic() + self._backoff(worker)
+            log.warning("worker %s (%s) ejected for %.1f s: %s", worker.name, worker.safe_url,
+                        self._backoff(worker), reason)
         worker.healthy = False
+        for deadline in list(worker.heads):
+            if not deadline.expired():  # (one expiring now is already on its way to a retry)
+                deadline.reschedule(-1.0)  # in the past: fires on the loop's next iteration
+
+    def probe_failed(self, worker: Worker) -> None:
+        """The ejected worker did not answer its probe: eject it again, for longer."""
+        worker.ejections += 1
+        worker.retry_at = time.monotonic() + self._backoff(worker)
 
     def mark_healthy(self, worker: Worker) -> None:
         if not worker.healthy:
-            log.info("worker %s (%s) is healthy again", worker.name, worker.url)
+            log.info("worker %s (%s) is healthy again", worker.name, worker.safe_url)
         worker.healthy = True
+        worker.failures = 0
+
+    def _backoff(self, worker: Worker) -> float:
+        return self.backoff_s * 2 ** min(max(worker.ejections - 1, 0), 5)
 
 
 def upstream_timeout(request_timeout_s: float | None) -> aiohttp.ClientTimeout:

@@ -33,6 +33,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
 from adaptspec.errors import RequestError
@@ -58,6 +59,7 @@ class WorkerSettings:
     default_k: int = 4
     max_k: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
+    body_timeout_s: float = 60.0  # the whole request body (408 after)
     model_root: str | None = None
     draft_root: str | None = None
 
@@ -222,8 +224,11 @@ def _sse(obj: dict) -> str:
 
 
 class _BodyLimit:
-    def __init__(self, app: Callable, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    """413 past `max_bytes`; 408 when the body is not complete within `timeout_s` (uvicorn has no such
+    limit: a client announcing more body than it sends, or a huge chunk size, would hold a handler forever)."""
+
+    def __init__(self, app: Callable, max_bytes: int, timeout_s: float = 60.0) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -234,11 +239,21 @@ class _BodyLimit:
             await self._refuse(send)
             return
         seen = 0
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        complete = False
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:  # afterwards the app only waits for a disconnect: no deadline
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestError(f"Request body not received within {self.timeout_s:g} s.", status=408,
+                                   code="body_timeout") from None
             if message["type"] == "http.request":
+                complete = not message.get("more_body", False)
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:  # chunked upload with no content-length: caught by the app
                     raise RequestError(f"Request body exceeds {self.max_bytes} bytes.", status=413,
@@ -467,8 +482,10 @@ class _Worker:
 
 
 def _json(obj: dict, status: int = 200) -> Response:
-    return Response(json.dumps(obj, separators=(",", ":"), ensure_ascii=False), status_code=status,
-                    media_type="application/json")
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    # a lone surrogate from the client ("\ud800" in a field echoed by an error message) cannot be UTF-8:
+    # write it as the JSON escape it came in as
+    return Response(text.encode("utf-8", "backslashreplace"), status_code=status, media_type="application/json")
 
 
 def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
@@ -482,6 +499,11 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
     async def _request_error(_: Request, exc: RequestError) -> Response:
         return _json(error_body(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param),
                      exc.status)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        log.info("client disconnected while sending %s %s", request.method, request.url.path)
+        return Response(status_code=499)  # nobody reads it; not an error of ours
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -564,7 +586,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
             "usage": worker.usage(job),
         })
 
-    return _Guard(_BodyLimit(app, settings.max_body_bytes))  # type: ignore[return-value]
+    return _Guard(_BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
 
 
 async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dict], created: int,

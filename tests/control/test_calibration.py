@@ -237,3 +237,29 @@ def test_calibrated_profile_prices_with_the_fit():
     # jitter within the snapping grid keeps the same fingerprint (plan caches survive)
     cal.observe(ws[0])
     assert cal.costs().key == c.key
+
+
+def test_a_slope_the_data_hardly_determine_keeps_the_prior_unless_contradicted():
+    from dataclasses import replace
+
+    from adaptspec.control.costmodel import DraftCost, StepTimeModel
+
+    prior = load_profile("cpu-tiny")
+    theta0 = prior_coefficients(prior)
+    j = NAMES.index("draft_token_s")
+    ws = windows(np.random.default_rng(21), 150, theta=np.where(np.arange(len(THETA)) == j, theta0[j], THETA),
+                 sigma=0.03)  # noisy steps: the per-drafted-token cost is barely visible
+    cal = StepCalibrator(prior, half_life_steps=1e9)
+    for w in ws:
+        cal.observe(w)
+    c = cal.costs()
+    assert not c.fitted["draft_token_s"] and c.coefficients["draft_token_s"] == theta0[j]
+    assert c.fitted["overhead_s"]  # the intercept is always fitted
+    # the same data against a prior 50x too high for it: rejected, so the fit moves off it
+    far = replace(prior, drafts={**prior.drafts, "draft-tiny": DraftCost("draft", model=StepTimeModel(
+        overhead_s=0.0044, compute_s_per_token=50 * theta0[j], additive=True))})
+    cal = StepCalibrator(far, half_life_steps=1e9)
+    for w in ws:
+        cal.observe(w)
+    c = cal.costs()
+    assert c.fitted["draft_token_s"] and c.coefficients["draft_token_s"] < 10 * theta0[j]

@@ -114,3 +114,12 @@ def test_pool_profile_file_relative_to_the_config(tmp_path):
     f.write_text("pools:\n  - {name: a, profile: gpu.yaml, workers: [{name: w, url: 'http://h:1'}]}\n")
     cfg = load_config(f)
     assert cfg.pools[0].profile == str(tmp_path / "gpu.yaml")
+
+
+def test_calibration_section():
+    assert parse_config({}).calibration.enabled is True
+    cfg = parse_config({"calibration": {"enabled": False, "min_steps": 50, "prior_steps": 5}}).calibration
+    assert (cfg.enabled, cfg.min_steps, cfg.prior_steps) == (False, 50, 5)
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"calibration": {"prior_steps": 0}})
+    assert exc.value.key == "calibration.prior_steps"

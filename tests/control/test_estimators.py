@@ -259,3 +259,55 @@ def test_propose_rate_from_steps_and_drafts():
     assert est.AlphaTable.from_dict(t.to_dict(), half_life_tokens=None).get("w", "ngram", "chat") == e
     with pytest.raises(ValueError, match="step counts"):
         t.observe_counts("w", "ngram", "chat", 1, 0, steps=2, drafts=3)
+
+
+# -- sampling regime -------------------------------------------------------------------------------------
+def test_sampling_regime_of_a_request():
+    assert est.sampling_regime(0) == est.sampling_regime(0.0) == est.sampling_regime(0.7, top_k=1) == "greedy"
+    assert est.sampling_regime(0.7) == est.sampling_regime(1, top_k=50) == "sampled"
+    assert est.sampling_regime(None) == "sampled"  # absent: OpenAI's default temperature 1
+    assert est.sampling_regime(True) == est.sampling_regime("0") == "sampled"  # not numbers: the default
+
+
+def test_sampled_keys_have_lower_priors_and_their_own_counts():
+    t = est.AlphaTable(clock=lambda: 0.0)
+    for p, factor in (("draft", 0.85), ("eagle", 0.85), ("ngram", 0.75)):
+        for cls in ("code", "chat"):
+            g, s = t.get("w", p, cls), t.get("w", p, cls, regime="sampled")
+            assert s.mean == pytest.approx(factor * g.mean) and s.mean < g.mean and s.n == 0
+    # sampled feedback moves the sampled key only
+    for _ in range(50):
+        t.observe("w", "draft", "code", 4, 1, regime="sampled", gamma=4)
+    assert t.get("w", "draft", "code").mean == pytest.approx(0.78)  # the greedy prior, untouched
+    s = t.get("w", "draft", "code", regime="sampled")
+    assert s.n > 50 and s.mean < 0.6  # 1 of 4 accepted per step: alpha ~0.5 (truncated runs)
+    assert t.stats("w", "draft", "code") is None
+    assert t.stats("w", "draft", "code", regime="sampled")["s"] == pytest.approx(50, rel=0.02)  # (token decay)
+
+
+def test_greedy_evidence_is_the_sampled_prior():
+    t = est.AlphaTable(clock=lambda: 0.0)
+    before = t.get("w", "ngram", "chat", regime="sampled").mean  # cached
+    for _ in range(200):
+        t.observe("w", "ngram", "chat", 4, 4, steps=1)  # greedy requests accept everything
+    greedy = t.get("w", "ngram", "chat").mean
+    after = t.get("w", "ngram", "chat", regime="sampled")
+    assert greedy > 0.95 and after.n == 0
+    assert after.mean == pytest.approx(0.75 * greedy) and after.mean > before  # the cache was invalidated
+    # the policies read a regime through an AlphaSource view
+    assert t.view("sampled").get("w", "ngram", "chat") == after
+    with pytest.raises(ValueError, match="unknown sampling regime"):
+        t.view("hot")
+    with pytest.raises(ValueError, match="unknown sampling regime"):
+        t.observe("w", "ngram", "chat", 4, 2, regime="hot")
+
+
+def test_positional_observe_of_the_simulator_stays_greedy_and_round_trips():
+    t = est.AlphaTable(clock=lambda: 0.0)
+    t.observe("w", "draft", "code", 8, 6, [2, 2, 1, 1], now=0.0, num_drafts=2)  # the simulator's call
+    t.observe("w", "draft", "code", 8, 2, [1, 1, 0, 0], now=0.0, num_drafts=2, regime="sampled")
+    d = t.to_dict()
+    assert set(d["w"]["draft"]) == {"code", "code@sampled"}
+    u = est.AlphaTable.from_dict(d, clock=lambda: 0.0)
+    for regime in ("greedy", "sampled"):
+        assert u.get("w", "draft", "code", regime=regime) == t.get("w", "draft", "code", regime=regime)

@@ -323,3 +323,14 @@ def test_untrusted_fit_keeps_the_profile():
     assert p.worker_profile(WorkerState("w", step_costs=costs)) is p.default_profile
     assert p.decide("code", [w], AlphaTable()) == p.decide("code", [WorkerState(
         "w", proposers=("ngram", "draft"), running=8, step_costs=costs)], AlphaTable())
+
+
+def test_decisions_read_the_requests_sampling_regime():
+    t = AlphaTable(clock=lambda: 0.0)
+    for _ in range(100):  # greedy requests accept almost every n-gram draft, sampled ones almost none
+        t.observe("w", "ngram", "code", 8, 8, steps=1)
+        t.observe("w", "ngram", "code", 8, 0, steps=8, regime="sampled")
+    p = policy(kind="goodput", default_profile="cpu-tiny")
+    w = [WorkerState("w", proposers=("ngram",), profile="cpu-tiny")]
+    greedy, sampled = p.decide("code", w, t), p.decide("code", w, t.view("sampled"))
+    assert (greedy.proposer, sampled.proposer) == ("ngram", "none") and greedy.gamma >= 4

@@ -182,3 +182,57 @@ def test_launch_flags_exist_in_installed_vllm(vllm_server):
     for f in flags:
         assert f in out.stdout, f
 
+
+
+def test_step_telemetry_is_exported_and_calibrates(vllm_server, tmp_path, capsys):
+    """The engine core's step counters reach the API server's /metrics, agree with the request's own stats,
+    and `adaptspec calibrate --url` turns them into a loadable profile."""
+    import threading
+    import time
+
+    from adaptspec.cli import main
+    from adaptspec.control.profiles import load_profile
+
+    url = vllm_server["url"]
+
+    def steps():
+        return parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text).steps
+
+    before = steps()
+    assert before is not None
+    t0 = time.perf_counter()
+    body = complete(url, 3, max_tokens=32)
+    wall = time.perf_counter() - t0
+    sd = body["metrics"]["speculative_decoding"]
+    deadline = time.monotonic() + 10
+    while True:  # the stats of the last step may be recorded just after the response went out
+        w = steps().since(before)
+        if w.drafted_tokens.get("ngram", 0) >= sd["num_draft_tokens"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert w.drafted_tokens.get("ngram", 0) == sd["num_draft_tokens"] > 0
+    assert not any(w.draft_passes.values())  # prompt lookup: no model passes
+    assert w.steps >= sd["num_spec_steps"] and w.batched_tokens >= w.steps + sd["num_draft_tokens"]
+    assert w.kv_tokens >= w.batched_tokens and 0 < w.step_seconds <= wall
+
+    stop = threading.Event()
+
+    def client(i: int) -> None:
+        while not stop.is_set():
+            complete(url, [0, 2, 4][i % 3], max_tokens=24)
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
+    try:
+        threads[0].start()
+        time.sleep(3)
+        for t in threads[1:]:
+            t.start()
+        assert main(["calibrate", "--url", url, "--duration", "10", "--interval", "0.25", "--name", "vllm-cpu"]) == 0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    path = tmp_path / "vllm-cpu.yaml"
+    path.write_text(capsys.readouterr().out)
+    prof = load_profile(str(path))
+    assert prof.name == "vllm-cpu" and prof.target.additive and prof.target.time(1, 100) > 0

@@ -13,7 +13,8 @@ FAST = {"scrape_interval_s": 0.05}
 
 
 def _ask(client, model="tiny"):
-    raw = client.chat.completions.with_raw_response.create(model=model, messages=CODE, max_tokens=8)
+    raw = client.chat.completions.with_raw_response.create(model=model, messages=CODE, max_tokens=8,
+                                                           temperature=0)  # greedy: adaptspec_alpha_estimate
     raw.parse()
     return raw.headers
 

@@ -6,11 +6,16 @@ a loopback port in front of the test upstream (tests/proxy/upstream_app.py), als
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import os
+import re
+import socket
 import subprocess
 import sys
+import zlib
 
 import aiohttp
 import pytest
@@ -214,3 +219,105 @@ def test_json_depth_ignores_brackets_in_strings():
 
     assert json_depth(b'{"a": [1, {"b": "[[[[\\"{{{{"}]}') == 3
     assert loads_limited(b'{"a": "' + b"[" * 1000 + b'"}') == {"a": "[" * 1000}
+
+
+# -- 4. compressed bodies: the limit counts decompressed bytes; bad encodings are 400/415 --------------------
+def _gzip_bomb(size: int) -> bytes:
+    """A valid chat body of `size` bytes (a long 'x' content), gzip-compressed in pieces."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = b'{"model": "tiny", "messages": [{"role": "user", "content": "'
+    out = [z.compress(head)]
+    block = b"x" * (1 << 20)
+    for _ in range(size // len(block)):
+        out.append(z.compress(block))
+    out.append(z.compress(b'"}]}'))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+async def test_a_compressed_bomb_is_413_on_its_decompressed_size():
+    bomb = _gzip_bomb(200 << 20)
+    assert len(bomb) < 300_000  # ~200 KB on the wire
+    async with stack({"max_body_bytes": 4 << 20}) as s:
+        for encoding in ("gzip", "GZip", "x-gzip"):
+            status, _, body = await s.post(None, data=bomb, headers={"Content-Encoding": encoding,
+                                                                     "Content-Type": "application/json"})
+            assert status == 413 and body["error"]["code"] == "body_too_large", body
+        assert await s.upstream_requests() == []
+
+
+async def test_compressed_bodies_within_the_limit_are_served():
+    raw = json.dumps({"model": "tiny", "messages": CHAT}).encode()
+    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    async with stack() as s:
+        for encoding, data in (("gzip", gz.compress(raw) + gz.flush()), ("deflate", zlib.compress(raw)),
+                               ("identity", raw)):
+            status, _, body = await s.post(None, data=data, headers={"Content-Encoding": encoding,
+                                                                     "Content-Type": "application/json"})
+            assert status == 200 and body["choices"], (encoding, body)
+        sent = await s.upstream_requests()
+        assert len(sent) == 3 and all(r["body"]["messages"] == CHAT for r in sent)  # forwarded decompressed
+
+
+async def test_a_body_that_is_not_what_its_encoding_claims_is_400():
+    raw = json.dumps({"model": "tiny", "messages": CHAT}).encode()
+    async with stack() as s:
+        for encoding, data, status in (("gzip", raw, 400), ("deflate", raw, 400),
+                                       ("gzip", zlib.compress(raw)[:-6], 400),  # truncated
+                                       ("br", raw, 415), ("gzip, br", raw, 415)):
+            got, _, body = await s.post(None, data=data, headers={"Content-Encoding": encoding,
+                                                                  "Content-Type": "application/json"})
+            assert got == status and body["error"]["message"], (encoding, got, body)
+        assert await s.upstream_requests() == []
+
+
+# -- 9. header limits in JSON, slow clients timed out ------------------------------------------------------
+def _raw_exchange(url: str, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send `data` on a fresh connection -> one whole response (by its Content-Length), or b"" when the
+    server closes without answering; a socket timeout fails the test (a hang)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+            head, sep, body = out.partition(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            if sep and length and len(body) >= int(length.group(1)):
+                break
+        return out
+
+
+async def test_oversized_or_too_many_headers_get_json_431():
+    async with stack() as s:
+        big = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"
+        many = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: 1\r\n" % i for i in range(200)) + b"\r\n"
+        for data in (big, many):
+            out = await asyncio.to_thread(_raw_exchange, s.url, data)
+            head, _, body = out.partition(b"\r\n\r\n")
+            assert head.split(b" ")[1] == b"431", out[:200]
+            assert b"application/json" in head and json.loads(body)["error"]["code"] == "headers_too_large"
+        out = await asyncio.to_thread(_raw_exchange, s.url, b"BLAH /x HTTP/9\r\n\r\n")
+        assert out.split(b" ")[1] == b"400" and b"\"bad_request\"" in out
+
+
+async def test_slow_headers_idle_connections_and_slow_bodies_are_timed_out():
+    async with stack({"keepalive_timeout_s": 0.5, "body_timeout_s": 0.5}) as s:
+        # a head that never ends, and a connection that never sends anything: closed, no answer owed
+        assert await asyncio.to_thread(_raw_exchange, s.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost:") == b""
+        assert await asyncio.to_thread(_raw_exchange, s.url, b"") == b""
+        # a body that never arrives in full: a JSON 408
+        out = await asyncio.to_thread(_raw_exchange, s.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                      b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mo")
+        assert out.split(b" ")[1] == b"408" and b"\"body_timeout\"" in out
+
+
+async def test_credentials_in_worker_urls_never_reach_the_log(caplog):
+    dead = f"http://admin:s3cret-pw@127.0.0.1:{free_port()}"  # nothing listens: the request path logs it
+    async with stack(pool={"workers": [{"name": "w0", "url": dead}]}) as s:
+        with caplog.at_level(logging.DEBUG, logger="adaptspec"):
+            status, _, body = await s.post({"model": "tiny", "messages": CHAT})
+            assert status == 503, body
+            await s.proxy.scraper.scrape_once()
+    assert "ejected" in caplog.text and "***@127.0.0.1" in caplog.text
+    assert "s3cret-pw" not in caplog.text and "s3cret-pw" not in repr(s.proxy.pools.workers["w0"])

@@ -40,7 +40,7 @@ def test_two_replicas_share_alpha_and_inflight(upstreams, proxies, redis_server)
     prior = _alpha(b, cls)
     client = a.client()
     for _ in range(15):
-        client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8)
+        client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8, temperature=0)  # greedy
     moved = _alpha(a, cls)
     assert moved - prior > 0.2
     # replica b never saw a request, yet converges to a's estimate through the shared observation stream
@@ -73,7 +73,7 @@ def test_redis_outage_serves_locally_then_resyncs(upstreams, proxies, redis_serv
     eventually(lambda: metric(a.metrics(), "adaptspec_state_backend_up", backend="redis") == 0)
     client = a.client()
     for _ in range(15):  # served from local state while Redis is down
-        assert client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8).choices
+        assert client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8, temperature=0).choices
     local = _alpha(a, cls)
     assert local - prior > 0.2
     assert abs(_alpha(b, cls) - prior) < 1e-3  # b cannot know yet
@@ -91,3 +91,28 @@ def test_redis_outage_serves_locally_then_resyncs(upstreams, proxies, redis_serv
     except AssertionError:
         raise AssertionError((_alpha(a, cls), _alpha(b, cls), a.log()[-3000:], b.log()[-3000:])) from None
     assert "is up; resynced" in a.log()
+
+
+def test_sampled_requests_feed_their_own_regime_across_replicas(upstreams, proxies, redis_server):
+    up = upstreams("w0", alpha=0.95)
+    a = proxies(_cfg(up, redis_server.url), name="a")
+    b = proxies(_cfg(up, redis_server.url), name="b")
+    eventually(lambda: metric(a.metrics(), "adaptspec_state_backend_up", backend="redis") == 1)
+    cls = _class_of(b)
+
+    def sampled(px) -> float:
+        return metric(px.metrics(), "adaptspec_alpha_estimate_sampled", worker="w0", proposer="ngram",
+                      content_class=cls)
+
+    other = "translate" if cls != "translate" else "chat"  # a class no request went to: the priors alone
+    prior_g = metric(b.metrics(), "adaptspec_alpha_estimate", worker="w0", proposer="ngram", content_class=other)
+    prior_s = metric(b.metrics(), "adaptspec_alpha_estimate_sampled", worker="w0", proposer="ngram",
+                     content_class=other)
+    assert prior_s == pytest.approx(0.75 * prior_g)  # the sampled prior: lower, from the greedy estimate
+    greedy0, sampled0 = _alpha(b, cls), sampled(b)
+    client = a.client()
+    for _ in range(15):
+        client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8, temperature=0.8)
+    assert sampled(a) - sampled0 > 0.2
+    assert _alpha(a, cls) == pytest.approx(greedy0, abs=1e-6)  # greedy keys untouched by sampled feedback
+    eventually(lambda: abs(sampled(b) - sampled(a)) < 1e-3, timeout=5)  # the regime travels through Redis

@@ -60,7 +60,8 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
     async def generate(request: web.Request, kind: str) -> web.StreamResponse:
         body = await request.json()
         st["requests"].append({"path": request.path, "body": body,
-                               "authorization": request.headers.get("Authorization")})
+                               "authorization": request.headers.get("Authorization"),
+                               **{h: request.headers.get(h) for h in ("x-request-id", "traceparent", "tracestate")}})
         n = int(body.get("max_tokens") or chunks)
         delay = float(body.get("delay_ms", delay_ms)) / 1000
         proposer, k, cls = spec_of(body)

@@ -175,3 +175,43 @@ def test_sampled_output_follows_the_target_with_eagle(temperature, top_p):
     assert expected.max() < 0.5 and (expected > 0).sum() > 20  # a non-trivial law
     engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target))
     assert_engine_follows(engine, prompt, "eagle", temperature, top_p, expected)
+
+
+@pytest.mark.integration
+def test_worker_server_offers_eagle_and_hybrid_with_identical_greedy_text():
+    import httpx
+
+    from adaptspec.worker.server import ServerThread, WorkerSettings, build_app
+
+    engine = Engine.tiny(max_batch=4, max_model_len=512, num_threads=1)
+    server = ServerThread(build_app(engine, WorkerSettings(served_model_name="tiny", max_model_len=512))).start()
+    try:
+        texts, usage = {}, {}
+        for proposer in ("none", "eagle", "hybrid"):
+            body = {"model": "tiny", "prompt": "def fibonacci(n):\n    if n < 2:\n        return n\n",
+                    "max_tokens": 32, "temperature": 0,
+                    "speculation": {"proposer": proposer, "num_speculative_tokens": 3, "content_class": "code"}}
+            r = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            texts[proposer] = r.json()["choices"][0]["text"]
+            usage[proposer] = r.json()["usage"]["speculative"]
+    finally:
+        server.stop()
+        engine.stop()
+    assert texts["eagle"] == texts["none"] and texts["hybrid"] == texts["none"]
+    for p in ("eagle", "hybrid"):
+        assert usage[p]["draft_tokens"] > 0 and 0 < usage[p]["accepted_tokens"] <= usage[p]["draft_tokens"]
+
+
+def test_worker_cli_loads_the_shipped_head_by_default_and_checks_eagle_dirs(tmp_path):
+    from adaptspec.cli import build_parser
+    from adaptspec.cli._worker import build_engine
+
+    engine, _ = build_engine(build_parser().parse_args(["worker", "--max-batch", "2"]))
+    assert {"eagle", "hybrid"} <= set(engine.proposers)
+    args = build_parser().parse_args(["worker", "--eagle", str(tmp_path / "missing")])
+    with pytest.raises(ModelLoadError, match="--eagle"):
+        build_engine(args)
+    # a custom target gets no built-in head (it was trained for the built-in target only)
+    args = build_parser().parse_args(["worker", "--model", str(ASSETS / "tiny-target"), "--max-batch", "2"])
+    assert "eagle" not in build_engine(args)[0].proposers

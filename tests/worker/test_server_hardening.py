@@ -143,3 +143,22 @@ def test_tokenising_a_big_prompt_does_not_block_health(engine):
         assert answered_meanwhile >= 10, answered_meanwhile  # on the loop: /health waited for all of it (2)
     finally:
         server.stop()
+
+
+def test_a_lone_surrogate_echoed_in_an_error_is_still_json(url):
+    r = httpx.post(url + "/v1/completions", content=b'{"model": "\\ud800", "prompt": "hi"}', timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_body_that_never_arrives_is_408(engine):
+    server = _serve(engine, body_timeout_s=0.5)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            status, out = _exchange(s, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert status == 408 and json.loads(out)["error"]["code"] == "body_timeout"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:  # a chunk that never ends
+            status, out = _exchange(s, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+                                       b"\r\n\r\nffffffffff\r\n{")
+        assert status == 408
+    finally:
+        server.stop()

@@ -1,0 +1,132 @@
+"""Request ids, trace context and the access log of the proxy.
+
+Every request gets an id: the client's `X-Request-Id` when it is valid (1-128 characters of
+`A-Za-z0-9._:/+=@-`), else a generated one (32 hex digits). The id is echoed in the response's
+`X-Request-Id` (streams included), forwarded upstream with the W3C `traceparent` / `tracestate` the client
+sent (so vLLM's spans join the client's trace), and put in adaptspec.logcontext.REQUEST_ID, so every log line
+written while serving the request carries it.
+
+The access log is one JSON object a line per API request (probes, /metrics and /version excluded) on the
+logger `adaptspec.access`:
+
+    {"ts", "request_id", "method", "path", "model", "class", "proposer", "gamma", "worker", "status",
+     "prompt_tokens", "output_tokens", "ttft_ms", "total_ms", "retries"}
+
+`status` is what the request ended with (a stream that broke after its 200 header: 502; a client that went
+away: 499); `ttft_ms` is the time to the first streamed byte, or the whole response when not streamed (as the
+TTFT metric counts it). Handlers add what they learn with `note(...)` and `count_retry()`; fields never learnt
+are null. `adaptspec serve --access-log off` turns the log off. With ADAPTSPEC_OTEL=1 each API request is
+also an OpenTelemetry span (adaptspec/proxy/tracing.py), and the worker gets that span as its parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from contextvars import ContextVar
+
+from aiohttp import web
+
+from adaptspec.logcontext import REQUEST_ID
+from adaptspec.proxy import tracing
+
+access_log = logging.getLogger("adaptspec.access")
+
+FIELDS = ("ts", "request_id", "method", "path", "model", "class", "proposer", "gamma", "worker", "status",
+          "prompt_tokens", "output_tokens", "ttft_ms", "total_ms", "retries")
+_QUIET = ("/health", "/metrics", "/version")
+_VALID_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")  # version-trace-parent-flags
+_RECORD: ContextVar[dict | None] = ContextVar("adaptspec_access_record", default=None)
+_SPAN: ContextVar[tracing.RequestSpan | None] = ContextVar("adaptspec_request_span", default=None)
+_TRACED = web.AppKey("adaptspec_traced", bool)
+
+
+def install(app: web.Application) -> None:
+    """Outermost middleware (sees the final status, errors included) + the id header on prepared streams."""
+    app[_TRACED] = tracing.enabled()
+    app.middlewares.insert(0, _middleware)
+    app.on_response_prepare.append(_echo_id)
+
+
+def request_id(headers) -> str:
+    rid = headers.get("X-Request-Id")
+    return rid if rid is not None and _VALID_ID.fullmatch(rid) else uuid.uuid4().hex
+
+
+def upstream_headers(request: web.Request) -> dict[str, str]:
+    """What the proxy forwards to the worker about this request: its id and the client's trace context."""
+    out = {"X-Request-Id": REQUEST_ID.get() or request_id(request.headers)}
+    span = _SPAN.get()
+    if span is not None:  # our span, child of the client's, is the worker's parent
+        span.inject(out)
+        return out
+    parent = request.headers.get("traceparent")
+    if parent is not None and _TRACEPARENT.fullmatch(parent.strip()):
+        out["traceparent"] = parent.strip()
+        state = request.headers.get("tracestate")
+        if state and len(state) <= 512:
+            out["tracestate"] = state
+    return out
+
+
+def note(**fields) -> None:
+    """Add fields to the current request's access-log record (a no-op outside a request)."""
+    record = _RECORD.get()
+    if record is not None:
+        record.update(fields)
+
+
+def count_retry() -> None:
+    record = _RECORD.get()
+    if record is not None:
+        record["retries"] = record.get("retries", 0) + 1
+
+
+@web.middleware
+async def _middleware(request: web.Request, handler):
+    rid = request_id(request.headers)
+    record = {"request_id": rid, "method": request.method, "path": request.path, "retries": 0}
+    started, t0 = time.time(), time.perf_counter()
+    quiet = request.path.startswith(_QUIET)
+    span = tracing.RequestSpan(f"{request.method} {request.path}", request.headers) \
+        if request.app[_TRACED] and not quiet else None
+    id_token, record_token, span_token = REQUEST_ID.set(rid), _RECORD.set(record), _SPAN.set(span)
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        if not response.prepared:
+            response.headers["X-Request-Id"] = rid
+        return response
+    except asyncio.CancelledError:
+        status = 499  # the client went away (nginx's convention)
+        raise
+    finally:
+        REQUEST_ID.reset(id_token)
+        _RECORD.reset(record_token)
+        _SPAN.reset(span_token)
+        record.setdefault("status", status)  # a handler's own account wins (a stream that broke: 502)
+        for key in ("prompt_tokens", "output_tokens"):  # counted as floats by the metrics code
+            if isinstance(record.get(key), float) and record[key].is_integer():
+                record[key] = int(record[key])
+        if span is not None:
+            span.end(record)
+        if not quiet and access_log.isEnabledFor(logging.INFO):
+            record["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+            record["ts"] = _iso(started)
+            access_log.info(json.dumps({k: record.get(k) for k in FIELDS}, separators=(",", ":")))
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+async def _echo_id(request: web.Request, response: web.StreamResponse) -> None:
+    rid = REQUEST_ID.get()  # set while the handler runs, i.e. when it prepares a stream itself
+    if rid is not None:
+        response.headers["X-Request-Id"] = rid

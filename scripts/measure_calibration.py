@@ -1,0 +1,210 @@
+"""Online calibration on this machine: `adaptspec serve` with a deliberately wrong profile in front of a real
+reference worker learns the worker's step model from its telemetry.
+
+    python scripts/measure_calibration.py [--profile h200-llama3-70b] [--concurrency 1,4,16,32]
+                                          [--duration 12] [--json docs/results/calibration.json]
+
+Starts `adaptspec worker` (1 thread) and `adaptspec serve` (goodput policy, the pool's profile = --profile),
+drives `adaptspec bench` through the proxy at each concurrency in turn, and reads the worker's own step
+counters around each point (measured mean step time, batched / KV tokens and draft passes per step). At the
+end it reads the proxy's fitted coefficients (adaptspec_step_model_* gauges) and reports, per point, the
+measured step time against the fit's, cpu-tiny's and the wrong profile's prediction for the same per-step
+tokens; and, over content classes x loads, how often the policy priced with the fit decides as it does with
+cpu-tiny and with the wrong profile alone. Prints a markdown report; --json keeps the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from adaptspec.control.calibration import CalibratedCosts, feature_names
+from adaptspec.control.config import parse_config
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.policy import build_policy
+from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.telemetry import StepCounters
+from adaptspec.control.types import CONTENT_CLASSES, WorkerState
+from adaptspec.proxy.scrape import parse_metrics
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def _wait(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            _get(url)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(url)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gauges(text: str, worker: str) -> tuple[dict[str, float], dict[str, float], float, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    coef, err, trusted, steps = {}, {}, 0.0, 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.labels.get("worker") != worker:
+                continue
+            if s.name == "adaptspec_step_model_coefficient":
+                coef[s.labels["coefficient"]] = s.value
+            elif s.name == "adaptspec_step_model_coefficient_error":
+                err[s.labels["coefficient"]] = s.value
+            elif s.name == "adaptspec_step_model_trusted":
+                trusted = s.value
+            elif s.name == "adaptspec_step_model_steps":
+                steps = s.value
+    return coef, err, trusted, steps
+
+
+def _predict(prof: Profile, w: StepCounters) -> float:
+    """Mean step seconds the profile predicts for the window's per-step tokens (additive draft passes)."""
+    n = w.steps
+    t = prof.target.time(w.batched_tokens / n, w.kv_tokens / n)
+    if prof.offers("draft") and w.draft_passes.get("draft"):
+        cost = prof.draft("draft")
+        if cost.kind == "draft" and cost.model is not None:
+            per_pass = w.drafted_tokens.get("draft", 0.0) / w.draft_passes["draft"]  # requests per pass
+            t += w.draft_passes["draft"] / n * cost.model.time(per_pass, per_pass * prof.context_tokens)
+    return t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="h200-llama3-70b", help="the wrong profile the proxy starts with")
+    ap.add_argument("--concurrency", default="1,4,16,32")
+    ap.add_argument("--duration", type=float, default=12.0, help="measured seconds per concurrency")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--json", help="write the numbers here")
+    args = ap.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    wport, pport = _free_port(), _free_port()
+    worker_url, proxy_url = f"http://127.0.0.1:{wport}", f"http://127.0.0.1:{pport}"
+    tmp = Path(tempfile.mkdtemp(prefix="adaptspec-calib-"))
+    config = tmp / "proxy.yaml"
+    config.write_text(yaml.safe_dump({
+        "policy": {"kind": "goodput"},
+        "pools": [{"name": "ref", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
+                   "max_gamma": 8, "profile": args.profile, "workers": [{"name": "w0", "url": worker_url}]}],
+        "server": {"host": "127.0.0.1", "port": pport, "scrape_interval_s": 0.25}}))
+    py = sys.executable
+    procs = []
+    rows = []
+    try:
+        procs.append(subprocess.Popen([py, "-m", "adaptspec", "worker", "--port", str(wport), "--threads", "1",
+                                       "--max-batch", "64"], stdout=open(tmp / "worker.log", "w"),  # noqa: SIM115
+                                      stderr=subprocess.STDOUT))
+        _wait(worker_url + "/health", procs[-1])
+        procs.append(subprocess.Popen([py, "-m", "adaptspec", "serve", "--config", str(config), "--watch", "0"],
+                                      stdout=open(tmp / "proxy.log", "w"), stderr=subprocess.STDOUT))  # noqa: SIM115
+        _wait(proxy_url + "/health", procs[-1])
+        started = time.monotonic()
+        for c in levels:
+            before = parse_metrics(_get(worker_url + "/metrics")).steps
+            out = tmp / f"bench-{c}.json"
+            subprocess.run([py, "-m", "adaptspec", "bench", "--url", proxy_url, "--concurrency", str(c),
+                            "--duration", str(args.duration), "--warmup", "2", "--max-tokens", str(args.max_tokens),
+                            "--no-progress", "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
+            window = parse_metrics(_get(worker_url + "/metrics")).steps.since(before)
+            bench = json.loads(out.read_text())
+            bench = bench[0] if isinstance(bench, list) else bench
+            rows.append({"concurrency": c, "window": window, "bench": bench})
+        elapsed = time.monotonic() - started
+        coef, err, trusted, steps = _gauges(_get(proxy_url + "/metrics"), "w0")
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(timeout=30)
+
+    wrong, tiny = load_profile(args.profile), load_profile("cpu-tiny")
+    names = feature_names()
+    costs = CalibratedCosts(coefficients=coef, errors=err, fitted={n: err.get(n) == err.get(n) for n in names},
+                            steps=steps, trusted=bool(trusted), key="measured", snapped=coef,
+                            context_tokens=wrong.context_tokens)
+    total = StepCounters()
+    for r in rows:
+        w = r["window"]
+        total = StepCounters(total.steps + w.steps, total.step_seconds + w.step_seconds,
+                             total.batched_tokens + w.batched_tokens, total.kv_tokens + w.kv_tokens)
+    ctx = total.kv_tokens / total.batched_tokens if total.batched_tokens else wrong.context_tokens
+    costs = CalibratedCosts(**{**costs.__dict__, "context_tokens": ctx})
+    fitted = costs.apply(wrong)
+    print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker\n")
+    print(f"{elapsed:.0f} s of load at concurrency {args.concurrency}; fit over {steps:.0f} engine steps, "
+          f"trusted={bool(trusted)}\n")
+    print("| coefficient | fitted | +- | cpu-tiny | " + args.profile + " (additive) |")
+    print("|---|---|---|---|---|")
+    from adaptspec.control.calibration import prior_coefficients
+
+    p_tiny, p_wrong = prior_coefficients(tiny), prior_coefficients(wrong)
+    for i, n in enumerate(names):
+        print(f"| {n} | {coef.get(n, float('nan')):.4g} | {err.get(n, float('nan')):.2g} | {p_tiny[i]:.4g} | "
+              f"{p_wrong[i]:.4g} |")
+    print("\n| concurrency | steps | batched tok/step | kv tok/step | draft passes/step | measured ms/step | "
+          "fit ms | fit err | cpu-tiny ms | " + args.profile + " ms | tokens/s | speculation share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    report = []
+    for r in rows:
+        w, b = r["window"], r["bench"]
+        n = w.steps
+        measured = w.step_seconds / n
+        pf, pt, pw = _predict(fitted, w), _predict(tiny, w), _predict(wrong, w)
+        share = b.get("speculation_share", float("nan"))
+        tps = b.get("output_tokens_per_s", float("nan"))
+        print(f"| {r['concurrency']} | {n:.0f} | {w.batched_tokens / n:.1f} | {w.kv_tokens / n:.0f} | "
+              f"{w.draft_passes.get('draft', 0.0) / n:.2f} | {1e3 * measured:.1f} | {1e3 * pf:.1f} | "
+              f"{(pf - measured) / measured:+.0%} | {1e3 * pt:.1f} | {1e3 * pw:.1f} | {tps:.0f} | {share:.2f} |")
+        report.append({"concurrency": r["concurrency"], "steps": n, "batched_per_step": w.batched_tokens / n,
+                       "kv_per_step": w.kv_tokens / n, "measured_s": measured, "fit_s": pf, "cpu_tiny_s": pt,
+                       "wrong_s": pw, "output_tokens_per_s": tps, "speculation_share": share})
+    # decisions: the policy priced with the fit vs with cpu-tiny vs the wrong profile alone (prior alphas)
+    cfg = parse_config({"policy": {"kind": "goodput", "default_profile": args.profile}}).policy
+    pol_wrong = build_policy(cfg)
+    pol_tiny = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}}).policy)
+    alphas = AlphaTable()
+    same_fit = same_wrong = total_n = 0
+    for cls in CONTENT_CLASSES:
+        for load in (0, 1, 3, 7, 15, 31, 63):
+            base = {"proposers": ("ngram", "draft"), "running": load}
+            d_fit = pol_wrong.decide(cls, [WorkerState("w0", step_costs=costs, **base)], alphas)
+            d_wrong = pol_wrong.decide(cls, [WorkerState("w0", **base)], alphas)
+            d_tiny = pol_tiny.decide(cls, [WorkerState("w0", **base)], alphas)
+            same_fit += (d_fit.proposer, d_fit.gamma) == (d_tiny.proposer, d_tiny.gamma)
+            same_wrong += (d_wrong.proposer, d_wrong.gamma) == (d_tiny.proposer, d_tiny.gamma)
+            total_n += 1
+    print(f"\nDecisions (6 classes x 7 loads, prior alphas) equal to cpu-tiny's: with the fit {same_fit}/{total_n}, "
+          f"with {args.profile} alone {same_wrong}/{total_n}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "profile": args.profile, "elapsed_s": elapsed, "steps": steps, "trusted": bool(trusted),
+            "coefficients": coef, "errors": err, "points": report,
+            "decisions_equal_to_cpu_tiny": {"fit": same_fit, "wrong": same_wrong, "of": total_n}}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
