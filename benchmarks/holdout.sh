@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The holdout / switchback / guard acceptance checks in the simulator (issue 17); results in
 # benchmarks/results/holdout/*.jsonl (one JSON line per seed, then a summary line), summarised in
-# docs/results/holdout.md. About 25 minutes of one CPU core in all.
+# docs/results/holdout.md. About 45 minutes of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
+# the named checks (e.g. switchback-h200), so two can run side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 OUT=benchmarks/results/holdout
 TRACE=benchmarks/traces/tiny-shipped.jsonl
 mkdir -p "$OUT"
-sim() { local name=$1; shift; $PY -m adaptspec.bench.holdout_sim "$@" > "$OUT/$name.jsonl"; tail -n 1 "$OUT/$name.jsonl"; }
+ONLY=" $* "
+sim() {
+    local name=$1; shift
+    if [[ "$ONLY" != "  " && "$ONLY" != *" $name "* ]]; then return 0; fi
+    $PY -m adaptspec.bench.holdout_sim "$@" > "$OUT/$name.jsonl"
+    tail -n 1 "$OUT/$name.jsonl"
+}
 
 # 1. request-level interval vs the paired true per-request speedup, low load (adaptive policy, 10% holdout)
 sim coverage-h200 coverage --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1000 --share 0.1
