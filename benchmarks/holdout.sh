@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The holdout / switchback / guard acceptance checks in the simulator (issue 17); results in
 # benchmarks/results/holdout/*.jsonl (one JSON line per seed, then a summary line), summarised in
-# docs/results/holdout.md. About 45 minutes of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
+# docs/results/holdout.md. About 20 minutes of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
 # the named checks (e.g. switchback-h200), so two can run side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,19 +19,19 @@ sim() {
 
 # 1. request-level interval vs the paired true per-request speedup, low load (adaptive policy, 10% holdout)
 sim coverage-h200 coverage --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1000 --share 0.1
-sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 20 --requests 1000 --share 0.1
+sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 900 --share 0.1
 # 2. switchback interval vs the true system throughput ratio, high load (forced always-on draft g=4)
-sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 30000 \
+sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 12000 \
+    --warmup 1000 --window-s 60 --washout-s 20 --cooldown-s 15
+sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 10 --requests 20000 \
     --warmup 1000 --window-s 300 --washout-s 90 --cooldown-s 60
-sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 30000 \
-    --warmup 1000 --window-s 120 --washout-s 30 --cooldown-s 20
 # 3. throughput cost of a 2% holdout (adaptive policy), low and high load
-sim cost-h200 cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20 --requests 2000 --share 0.02
-sim cost-trace cost --trace $TRACE --profile cpu-tiny --concurrency 1,32 --seeds 20 --requests 2000 --share 0.02
-# 4. the guard against a forced always-on policy where it is slower than off
+sim cost-h200 cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20 --requests 1500 --share 0.02
+sim cost-trace cost --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 1500 --share 0.02
+# 4. the guard against a forced always-on policy where it is slower than off (and not against a faster one)
 sim guard-trace guard --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 20 --requests 300 \
     --window-s 3 --washout-s 0.6
 sim guard-trace-faster guard --trace $TRACE --profile cpu-tiny --policy static:ngram:4 --concurrency 1 --seeds 20 \
     --requests 300 --window-s 3 --washout-s 0.6
-sim guard-h200 guard --profile h200-llama3-70b --concurrency 128 --seeds 5 --requests 12000 \
+sim guard-h200 guard --profile h200-llama3-70b --concurrency 128 --seeds 3 --requests 12000 \
     --window-s 300 --washout-s 90 --cooldown-s 60

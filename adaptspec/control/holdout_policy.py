@@ -122,6 +122,23 @@ class Experimented:
             if res is not None:
                 self.guard.update(b, res["throughput"], self.guard.buckets)
 
+    def adopt(self, previous) -> None:
+        """Keep the evidence of the experiment this one replaces (a config reload): the request book and the
+        guard when the holdout's confidence and sample rules are unchanged, the windows when the switchback's
+        timing is. Requests decided before the reload still report to the old object, and are lost."""
+        if not isinstance(previous, Experimented):
+            return
+        h0, h1 = previous.holdout, self.holdout
+        if h0 is not None and h1 is not None and (h0.confidence, h0.min_samples, h0.max_samples) == (
+                h1.confidence, h1.min_samples, h1.max_samples):
+            self.requests, self.changed = previous.requests, previous.changed
+            self.guard.strata = previous.guard.strata
+        s0, s1 = previous.switchback, self.switchback
+        if s0 is not None and s1 is not None and s0.model_dump(exclude={"guard", "min_windows"}) == s1.model_dump(
+                exclude={"guard", "min_windows"}):
+            self.windows = previous.windows
+            self.guard.buckets = previous.guard.buckets
+
     # -- report ------------------------------------------------------------------------------------
     def report(self) -> dict:
         conf = self.holdout.confidence if self.holdout is not None else 0.95

@@ -77,6 +77,8 @@ class Proxy:
         keys = set(getattr(server, "api_keys", None) or ())
         keys.update(self._env_keys(getattr(server, "api_keys_env", None)))
         self.pools.replace(workers)
+        if callable(getattr(policy, "adopt", None)):  # the holdout / switchback evidence survives a reload
+            policy.adopt(getattr(self, "policy", None))
         self.policy = policy
         self.api_keys = frozenset(keys)
         self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)

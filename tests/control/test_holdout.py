@@ -230,3 +230,19 @@ def test_config_errors_name_the_key(section, key, value):
     assert e.value.key == key and e.value.file == "pol.yaml"
     if value is not None:
         assert e.value.value == value
+
+
+def test_a_reload_keeps_the_evidence_when_the_rules_are_unchanged():
+    old = _experiment({"share": 0.5, "min_samples": 2})
+    for _ in range(8):
+        d = old.decide("code", [_worker()], AlphaTable())
+        old.record(d, 10, 0.01 if d.gamma else 0.02, now=0.0)
+    new = _experiment({"share": 0.25, "min_samples": 2})  # a new share: same evidence rules
+    new.adopt(old)
+    assert new.report()["requests"] == old.report()["requests"] and new.report()["requests"][0]["n_control"] == 4
+    other = _experiment({"share": 0.5, "min_samples": 5})  # different rules: starts afresh
+    other.adopt(old)
+    assert other.report()["requests"] == []
+    plain = _experiment({"share": 0.5})
+    plain.adopt(build_policy(StaticPolicy(kind="static")))  # not an experiment: nothing to take over
+    assert plain.report()["requests"] == []

@@ -153,3 +153,15 @@ async def test_report_without_an_experiment_and_behind_auth(monkeypatch):
         assert rc == 1 and "401" in err
     rc, out, err = await _cli("--url", "ftp://x")
     assert rc == 2 and "--url" in err
+
+
+def test_config_reload_keeps_the_experiment_evidence():
+    pools = [{"name": "p", "engine": "adaptspec", "proposers": ["ngram"],
+              "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]
+    policy = {"kind": "static", "proposer": "ngram", "gamma": 4, "holdout": {"share": 0.25}}
+    proxy = Proxy(parse_config({"policy": policy, "pools": pools}))
+    book = proxy.policy.requests
+    proxy.apply_config(parse_config({"policy": {**policy, "holdout": {"share": 0.1}}, "pools": pools}))
+    assert proxy.policy.requests is book and proxy.policy.holdout.share == 0.1
+    proxy.apply_config(parse_config({"policy": {"kind": "static"}, "pools": pools}))
+    assert not hasattr(proxy.policy, "requests")
