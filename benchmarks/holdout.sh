@@ -21,8 +21,8 @@ sim() {
 sim coverage-h200 coverage --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1000 --share 0.1
 sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 900 --share 0.1
 # 2. switchback interval vs the true system throughput ratio, high load (forced always-on draft g=4)
-sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 12000 \
-    --warmup 1000 --window-s 60 --washout-s 20 --cooldown-s 15
+sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 24000 \
+    --warmup 1000 --window-s 150 --washout-s 45 --cooldown-s 30
 sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 10 --requests 20000 \
     --warmup 1000 --window-s 300 --washout-s 90 --cooldown-s 60
 # 3. throughput cost of a 2% holdout (adaptive policy), low and high load

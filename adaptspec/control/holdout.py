@@ -19,7 +19,8 @@ is no better at these sizes.) Interval: exp(diff -+ t_{df, 0.975} * sqrt(s1^2/n1
 
 System level (switchback). A held request shares its batch with speculating ones, so it cannot see what
 their drafts cost the batch. Switchback windows can: per worker, time is cut into windows of `window_s`; each
-window runs the policy or speculation off (off with probability `share`, drawn per (seed, worker, window));
+window runs the policy or speculation off (off in a `share` of windows: one window in every block of
+round(1/share) at a position drawn per (seed, worker, block); share 0.5 gives pairs in random order);
 the first `washout_s` of a window are not measured (the batch still holds requests of the previous regime),
 and the window's throughput is the output tokens the worker emitted in its measured part (each finished
 request's tokens spread evenly over its decode time) divided by that part's length; a window is evaluated
@@ -224,11 +225,17 @@ class SwitchbackBook:
         return int(math.floor(now / self.window_s))
 
     def regime(self, worker: str, window: int, guarded: bool = False) -> str:
-        """'off' with probability share (guarded bucket: 'policy' with probability share)."""
-        u = window_uniform(self.seed, worker, window)
-        if guarded:
-            return "policy" if u < self.share else "off"
-        return "off" if u < self.share else "policy"
+        """The window's regime: 'off' in a `share` of windows (guarded bucket: 'policy' in a `share`).
+
+        Balanced by blocks: of every round(1/q) consecutive windows (q = the minority regime's share) exactly
+        one, at a position drawn per (seed, worker, block), runs the minority regime; share 0.5 gives pairs in
+        random order. Independent draws could leave a bucket with too few windows of one regime.
+        """
+        a, b = ("policy", "off") if guarded else ("off", "policy")  # a runs in a `share` of windows
+        minority, majority, q = (a, b, self.share) if self.share <= 0.5 else (b, a, 1.0 - self.share)
+        block = max(1, round(1.0 / q))
+        pos = int(window_uniform(self.seed, worker, window // block) * block)
+        return minority if window % block == pos else majority
 
     def note_decision(self, worker: str, window: int, regime: str, load: float, now: float) -> None:
         """A decision in the window: opens it (with the regime it runs) and records the load."""

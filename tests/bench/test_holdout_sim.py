@@ -57,9 +57,12 @@ def test_guard_leaves_a_faster_policy_alone(trace):
     assert not out["slower_than_off"] and out["guard_at_s"] is None and out["guarded_buckets"] == []
 
 
-def test_switchback_interval_covers_the_system_throughput_ratio_at_high_load(trace):
+def test_switchback_estimates_the_system_throughput_ratio_at_high_load(trace):
+    # a short run (5000 requests, ~7 windows): the estimate lands near the truth and says "slower"; the 20-seed
+    # coverage figure needs the long windows of benchmarks/holdout.sh (docs/results/holdout.md)
     sb = SwitchbackConfig(share=0.5, window_s=40.0, washout_s=15.0, cooldown_s=10.0)
     out = switchback_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 128, 0, 5000, 600),
                            sb)
     assert out["windows_policy"] >= 3 and out["windows_off"] >= 3
-    assert out["truth"] < 0.9 and out["covered"], out
+    assert out["truth"] < 0.9 and out["high"] < 1.0
+    assert out["estimate"] == pytest.approx(out["truth"], rel=0.03), out

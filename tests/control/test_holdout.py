@@ -164,14 +164,24 @@ class _Clock:
         return self.t
 
 
-def test_window_regimes_are_random_with_the_share_and_fixed_per_window():
+def test_window_regimes_are_balanced_blocks_at_uniform_positions():
+    # share 0.25: one off window in every block of 4, its position uniform over the blocks (closed form n/4)
+    book = SwitchbackBook(0.25, 10.0, 2.0, seed=5)
     n = 65_536
-    off = sum(window_uniform(5, "w0", i) < 0.3 for i in range(n))
-    assert abs(off - 0.3 * n) <= 6 * math.sqrt(n * 0.3 * 0.7) + 5
+    pos = [0, 0, 0, 0]
+    for blk in range(n):
+        regimes = [book.regime("w0", 4 * blk + i) for i in range(4)]
+        assert regimes.count("off") == 1
+        pos[regimes.index("off")] += 1
+    for c in pos:
+        assert abs(c - n / 4) <= 6 * math.sqrt(n * 0.25 * 0.75) + 5
+    assert [book.regime("w0", i, guarded=True) for i in range(8)].count("policy") == 2  # guarded: roles swap
+    pair = SwitchbackBook(0.5, 10.0, 2.0, seed=1)
+    assert all({pair.regime("w0", 2 * k), pair.regime("w0", 2 * k + 1)} == {"off", "policy"} for k in range(100))
+    assert [pair.regime("w0", i) for i in range(40)] != [pair.regime("w1", i) for i in range(40)]
     assert window_uniform(5, "w0", 12) == window_uniform(5, "w0", 12) != window_uniform(5, "w1", 12)
-    book = SwitchbackBook(0.3, 10.0, 2.0, seed=5)
-    assert book.regime("w0", 7) == ("off" if window_uniform(5, "w0", 7) < 0.3 else "policy")
-    assert book.regime("w0", 7, guarded=True) == ("policy" if window_uniform(5, "w0", 7) < 0.3 else "off")
+    many = SwitchbackBook(0.75, 10.0, 2.0)  # off is the majority: one policy window per block of 4
+    assert [many.regime("w0", i) for i in range(4)].count("policy") == 1
 
 
 def test_switchback_compares_window_throughput_and_guards_a_slower_bucket():
@@ -196,7 +206,7 @@ def test_switchback_compares_window_throughput_and_guards_a_slower_bucket():
     # guarded: only a share (0.3) of windows still runs the policy, instead of all but a share
     after = [(w, r) for g, w, r in regimes if g]
     assert len({w for w, _ in after}) >= 10
-    assert all(r == ("policy" if window_uniform(0, "w0", w) < 0.3 else "off") for w, r in after)
+    assert all(r == pol.windows.regime("w0", w, guarded=True) for w, r in after)
     assert sum(r == "off" for _, r in after) > sum(r == "policy" for _, r in after)
     assert any(r.startswith("switchback") or r.startswith("guard") for r in
                (c["reason"] for c in rep["changed"]))
