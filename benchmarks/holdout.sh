@@ -23,7 +23,7 @@ sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --
 # 2. switchback interval vs the true system throughput ratio, high load (forced always-on draft g=4)
 sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 24000 \
     --warmup 1000 --window-s 150 --washout-s 45 --cooldown-s 30
-sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 10 --requests 20000 \
+sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 20000 \
     --warmup 1000 --window-s 300 --washout-s 90 --cooldown-s 60
 # 3. throughput cost of a 2% holdout (adaptive policy), low and high load
 sim cost-h200 cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20 --requests 1500 --share 0.02

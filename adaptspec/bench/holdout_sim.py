@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default=None, help="off, static:<p>:<g>, threshold, adaptive (default per check)")
     ap.add_argument("--concurrency", default="1", help="comma-separated")
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--share", type=float, default=None, help="holdout share (coverage 0.1, cost 0.02) or "
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     for conc in (int(c) for c in args.concurrency.split(",")):
         hits = total = 0
         costs = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             s = Setup(args.profile, workload, conc, seed, args.requests, args.warmup)
             # the experiment's own randomness (which requests / windows) follows the seed too: a trace replay
             # has the same requests for every seed
