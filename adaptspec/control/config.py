@@ -1,7 +1,7 @@
 """The config / policy file: typed pydantic models (unknown keys rejected) and `load_config(path)`.
 
     policy:    {kind: goodput|static|threshold|bandit, ...kind-specific,
-                holdout: {share, seed, confidence, min_samples, max_samples, guard},
+                holdout: {share, seed, confidence, min_samples, max_samples, guard, max_cost},
                 switchback: {share, window_s, washout_s, cooldown_s, settle_s, seed, min_windows, guard}}
     estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
@@ -46,6 +46,9 @@ class HoldoutConfig(_Strict):
     min_samples: int = Field(default=10, ge=2)  # per group, before a stratum gets an interval
     max_samples: int = Field(default=2000, ge=10)  # per group: the most recent ones are kept
     guard: bool = True  # strata confidently slower with speculation run without it
+    # cap on the throughput a stratum's holdout costs: with realized speedup S the share becomes at most
+    # max_cost / ((S - 1) (1 - max_cost)) (None: always `share`)
+    max_cost: float | None = Field(default=None, gt=0.0, lt=0.5)
 
 
 class SwitchbackConfig(_Strict):

@@ -128,15 +128,17 @@ class BlockAssigner:
         self.share = share
         self.block = max(1, round(1.0 / share)) if share > 0 else 0
         self._rng = random.Random(seed)
-        self._state: dict[tuple, list[int]] = {}  # stratum -> [position in block, chosen position]
+        self._state: dict[tuple, list[int]] = {}  # stratum -> [position in block, chosen position, block size]
 
-    def pick(self, stratum: tuple) -> bool:
-        """True for the stratum's chosen member of the current block."""
+    def pick(self, stratum: tuple, block: int | None = None) -> bool:
+        """True for the stratum's chosen member of the current block (of `block` members, default the share's;
+        a changed size takes effect with the stratum's next block)."""
+        size = self.block if block is None else max(1, block)
         if not self.block:
             return False
         st = self._state.get(stratum)
-        if st is None or st[0] >= self.block:
-            st = self._state[stratum] = [0, self._rng.randrange(self.block)]
+        if st is None or st[0] >= st[2]:
+            st = self._state[stratum] = [0, self._rng.randrange(size), size]
         hit = st[0] == st[1]
         st[0] += 1
         return hit

@@ -73,7 +73,7 @@ class Experimented:
             if regime == "off" and arm != "none":
                 group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
         if arm != "none" and regime != "off" and self.assigner is not None:
-            pick = self.assigner.pick(key)
+            pick = self.assigner.pick(key, self._block(key, d.expected_speedup))
             if key in self.guard.strata:  # guarded: off, but for a randomized share that keeps the evidence fresh
                 group, why = (TREATED, "guard probe") if pick else (CONTROL, "guard")
             elif pick:
@@ -89,6 +89,19 @@ class Experimented:
             self.changed[(content_class, bucket, arm, why)] += 1
             return replace(d, reason=f"{why}; {d.reason}", assignment=a)
         return replace(d, assignment=a)
+
+    def _block(self, key: tuple[str, str, str], expected: float) -> int | None:
+        """Block size for the stratum: the share's, or larger where `max_cost` caps what the holdout may cost
+        (speedup S: the realized estimate once there is one, else the policy's expectation)."""
+        cap = self.holdout.max_cost
+        if cap is None:
+            return None
+        iv = self.requests.interval(key, self.holdout.confidence, self.holdout.min_samples)
+        s = iv.estimate if iv is not None else expected
+        if s <= 1.0:
+            return None
+        share = min(self.holdout.share, cap / ((s - 1.0) * (1.0 - cap)))
+        return max(1, round(1.0 / share))
 
     # -- outcome -----------------------------------------------------------------------------------
     def record(self, decision: Decision, output_tokens: float, decode_s_per_token: float | None,

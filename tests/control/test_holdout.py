@@ -256,3 +256,16 @@ def test_a_reload_keeps_the_evidence_when_the_rules_are_unchanged():
     plain = _experiment({"share": 0.5})
     plain.adopt(build_policy(StaticPolicy(kind="static")))  # not an experiment: nothing to take over
     assert plain.report()["requests"] == []
+
+
+def test_max_cost_holds_out_less_where_the_speedup_is_large():
+    pol = _experiment({"share": 0.1, "min_samples": 5, "max_cost": 0.02})
+    alphas = AlphaTable()
+    for _ in range(200):  # evidence: speculation 3x faster
+        d = pol.decide("code", [_worker()], alphas)
+        pol.record(d, 50, 0.01 if d.gamma else 0.03, now=0.0)
+    # share = min(0.1, 0.02 / (2 * 0.98)) = 1/98: one held in each block of 98
+    held = sum(pol.decide("code", [_worker()], alphas).assignment.group == CONTROL for _ in range(98 * 5))
+    assert held in (5, 6)  # the block in progress when the cap applied may still be a share-sized one
+    uncapped = _experiment({"share": 0.1})
+    assert sum(uncapped.decide("code", [_worker()], alphas).assignment.group == CONTROL for _ in range(100)) == 10
