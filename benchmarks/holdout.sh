@@ -27,6 +27,8 @@ sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --see
     --warmup 1000 --window-s 300 --washout-s 90 --cooldown-s 60
 # 3. throughput cost of a 2% holdout (adaptive policy), low and high load
 sim cost-h200 cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20 --requests 1500 --share 0.02
+sim cost-h200-capped cost --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1500 --share 0.02 \
+    --max-cost 0.015
 sim cost-trace cost --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 1500 --share 0.02
 # 4. the guard against a forced always-on policy where it is slower than off (and not against a faster one)
 sim guard-trace guard --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 20 --requests 300 \
