@@ -31,6 +31,7 @@ from adaptspec.proxy.reload import Reloader
 from . import upstream_app
 from .conftest import free_port
 
+pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")  # app["proxy"]
 POOLS = [{"name": "p", "engine": "adaptspec", "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]
 
 
@@ -83,7 +84,6 @@ def test_serve_refuses_to_start_without_its_keys(tmp_path):
 
 # -- in-process stack: the test upstream and the proxy, both real aiohttp servers on loopback ----------------
 CHAT = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]
-pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")  # app["proxy"]
 
 
 class Stack:
