@@ -325,7 +325,7 @@ async def test_credentials_in_worker_urls_never_reach_the_log(caplog):
 
 
 # -- 6. outlier ejection (Pools) -----------------------------------------------------------------------------
-async def test_ejection_counts_failures_in_a_row_backs_off_and_frees_waiting_attempts():
+async def test_ejection_counts_failures_in_a_row_backs_off_frees_waiting_attempts_and_spots_silence():
     from adaptspec.proxy.upstream import Pools, Worker
 
     w = Worker("w0", "http://127.0.0.1:9", "p")
@@ -351,3 +351,8 @@ async def test_ejection_counts_failures_in_a_row_backs_off_and_frees_waiting_att
     assert [round(s) for s in spans] == [1, 2, 4, 8, 16, 32, 32, 32]  # doubling, capped at 32x
     pools.mark_healthy(w)
     assert w.healthy and w.failures == 0
+    pools.unanswered(w, silence_s=60)  # a slow scrape of a worker that answered just now: nothing happens
+    assert w.healthy
+    w.last_ok -= 61  # ... but a minute of silence ejects it
+    pools.unanswered(w, silence_s=60)
+    assert not w.healthy
