@@ -294,9 +294,9 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
                     up = None
                 plan = _retry_plan(proxy, plan, failed, exc, body, raw, stream, candidates, cls)
                 continue
-            if up.status >= 500:
-                proxy.pools.failure(worker, f"HTTP {up.status}")
-            else:
+            if up.status in (502, 503, 504):  # the worker (or what is behind it) is unwell; other 5xx can be
+                proxy.pools.failure(worker, f"HTTP {up.status}")  # caused by a request: a client must not eject
+            elif up.status < 500:
                 proxy.pools.success(worker)
             if is_sse:
                 resp, status = await _relay_stream(request, proxy, plan, up, cls, t0)

@@ -7,7 +7,7 @@ path never touches them.
 
 Label values: `gamma` is the decimal string; `proposer` is "none" when speculation is off; requests
 rejected before a decision carry `content_class="unknown"`, `worker="none"`; `code` is the HTTP status
-sent to the client (a stream cut by a dying worker counts as "502").
+sent to the client (a stream cut by a dying worker counts as "502", one its worker stalled as "504").
 
 Derived quantities (PromQL):
 

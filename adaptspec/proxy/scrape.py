@@ -19,8 +19,8 @@ Occupancy series of one family with several label sets (data-parallel engines, s
 summed, except the KV usage fraction, which is averaged. Speculation families are handed unchanged to
 `adaptspec.control.estimators.ingest_vllm` / `ingest_sglang` (see feedback.py for which source wins).
 
-Health: a worker whose scrape fails to connect is ejected, and so is one whose scrapes time out
-`eject_after_failures` times in a row (upstream.Pools); ejected workers are probed, after their backoff, on
+Health: a worker whose scrape fails to connect is ejected, and so is one whose scrapes have had no answer
+for `stall_timeout_s` (upstream.Pools); ejected workers are probed, after their backoff, on
 `/health` (404 -> `/v1/models`, for plain OpenAI servers) every interval and marked healthy when they
 answer. Workers of engine `openai` are not scraped (no metrics to read), only probed when unhealthy.
 """
@@ -182,9 +182,9 @@ class Scraper:
             if isinstance(exc, aiohttp.ClientConnectionError):
                 self.proxy.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
             else:  # a timeout: a frozen (SIGSTOPped, swapping) worker accepts connections but never answers
-                self.proxy.pools.failure(worker, f"scrape timed out after {timeout.total:g} s")
+                self.proxy.pools.unanswered(worker, self.proxy.stall_timeout_s)
             return
-        worker.failures = 0  # "in a row": an answered scrape ends a run of timeouts
+        self.proxy.pools.answered(worker)
         sample = parse_metrics(text)
         worker.apply_sample(sample)
         self.proxy.feedback.on_sample(worker, sample)
