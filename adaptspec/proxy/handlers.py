@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 import zlib
@@ -377,12 +378,15 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
     strip = plan.strip_usage
     accounted = False
     stall = proxy.stall_timeout_s
+    quiet_since = time.monotonic()
     while True:
         try:
             async with asyncio.timeout(stall):  # a worker silent this long is stalled (frozen)
                 chunk = await up.content.readany()
         except _STREAM_ERRORS as exc:
             stalled = isinstance(exc, TimeoutError)
+            if stalled and _queued_not_stalled(proxy, worker, quiet_since):
+                continue
             what = f"sent nothing for {stall:g} s" if stalled else f"failed mid-stream ({exc.__class__.__name__})"
             proxy.pools.mark_unhealthy(worker, f"stream {what}")
             log.warning("upstream %s %s; ending the client's stream with an error event", worker.name, what)
@@ -398,6 +402,7 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
             return resp, 504 if stalled else 502  # the client saw 200 + an error event; metrics count the failure
         if not chunk:
             break
+        quiet_since = worker.last_ok = time.monotonic()  # any chunk on any stream shows the worker is alive
         if t_first is None:
             t_first = time.perf_counter()
         out = chunk
@@ -453,6 +458,14 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
                     event = b"data: " + json.dumps(payload, separators=(",", ":")).encode()
         kept.append(event + b"\n\n")
     return b"".join(kept)
+
+
+def _queued_not_stalled(proxy, worker, quiet_since: float) -> bool:
+    """A silent stream on a worker that is alive (chunks on its other streams, answered scrapes within the
+    stall timeout) is waiting in the engine's queue or behind a long prefill under load, not frozen: keep
+    waiting, up to request_timeout_s of silence for this stream. A frozen worker answers nothing at all."""
+    now = time.monotonic()
+    return now - worker.last_ok < proxy.stall_timeout_s and now - quiet_since < (proxy.request_timeout_s or math.inf)
 
 
 def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | None, events: int,
