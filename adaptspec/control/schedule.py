@@ -86,12 +86,12 @@ def compress(rows: Iterable[tuple[int, int]]) -> Schedule:
 
 
 def levels(upto: int = 1024) -> Sequence[int]:
-    """The batch sizes a policy plans a schedule at: every size to 8, then ~4 per octave, then ANY_BATCH.
-    Each level stands for the batches between the previous level (exclusive) and itself."""
+    """The batch sizes a policy plans a schedule at: every size to 8, then 8 per octave (12% apart: a plan
+    priced at the top of its range is close to the plan at its bottom). Each level stands for the batches
+    between the previous level (exclusive) and itself."""
     out = list(range(1, 9))
     b = 8
     while b < upto:
-        for f in (1.25, 1.5, 1.75, 2.0):
-            out.append(int(b * f))
+        out += [b * (8 + i) // 8 for i in range(1, 9)]
         b *= 2
     return tuple(out)
