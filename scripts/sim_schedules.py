@@ -6,9 +6,11 @@ For each step-time profile and scenario, the goodput policy runs twice on the sa
 engine applies min(k, cap(running batch)) at every step). Scenarios: load that changes during long
 generations (`ramp`: closed-loop clients stepping between two levels) on the long-output workload
 (~3,000-token answers) and on the mixed one, and steady concurrency (where schedules must cost nothing).
-As in `adaptspec simulate`, the policies calibrate the step-time model online (the profile is the prior).
+As in `adaptspec simulate`, the policies calibrate the step-time model online (the profile is the prior);
+`--no-calibration` prices with the profile alone (then the belief is the truth).
 
     python scripts/sim_schedules.py --out docs/results/sim-schedules   # writes .json, .md, .png
+    python scripts/sim_schedules.py --no-calibration --out docs/results/sim-schedules-nocal
 """
 
 from __future__ import annotations
@@ -35,17 +37,17 @@ SCENARIOS = (
 POLICIES = ("adaptive", "adaptive-schedule")
 
 
-def run(seed: int) -> list[dict]:
+def run(seed: int, calibrate: bool) -> list[dict]:
     out = []
     for prof in PROFILES:
         for name, wl, load, kind in SCENARIOS:
             t0 = time.perf_counter()
             specs = [parse_policy(p, prof, seed) for p in POLICIES]
-            rows = sweep(specs, prof, get_workload(wl), [load], seed=seed, progress=False)
+            rows = sweep(specs, prof, get_workload(wl), [load], seed=seed, progress=False, calibrate=calibrate)
             by = {r["policy"]: r for r in rows}
             base, sched = by["adaptive"], by["adaptive-schedule"]
             out.append({"profile": prof, "scenario": name, "workload": wl, "load": list(load), "kind": kind,
-                        "seed": seed, "ratio": sched["output_tokens_per_s"] / base["output_tokens_per_s"],
+                        "seed": seed, "calibrate": calibrate, "ratio": sched["output_tokens_per_s"] / base["output_tokens_per_s"],
                         "rows": rows})
             print(f"{prof:24s} {name:40s} x{out[-1]['ratio']:.3f} ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
@@ -61,9 +63,10 @@ def verdict(results: list[dict]) -> dict:
 
 
 def markdown(results: list[dict], v: dict, command: str) -> str:
+    how = ("with online step-time calibration, as `adaptspec simulate`" if results[0]["calibrate"]
+           else "priced with the profile alone (no online calibration)")
     lines = ["# Gamma schedules in flight vs admission-only gamma (simulated)", "",
-             f"Command: `{command}` (seed {results[0]['seed']}; goodput policy with online step-time "
-             "calibration, as `adaptspec simulate`).", "",
+             f"Command: `{command}` (seed {results[0]['seed']}; goodput policy {how}).", "",
              "| profile | scenario | admission-only tok/s | schedules tok/s | ratio | mean step gamma (adm / sched) "
              "| mean running |", "|---|---|---:|---:|---:|---|---:|"]
     for r in results:
@@ -106,9 +109,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="docs/results/sim-schedules", help="path prefix of .json / .md / .png")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-calibration", action="store_true", help="price with the profile alone")
     args = ap.parse_args()
-    command = "python scripts/sim_schedules.py" + (f" --seed {args.seed}" if args.seed else "")
-    results = run(args.seed)
+    command = ("python scripts/sim_schedules.py" + (f" --seed {args.seed}" if args.seed else "")
+               + (" --no-calibration" if args.no_calibration else "") + f" --out {args.out}")
+    results = run(args.seed, not args.no_calibration)
     v = verdict(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
