@@ -47,7 +47,7 @@ def run(seed: int, calibrate: bool) -> list[dict]:
             by = {r["policy"]: r for r in rows}
             base, sched = by["adaptive"], by["adaptive-schedule"]
             out.append({"profile": prof, "scenario": name, "workload": wl, "load": list(load), "kind": kind,
-                        "seed": seed, "calibrate": calibrate, "ratio": sched["output_tokens_per_s"] / base["output_tokens_per_s"],
+                        "seed": seed, "calibrate": calibrate, "ratio": float(sched["output_tokens_per_s"] / base["output_tokens_per_s"]),
                         "rows": rows})
             print(f"{prof:24s} {name:40s} x{out[-1]['ratio']:.3f} ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
@@ -57,9 +57,9 @@ def run(seed: int, calibrate: bool) -> list[dict]:
 def verdict(results: list[dict]) -> dict:
     changing = [r["ratio"] for r in results if r["kind"] == "changing"]
     steady = [r["ratio"] for r in results if r["kind"] == "steady"]
-    return {"changing_max": max(changing), "changing_min": min(changing), "steady_min": min(steady),
-            "one_changing_ge_1_05": max(changing) >= 1.05, "all_changing_ge_0_98": min(changing) >= 0.98,
-            "all_steady_ge_0_99": min(steady) >= 0.99}
+    hi, lo, st = float(max(changing)), float(min(changing)), float(min(steady))
+    return {"changing_max": hi, "changing_min": lo, "steady_min": st, "one_changing_ge_1_05": hi >= 1.05,
+            "all_changing_ge_0_98": lo >= 0.98, "all_steady_ge_0_99": st >= 0.99}
 
 
 def markdown(results: list[dict], v: dict, command: str) -> str:
