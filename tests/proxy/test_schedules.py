@@ -48,8 +48,10 @@ def test_vllm_pool_gets_the_schedule_as_an_xarg(upstreams, proxies):
 
 
 def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies):
-    """Real reference worker: eight concurrent greedy requests through a schedule-sending proxy (70B profile:
-    caps change with the batch) give exactly the text of the same requests sent alone without speculation."""
+    """Real reference worker: eight concurrent greedy requests of different lengths through a schedule-sending
+    proxy give exactly the text of the same requests sent alone without speculation. With the cpu-tiny profile
+    the n-gram caps fall from 4 (alone) to 2 (5+ requests), so the longest request, which ends alone, runs
+    at more than one gamma."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     worker = Server([sys.executable, "-m", "adaptspec", "worker", "--port", str(port), "--threads", "1",
@@ -57,26 +59,32 @@ def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies):
     try:
         worker.wait_http(url + "/health", timeout_s=120)
         px = proxies({"pools": [{"name": "ref", "engine": "adaptspec", "per_request": True,
-                                 "profile": "h200-llama3-70b", "workers": [{"name": "w0", "url": url}]}],
+                                 "profile": "cpu-tiny", "proposers": ["ngram"],
+                                 "workers": [{"name": "w0", "url": url}]}],
                       "policy": SCHEDULE_POLICY})
         prompts = [f"Request {i}: def add(a, b):\n    return a + b\n# {'explain' if i % 2 else 'test'} it"
                    for i in range(8)]
 
-        def plain(p: str) -> str:
-            body = {"model": "tiny", "prompt": p, "max_tokens": 40, "temperature": 0, "ignore_eos": True,
-                    "speculation": {"proposer": "none"}}
+        lengths = [16 + 8 * i for i in range(8)]
+
+        def plain(i: int) -> str:
+            body = {"model": "tiny", "prompt": prompts[i], "max_tokens": lengths[i], "temperature": 0,
+                    "ignore_eos": True, "speculation": {"proposer": "none"}}
             return httpx.post(url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
 
-        def proxied(p: str) -> dict:
-            body = {"model": "tiny", "prompt": p, "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+        def proxied(i: int) -> dict:
+            body = {"model": "tiny", "prompt": prompts[i], "max_tokens": lengths[i], "temperature": 0,
+                    "ignore_eos": True}
             return httpx.post(px.url + "/v1/completions", json=body, timeout=120).json()
 
-        reference = [plain(p) for p in prompts]
+        reference = [plain(i) for i in range(8)]
         with ThreadPoolExecutor(8) as pool_:
-            got = list(pool_.map(proxied, prompts))
+            got = list(pool_.map(proxied, range(8)))
     finally:
         worker.stop()
     assert [g["choices"][0]["text"] for g in got] == reference
     spec = [g["usage"]["speculative"] for g in got]
     assert all(sum(s["steps_by_gamma"].values()) == s["steps"] for s in spec)
     assert sum(s["draft_tokens"] for s in spec) > 0  # the proxy did speculate
+    longest = spec[-1]["steps_by_gamma"]
+    assert len([g for g, n in longest.items() if int(g) > 0 and n]) >= 2, longest  # gamma moved in flight
