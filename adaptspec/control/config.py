@@ -79,6 +79,9 @@ class GoodputPolicy(_Strict):
     explore: float = Field(default=0.05, ge=0.0, le=1.0)
     explore_below_tokens: float = Field(default=256.0, ge=0.0)
     seed: int | None = 0
+    # per-request gamma schedules: the best gamma at every running-batch level, applied by the worker at
+    # every step (control/schedule.py), instead of the gamma of the admission load only
+    schedule: bool = False
 
 
 class BanditPolicy(_Strict):

@@ -129,19 +129,23 @@ def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
 class _Plan:
     """What one attempt sends: worker, applied (proposer, gamma), body bytes, and whether to strip usage."""
 
-    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime")
+    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime", "schedule")
 
     def __init__(self, proxy, body: dict, raw: bytes, stream: bool, decision, worker, cls: str):
         self.worker, self.decision = worker, decision
         self.regime = sampling_regime(body.get("temperature"), body.get("top_k"))
         own = worker.engine == "adaptspec"  # the engine that reads a body `speculation` field
         client_spec = body.get("speculation") if own and worker.per_request else None
+        self.schedule = None  # the decision's gamma caps by running batch, sent as is (the worker checks them)
         if client_spec is not None and proxy.allow_client_speculation:  # benchmarks, debugging: opt-in
             self.proposer, self.gamma = _client_speculation(client_spec, worker)
         elif worker.per_request and worker.engine in ("adaptspec", "vllm"):
-            ok = decision.gamma > 0 and decision.proposer in worker.proposers
+            k = decision.max_k  # with a schedule: its highest cap (the worker applies min(k, cap) per step)
+            ok = k > 0 and decision.proposer in worker.proposers
             self.proposer = decision.proposer if ok else "none"
-            self.gamma = min(int(decision.gamma), worker.max_gamma) if ok else 0
+            self.gamma = min(int(k), worker.max_gamma) if ok else 0
+            if ok and decision.schedule:
+                self.schedule = [[b, min(c, self.gamma)] for b, c in decision.schedule]
         else:
             self.proposer, self.gamma = worker.fixed_plan()
         self.scan = worker.engine in _FEEDBACK_ENGINES
@@ -151,6 +155,8 @@ class _Plan:
         if own and worker.per_request:  # always ours (validated, clamped): the client's field never passes as is
             rewrite["speculation"] = {"proposer": self.proposer, "num_speculative_tokens": self.gamma,
                                       "content_class": cls}
+            if self.schedule:
+                rewrite["speculation"]["schedule"] = self.schedule
         elif own and "speculation" in body:
             drop = ("speculation",)  # a fixed-speculation worker would honour it: not the client's call
         elif worker.per_request and worker.engine == "vllm":
@@ -161,6 +167,8 @@ class _Plan:
             xargs = dict(xargs)
             xargs.update(adaptspec_num_spec_tokens=self.gamma, adaptspec_proposer=self.proposer,
                          adaptspec_content_class=cls)
+            if self.schedule:  # vllm_xargs values are scalars: "max_running_batch:cap,..." (vllm_plugin.py)
+                xargs["adaptspec_schedule"] = ",".join(f"{b}:{c}" for b, c in self.schedule)
             rewrite["vllm_xargs"] = xargs
         if stream and self.scan and worker.per_request:
             opts = body.get("stream_options")
