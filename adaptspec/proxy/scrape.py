@@ -179,9 +179,13 @@ class Scraper:
                 text = await resp.text()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             self.proxy.metrics.scrape_errors.labels(worker.name).inc()
-            if isinstance(exc, aiohttp.ClientConnectionError):
+            if isinstance(exc, aiohttp.ClientConnectorError):  # refused / unreachable: the worker is down
                 self.proxy.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
-            else:  # a timeout: a frozen (SIGSTOPped, swapping) worker accepts connections but never answers
+            else:
+                # a timeout (a frozen, SIGSTOPped or swapping worker accepts connections but never answers), or
+                # a pooled connection reset under load (seen at concurrency 128-256: one reset ejected the
+                # only worker for 2 s while it served every stream): down only once it has answered nothing
+                # for stall_timeout_s
                 self.proxy.pools.unanswered(worker, self.proxy.stall_timeout_s)
             return
         self.proxy.pools.answered(worker)
