@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from adaptspec.control import metric_names as names
 from adaptspec.control.types import AlphaEstimate
 
 ANY_CLASS = "*"  # key for engine-wide counters that carry no content class
@@ -550,16 +551,19 @@ class CounterTracker:
             del self._last[key]
 
 
-# Metric names as exposed in the Prometheus text format by vLLM (and the adaptspec worker / vLLM plugin).
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-BY_CLASS_DRAFTS = "adaptspec:spec_decode_num_drafts_by_class_total"
-BY_CLASS_DRAFT_TOKENS = "adaptspec:spec_decode_num_draft_tokens_by_class_total"
-BY_CLASS_ACCEPTED = "adaptspec:spec_decode_num_accepted_tokens_by_class_total"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-SGLANG_GEN_TOKENS = "sglang:generation_tokens_total"
+# Sample names of the families ingested here (control/metric_names.py defines them once).
+VLLM_DRAFTS = names.total(names.VLLM_SPEC_DRAFTS)
+VLLM_DRAFT_TOKENS = names.total(names.VLLM_SPEC_DRAFT_TOKENS)
+VLLM_ACCEPTED = names.total(names.VLLM_SPEC_ACCEPTED)
+VLLM_PER_POS = names.total(names.VLLM_SPEC_PER_POS)
+BY_CLASS_DRAFTS = names.total(names.CLASS_SPEC_DRAFTS)
+BY_CLASS_DRAFT_TOKENS = names.total(names.CLASS_SPEC_DRAFT_TOKENS)
+BY_CLASS_ACCEPTED = names.total(names.CLASS_SPEC_ACCEPTED)
+SGLANG_ACCEPT_LENGTH = names.SGLANG_ACCEPT_LENGTH
+SGLANG_GEN_TOKENS = names.total(names.SGLANG_GENERATION_TOKENS)
+_BY_CLASS = frozenset({BY_CLASS_DRAFTS, BY_CLASS_DRAFT_TOKENS, BY_CLASS_ACCEPTED})
+VLLM_STYLE = frozenset({VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS}) | _BY_CLASS
+SGLANG_STYLE = frozenset({SGLANG_ACCEPT_LENGTH, SGLANG_GEN_TOKENS})
 
 Sample = tuple[str, Mapping[str, str], float]  # (metric name, labels, value)
 
@@ -582,14 +586,13 @@ def ingest_vllm(
     per_pos: dict[int, float] = {}
     by_class: dict[tuple[str, str], dict[str, float]] = {}
     for name, labels, value in samples:
-        if name not in (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS, BY_CLASS_DRAFTS,
-                        BY_CLASS_DRAFT_TOKENS, BY_CLASS_ACCEPTED):
+        if name not in VLLM_STYLE:
             continue
         d = tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
         if name == VLLM_PER_POS:
             pos = int(labels.get("position", 0))
             per_pos[pos] = per_pos.get(pos, 0.0) + d
-        elif name.startswith("adaptspec:"):
+        elif name in _BY_CLASS:
             key = (labels.get("content_class", ANY_CLASS), labels.get("proposer", proposer))
             by_class.setdefault(key, {})
             by_class[key][name] = by_class[key].get(name, 0.0) + d

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 
 from adaptspec.control.calibration import StepCalibrator
-from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker, ingest_sglang, ingest_vllm
+from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
@@ -137,7 +137,7 @@ class Feedback:
             return
         if not worker.request_feedback:
             worker.request_feedback = True
-            if worker.engine != "adaptspec":
+            if not worker.adapter.own_feedback:
                 log.info("worker %s reports per-request speculation stats; using them instead of its counters",
                          worker.name)
         draft, accepted, steps = stats
@@ -172,14 +172,11 @@ class Feedback:
         tracker = self._trackers.get(worker.name)
         if tracker is None:
             tracker = self._trackers[worker.name] = CounterTracker()
-        ingest = (not worker.request_feedback and worker.engine != "adaptspec"
+        ingest = (not worker.request_feedback and not worker.adapter.own_feedback
                   and self.proxy.state.counter_leader(worker.name))
         table = self.proxy.state.table() if ingest else _NULL
         proposer, gamma = worker.fixed_plan()
-        if worker.engine == "sglang":
-            ingest_sglang(table, tracker, worker.name, sample.spec, proposer, gamma)
-        else:
-            ingest_vllm(table, tracker, worker.name, sample.spec, proposer)
+        worker.adapter.ingest(table, tracker, worker.name, sample.spec, proposer, gamma)
 
     # -- step-time calibration ---------------------------------------------------------------------------
     def _prior(self, worker) -> Profile:
