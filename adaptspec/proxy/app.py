@@ -8,7 +8,6 @@ State lives on the `Proxy` object stored in `app["proxy"]`; nothing is module-gl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -31,7 +30,6 @@ from adaptspec.proxy.upstream import Pools, Worker, make_session, upstream_timeo
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 FALLBACK_CLASS = "chat"
 
 
@@ -73,22 +71,21 @@ class Proxy:
         workers = workers_from_config(config.pools or ()) or self.extra_workers
         if not workers:
             raise ValueError("no workers: the config has no pools and no embedded worker was started")
-        keys = set(getattr(server, "api_keys", None) or ())
-        keys.update(self._env_keys(getattr(server, "api_keys_env", None)))
+        keys = frozenset(self._env_keys(server.api_keys_env))
         self.pools.replace(workers)
         self.policy = policy
-        self.api_keys = frozenset(keys)
-        self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
-        self.request_timeout_s = getattr(server, "request_timeout_s", None)
-        self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
-        self.keepalive_timeout_s = float(getattr(server, "keepalive_timeout_s", None) or 30.0)
-        self.body_timeout_s = float(getattr(server, "body_timeout_s", None) or 60.0)
-        self.first_byte_timeout_s = float(getattr(server, "first_byte_timeout_s", None) or 60.0)
-        self.stall_timeout_s = float(getattr(server, "stall_timeout_s", None) or 30.0)
-        self.pools.eject_after = int(getattr(server, "eject_after_failures", None) or 3)
-        self.pools.backoff_s = float(getattr(server, "eject_backoff_s", None) or 2.0)
+        self.api_keys = keys
+        self.max_body_bytes = server.max_body_bytes
+        self.request_timeout_s = server.request_timeout_s
+        self.allow_client_speculation = server.allow_client_speculation
+        self.keepalive_timeout_s = server.keepalive_timeout_s
+        self.body_timeout_s = server.body_timeout_s
+        self.first_byte_timeout_s = server.first_byte_timeout_s
+        self.stall_timeout_s = server.stall_timeout_s
+        self.pools.eject_after = server.eject_after_failures
+        self.pools.backoff_s = server.eject_backoff_s
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
-        self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
+        self.scrape_interval_s = server.scrape_interval_s
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s
         self.config = config
@@ -243,12 +240,3 @@ async def start_site(app: web.Application, host: str, port: int) -> web.AppRunne
         await runner.cleanup()  # stops the scraper, state sync and client session started by setup()
         raise
     return runner
-
-
-async def serve_forever(app: web.Application, host: str, port: int, stop: asyncio.Event) -> None:
-    runner = await start_site(app, host, port)
-    log.info("adaptspec proxy listening on http://%s:%d", host, port)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()

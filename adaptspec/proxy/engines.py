@@ -16,7 +16,7 @@ adapter. The metric names live in adaptspec.control.metric_names.
 
 from __future__ import annotations
 
-from adaptspec.control.estimators import ingest_sglang, ingest_vllm
+from adaptspec.control.counters import ingest_sglang, ingest_vllm
 from adaptspec.control.types import ENGINES
 from adaptspec.errors import ConfigError, RequestError
 

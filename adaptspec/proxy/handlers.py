@@ -21,11 +21,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from adaptspec.control.estimators import sampling_regime
+from adaptspec.control.alpha import sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
-from adaptspec.proxy.errors import error_response, sse_error_event
+from adaptspec.proxy.errors import sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 
 log = logging.getLogger(__name__)
@@ -552,7 +552,3 @@ async def metrics(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
     return web.Response(body=generate_latest(proxy.metrics.registry),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def not_found(request: web.Request) -> web.Response:
-    return error_response(404, f"Unknown path {request.path!r}.", code="not_found")

@@ -38,7 +38,7 @@ import aiohttp
 
 from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
-from adaptspec.control.estimators import SGLANG_STYLE, VLLM_STYLE
+from adaptspec.control.counters import SGLANG_STYLE, VLLM_STYLE
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from adaptspec.control.estimators import TrafficShape
+from adaptspec.control.traffic import TrafficShape
 from adaptspec.control.types import WorkerState
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.proxy.engines import adapter
