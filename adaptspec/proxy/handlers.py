@@ -2,10 +2,13 @@
 
 The generation path, in order: auth -> read body (decompressed while read; size cap and timeout) ->
 parse + validate (JSON depth / number limits) -> workers serving the model (404) -> classify -> decide
-(`Proxy.decide`, synchronous, in memory) -> rewrite the body for per-request workers -> send; connection
-failures, timeouts and ejections before the first byte move the request to another eligible worker ->
-relay (non-stream: whole body; stream: SSE chunk by chunk, a stall ends it with an SSE error) -> feedback
-+ metrics. Client strings never become metric labels or response headers (closed sets only).
+(`Proxy.decide`, synchronous, in memory) -> `_Plan`: the body for this worker (its engine adapter,
+engines.py) -> send; connection failures, timeouts and ejections before the first byte move the request
+to another eligible worker ->
+relay (non-stream: whole body; stream: SSE chunk by chunk, a stall ends it with an SSE error) -> `_record`
+(feedback + metrics of the finished attempt) -> `_count_request` (once per request). One `_Attempt` carries
+the request's context through these steps. Client strings never become metric labels or response headers
+(closed sets only).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from adaptspec.control.alpha import sampling_regime
+from adaptspec.control.alpha import GREEDY, sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
@@ -136,7 +139,7 @@ class _Attempt:
         self.body: dict = {}
         self.raw, self.stream, self.model = b"", False, None
         self.candidates: list = []
-        self.cls, self.regime = "unknown", "greedy"
+        self.cls, self.regime = "unknown", GREEDY
         self.failed: dict[str, int] = {}
         self.plan: _Plan | None = None
 
