@@ -21,8 +21,9 @@ from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import accesslog, handlers, health
+from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
-from adaptspec.proxy.feedback import FEEDBACK_GAUGE_DOCS, Feedback
+from adaptspec.proxy.feedback import Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
@@ -60,8 +61,8 @@ class Proxy:
         self.state = self._make_state(config)
         self.feedback = Feedback(self)
         self.scraper = Scraper(self, self.scrape_interval_s)
-        self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
-        self.metrics.add_collector(StateCollector(self.feedback.gauges, FEEDBACK_GAUGE_DOCS))
+        self.metrics.add_collector(StateCollector(self._gauges))
+        self.metrics.add_collector(StateCollector(self.feedback.gauges))
 
     # -- configuration -------------------------------------------------------------------------------
     def apply_config(self, config) -> None:
@@ -139,15 +140,14 @@ class Proxy:
         workers = list(self.pools.workers.values())
         remote = self.state.remote_inflight
         out = {
-            "adaptspec_worker_running": (("worker",), [((w.name,), w.running) for w in workers]),
-            "adaptspec_worker_waiting": (("worker",), [((w.name,), w.waiting) for w in workers]),
-            "adaptspec_worker_kv_usage": (("worker",), [((w.name,), w.kv_usage) for w in workers]),
-            "adaptspec_worker_inflight": (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
-                                                         for w in workers]),
-            "adaptspec_worker_healthy": (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
-            "adaptspec_worker_prefill_ratio": (("worker",), [((w.name,), w.traffic.prefill_ratio)
-                                                               for w in workers]),
-            "adaptspec_state_backend_up": (("backend",), [((self.state.backend,), float(self.state.up))]),
+            mn.WORKER_RUNNING: (("worker",), [((w.name,), w.running) for w in workers]),
+            mn.WORKER_WAITING: (("worker",), [((w.name,), w.waiting) for w in workers]),
+            mn.WORKER_KV_USAGE: (("worker",), [((w.name,), w.kv_usage) for w in workers]),
+            mn.WORKER_INFLIGHT: (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
+                                               for w in workers]),
+            mn.WORKER_HEALTHY: (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
+            mn.WORKER_PREFILL_RATIO: (("worker",), [((w.name,), w.traffic.prefill_ratio) for w in workers]),
+            mn.STATE_BACKEND_UP: (("backend",), [((self.state.backend,), float(self.state.up))]),
         }
         means, stds, rates = [], [], []
         for w in workers:
@@ -159,9 +159,9 @@ class Proxy:
                     stds.append(((w.name, p, cls), est.std))
                     rates.append(((w.name, p, cls), est.propose_rate))
         labels = ("worker", "proposer", "content_class")
-        out["adaptspec_alpha_estimate"] = (labels, means)
-        out["adaptspec_alpha_estimate_std"] = (labels, stds)
-        out["adaptspec_propose_rate_estimate"] = (labels, rates)
+        out[mn.ALPHA_ESTIMATE] = (labels, means)
+        out[mn.ALPHA_ESTIMATE_STD] = (labels, stds)
+        out[mn.PROPOSE_RATE_ESTIMATE] = (labels, rates)
         return out
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -177,18 +177,6 @@ class Proxy:
             await self.session.close()
 
 
-_GAUGE_DOCS = {
-    "adaptspec_worker_running": "Requests in the worker's running batch (scraped)",
-    "adaptspec_worker_waiting": "Requests queued at the worker (scraped)",
-    "adaptspec_worker_kv_usage": "Worker KV-cache usage 0..1 (scraped)",
-    "adaptspec_worker_inflight": "Requests in flight to the worker from all proxy replicas",
-    "adaptspec_worker_healthy": "1 when the worker answers, 0 while it is marked unhealthy",
-    "adaptspec_state_backend_up": "1 when the state backend answers (always 1 for memory)",
-    "adaptspec_alpha_estimate": "Posterior mean of the acceptance rate alpha",
-    "adaptspec_alpha_estimate_std": "Posterior standard deviation of alpha",
-    "adaptspec_worker_prefill_ratio": "Prompt tokens prefilled per generated token in the worker's recent traffic",
-    "adaptspec_propose_rate_estimate": "Share of verification steps that had a draft (n-gram: a match was found)",
-}
 
 
 def create_app(proxy: Proxy) -> web.Application:

@@ -33,6 +33,7 @@ from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
+from adaptspec.proxy import metrics as mn
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +107,6 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
-FEEDBACK_GAUGE_DOCS = {
-    "adaptspec_alpha_estimate_sampled": "Posterior mean of alpha for sampled requests (temperature > 0; "
-                                        "adaptspec_alpha_estimate is the greedy one)",
-    "adaptspec_step_model_coefficient": "Fitted step-time coefficient of the worker (seconds per step / token / "
-                                        "pass; control/calibration.py)",
-    "adaptspec_step_model_coefficient_error": "Standard error of the fitted coefficient (NaN: held at the prior)",
-    "adaptspec_step_model_trusted": "1 when the policy prices this worker's steps with the fitted model",
-    "adaptspec_step_model_steps": "Engine steps behind the fit (discounted)",
-}
 _DEFAULT_PRIOR = "cpu-tiny"
 
 
@@ -222,11 +214,11 @@ class Feedback:
             trusted.append(((name,), float(c.trusted)))
             steps.append(((name,), c.steps))
         labels = ("worker", "coefficient")
-        return {"adaptspec_alpha_estimate_sampled": (("worker", "proposer", "content_class"), sampled),
-                "adaptspec_step_model_coefficient": (labels, coef),
-                "adaptspec_step_model_coefficient_error": (labels, err),
-                "adaptspec_step_model_trusted": (("worker",), trusted),
-                "adaptspec_step_model_steps": (("worker",), steps)}
+        return {mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
+                mn.STEP_MODEL_COEFFICIENT: (labels, coef),
+                mn.STEP_MODEL_COEFFICIENT_ERROR: (labels, err),
+                mn.STEP_MODEL_TRUSTED: (("worker",), trusted),
+                mn.STEP_MODEL_STEPS: (("worker",), steps)}
 
     def forget(self, worker_name: str) -> None:
         self._trackers.pop(worker_name, None)

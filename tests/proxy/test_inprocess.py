@@ -174,3 +174,12 @@ async def test_per_request_stats_feed_the_alpha_table():
                       content_class="code") == state["draft"]
         assert _count(proxy, "adaptspec_accepted_tokens_total", worker="w0", proposer="ngram",
                       content_class="code") == state["accepted"]
+
+
+async def test_every_state_gauge_is_exposed_with_its_help():
+    from adaptspec.proxy.metrics import GAUGE_DOCS
+
+    async with upstream() as up, proxy_for([{"name": "w0", "url": up.url}]) as (proxy, client):
+        text = await (await client.get("/metrics")).text()
+    helps = dict(line[len("# HELP "):].split(" ", 1) for line in text.splitlines() if line.startswith("# HELP "))
+    assert {name: helps.get(name) for name in GAUGE_DOCS} == GAUGE_DOCS
