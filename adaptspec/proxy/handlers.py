@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 import zlib
@@ -463,17 +464,21 @@ async def _relay_stream(ctx: _Attempt, up: aiohttp.ClientResponse) -> tuple[web.
     t_first = None
     sse = _SseScan(plan)
     accounted = False
+    quiet_since = time.monotonic()
     while True:
         try:
             async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
                 chunk = await up.content.readany()
         except _STREAM_ERRORS as exc:
+            if isinstance(exc, TimeoutError) and _queued_not_stalled(ctx, quiet_since):
+                continue
             status = await _stream_failed(ctx, resp, exc)
             if not accounted:
                 _record(ctx, sse.outcome(), t_first, streamed=True)
             return resp, status
         if not chunk:
             break
+        quiet_since = plan.worker.last_ok = time.monotonic()  # any chunk on any stream shows the worker is alive
         if t_first is None:
             t_first = time.perf_counter()
         out = sse.feed(chunk)
@@ -494,6 +499,15 @@ async def _relay_stream(ctx: _Attempt, up: aiohttp.ClientResponse) -> tuple[web.
         _record(ctx, sse.outcome(), t_first, streamed=True)
     await resp.write_eof()
     return resp, 200
+
+
+def _queued_not_stalled(ctx: _Attempt, quiet_since: float) -> bool:
+    """A silent stream on a worker that is alive (chunks on its other streams, answered scrapes within the
+    stall timeout) is waiting in the engine's queue or behind a long prefill under load, not frozen: keep
+    waiting, up to request_timeout_s of silence for this stream. A frozen worker answers nothing at all."""
+    now, proxy = time.monotonic(), ctx.proxy
+    return (now - ctx.plan.worker.last_ok < proxy.stall_timeout_s
+            and now - quiet_since < (proxy.request_timeout_s or math.inf))
 
 
 async def _stream_failed(ctx: _Attempt, resp: web.StreamResponse, exc: BaseException) -> int:
