@@ -35,6 +35,7 @@ import time
 
 from prometheus_client import Counter, Gauge
 
+from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
 from adaptspec.control.schedule import gamma_at
 from adaptspec.integrations.vllm_plugin import (
@@ -62,11 +63,11 @@ class ClassCounters:
 
     def __init__(self) -> None:
         labels = ("content_class", "proposer")
-        self.drafts = Counter("adaptspec:spec_decode_num_drafts_by_class",
+        self.drafts = Counter(names.CLASS_SPEC_DRAFTS,
                               "Verify steps with drafts, by request content class and proposer.", labels)
-        self.draft_tokens = Counter("adaptspec:spec_decode_num_draft_tokens_by_class",
+        self.draft_tokens = Counter(names.CLASS_SPEC_DRAFT_TOKENS,
                                     "Draft tokens proposed, by request content class and proposer.", labels)
-        self.accepted = Counter("adaptspec:spec_decode_num_accepted_tokens_by_class",
+        self.accepted = Counter(names.CLASS_SPEC_ACCEPTED,
                                 "Draft tokens accepted, by request content class and proposer.", labels)
 
     def observe(self, labels: tuple[str, str], drafts: int, draft_tokens: int, accepted: int) -> None:

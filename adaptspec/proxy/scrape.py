@@ -36,23 +36,17 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
+from adaptspec.control.counters import SGLANG_STYLE, VLLM_STYLE
 
 log = logging.getLogger(__name__)
 
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_PREFIXES = ("vllm:", "sglang:", "adaptspec:")
-
-_RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
-_WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
-_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
-_SPEC = frozenset({
-    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-    "adaptspec:spec_decode_num_drafts_by_class_total", "adaptspec:spec_decode_num_draft_tokens_by_class_total",
-    "adaptspec:spec_decode_num_accepted_tokens_by_class_total", "sglang:spec_accept_length",
-    "sglang:generation_tokens_total",
-})
+_RUNNING = (names.VLLM_RUNNING, names.SGLANG_RUNNING)
+_WAITING = (names.VLLM_WAITING, names.SGLANG_WAITING)
+_KV = (names.VLLM_KV_USAGE, names.VLLM_KV_USAGE_OLD, names.SGLANG_KV_USAGE)
+_SPEC = VLLM_STYLE | SGLANG_STYLE  # handed unchanged to the worker's engine adapter's `ingest`
 
 Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.ingest_* take them
 
@@ -87,7 +81,7 @@ def parse_metrics(text: str) -> WorkerSample:
     scalars: dict[str, float] = {}
     by_proposer: dict[str, dict[str, float]] = {"drafted_tokens": {}, "draft_passes": {}}
     for line in text.splitlines():
-        if not line.startswith(_PREFIXES):
+        if not line.startswith(names.PREFIXES):
             continue
         brace = line.find("{")
         if brace >= 0:
@@ -169,7 +163,7 @@ class Scraper:
                 return
         if worker.models is None:
             await self._learn_models(worker, session, timeout)
-        if worker.engine == "openai":
+        if not worker.adapter.scraped:
             return
         try:
             async with session.get(worker.url + "/metrics", headers=worker.auth_headers, timeout=timeout) as resp:

@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from adaptspec.control.estimators import TrafficShape
+from adaptspec.control.traffic import TrafficShape
 from adaptspec.control.types import WorkerState
 from adaptspec.errors import RequestError, UpstreamError
+from adaptspec.proxy.engines import adapter
 
 log = logging.getLogger(__name__)
-
-# engines whose workers take per-request speculation (adaptspec: `speculation`; vllm + plugin: `vllm_xargs`)
-PER_REQUEST_ENGINES = frozenset({"adaptspec", "vllm"})
-
 
 def redact_userinfo(url: str) -> str:
     """`scheme://user:pass@host/...` -> `scheme://***@host/...`; other URLs unchanged."""
@@ -70,6 +67,8 @@ class Worker:
             self.url = self.url[:-3]
         self.safe_url = redact_userinfo(self.url)  # for logs: `http://user:pass@h` -> `http://***@h`
         self.auth_headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self.adapter = adapter(self.engine)  # what differs per engine (engines.py)
+        self.per_request = self.per_request and self.adapter.per_request
 
     def apply_sample(self, sample) -> None:
         if sample.running is not None:
@@ -107,7 +106,7 @@ def workers_from_config(pools: Iterable) -> list[Worker]:
             models = getattr(pool, "models", None)
             out.append(Worker(
                 name=getattr(w, "name", None) or f"{pool.name}-{i}", url=str(w.url), pool=pool.name,
-                engine=pool.engine, per_request=bool(pool.per_request) and pool.engine in PER_REQUEST_ENGINES,
+                engine=pool.engine, per_request=bool(pool.per_request),
                 proposers=tuple(pool.proposers or ()),
                 gamma=int(pool.gamma or 0), max_gamma=int(pool.max_gamma), profile=getattr(pool, "profile", None),
                 models=frozenset(models) if models else None,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from adaptspec.control.schedule import Schedule, parse_schedule
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
+from adaptspec.errors import error_body as _error_body
 from adaptspec.jsonlimits import loads_limited
 
 
@@ -183,8 +184,7 @@ def resolve_speculation(spec: Speculation | None, *, default_proposer: str, defa
 
 def error_body(status: int, message: str, *, type: str | None = None, code: str | None = None,
                param: str | None = None) -> dict:
-    if type is None:
-        type = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-                405: "invalid_request_error", 503: "service_unavailable"}.get(status, "server_error")
-    return {"error": {"message": message, "type": type, "code": code if code is not None else status,
-                      "param": param}}
+    """The shared OpenAI error body (adaptspec.errors), with the worker's defaults: code = the status,
+    type "service_unavailable" for 503."""
+    return _error_body(status, message, type=type or ("service_unavailable" if status == 503 else None),
+                       code=code if code is not None else status, param=param)

@@ -10,7 +10,7 @@ from other processes on a shared machine hits all of them alike; at temperature 
 same tokens (checked), so tokens/s compares equal work. Per proposer: generated tokens / wall seconds,
 acceptance rate (accepted / drafted), tokens per target step, and for hybrid how many steps each source drafted.
 
-    PYTHONPATH=. .venv/bin/python scripts/measure_proposers.py --data ../shared/data --gamma 4 --json out.json
+    PYTHONPATH=. .venv/bin/python benchmarks/measure_proposers.py --data ../shared/data --gamma 4 --json out.json
 """
 
 from __future__ import annotations
