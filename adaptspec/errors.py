@@ -9,6 +9,22 @@
 
 from __future__ import annotations
 
+# OpenAI error `type` by HTTP status, where the raiser names none
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+    415: "invalid_request_error", 422: "invalid_request_error", 431: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_body(status: int, message: str, *, type: str | None = None, code: object = None,
+               param: str | None = None) -> dict:
+    """The OpenAI error body `{"error": {"message", "type", "code", "param"}}`, built here for the proxy and
+    the worker alike; `type` defaults by status (5xx: "server_error")."""
+    return {"error": {"message": message, "type": type or _TYPE_BY_STATUS.get(status, "server_error"),
+                      "code": code, "param": param}}
+
 
 class AdaptspecError(Exception):
     pass
@@ -38,7 +54,7 @@ class RequestError(AdaptspecError):
         self.message, self.status, self.type, self.code, self.param = message, status, type, code, param
 
     def to_dict(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
+        return error_body(self.status, self.message, type=self.type, code=self.code, param=self.param)
 
 
 class UpstreamError(RequestError):

@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens-b", type=int, default=96)
     ap.add_argument("--rounds-b", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="4 prompts, short outputs, 1 round")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "physics"))
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "physics"))
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts_a, args.max_tokens_a, args.max_tokens_b, args.rounds_b = 4, 64, 32, 1

@@ -35,9 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from faults.corpus import corpus, send  # noqa: E402
+from faults.corpus import corpus, hostile, send  # noqa: E402
 from faults.load import one_request, summary  # noqa: E402
-from faults.test_fuzz import hostile  # noqa: E402
 from proxy.conftest import ProxyProcess, RedisServer, Upstream, pool  # noqa: E402
 
 

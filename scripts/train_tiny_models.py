@@ -11,7 +11,7 @@ class. The draft is distilled from the target's logits (KL) plus a little cross-
 Training ends at the step budget (--target-steps / --draft-steps) or the wall-clock cap, whichever
 comes first; on a busy machine the cap decides, so the shipped numbers are in training_info.json.
 
-Held-out prompts (every 50th row of each source, never trained on) are what scripts/measure_alpha.py uses.
+Held-out prompts (every 50th row of each source, never trained on) are what benchmarks/measure_alpha.py uses.
 """
 
 from __future__ import annotations

@@ -121,8 +121,17 @@ class SimConfig:
     max_batched_tokens: int = 8192  # per-step token budget (vLLM max_num_batched_tokens)
     max_gamma: int = 8
     seed: int = 0
+    # closed loop whose client count steps over time: ((seconds, clients), ...) phases, cycled (concurrency
+    # and rate None). Above the target, a client whose reply ends leaves; below it, new clients arrive at once.
+    ramp: tuple[tuple[float, int], ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.ramp is not None:
+            if self.concurrency is not None or self.rate is not None:
+                raise ValueError("a ramp replaces concurrency and rate: give neither with it")
+            if not self.ramp or any(not d > 0 or c < 1 for d, c in self.ramp):
+                raise ValueError(f"ramp phases must be (seconds > 0, clients >= 1), got {self.ramp!r}")
+            return
         if (self.concurrency is None) == (self.rate is None):
             raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
         if self.concurrency is not None and self.concurrency < 1:
@@ -131,13 +140,41 @@ class SimConfig:
             raise ValueError(f"rate must be > 0, got {self.rate}")
 
     @property
+    def clients(self) -> int | None:
+        """Closed-loop clients at most (the ramp's peak), None for open loop."""
+        return max(c for _, c in self.ramp) if self.ramp else self.concurrency
+
+    def target_clients(self, t: float) -> int:
+        """Closed-loop clients wanted at simulated time t."""
+        if not self.ramp:
+            return int(self.concurrency or 0)
+        t = t % sum(d for d, _ in self.ramp)
+        for d, c in self.ramp:
+            if t < d:
+                return c
+            t -= d
+        return self.ramp[-1][1]
+
+    def next_phase(self, t: float) -> float:
+        """The first ramp phase change after time t (inf without a ramp)."""
+        if not self.ramp:
+            return math.inf
+        period = sum(d for d, _ in self.ramp)
+        base, edge = math.floor(t / period) * period, 0.0
+        for d, _ in self.ramp:
+            edge += d
+            if base + edge > t:
+                return base + edge
+        return base + period + self.ramp[0][0]
+
+    @property
     def n_measured(self) -> int:
-        return self.requests if self.requests is not None else max(64, 3 * (self.concurrency or 16))
+        return self.requests if self.requests is not None else max(64, 3 * (self.clients or 16))
 
     @property
     def n_warmup(self) -> int:
         # long enough for the estimators to learn every class from per-request feedback
-        return self.warmup if self.warmup is not None else max(32, 2 * (self.concurrency or 16))
+        return self.warmup if self.warmup is not None else max(32, 2 * (self.clients or 16))
 
 
 @dataclass
@@ -286,19 +323,20 @@ def simulate(
     base_worker = worker or WorkerState(name=WORKER, max_gamma=config.max_gamma)
     G = max(1, min(config.max_gamma, base_worker.max_gamma))
 
-    closed = config.concurrency is not None
+    closed = config.clients is not None
     n_warm, n_meas = config.n_warmup, config.n_measured
     n_target = n_warm + n_meas
-    slots = min(config.max_batch, config.concurrency) if closed else config.max_batch
-    n_pool = n_target + (config.concurrency or 0) + 8
+    slots = min(config.max_batch, config.clients) if closed else config.max_batch
+    n_pool = n_target + (config.clients or 0) + 8
 
     rng = np.random.default_rng([config.seed, 1])
     wl_cls, wl_prompt, wl_out = workload.sample(rng, n_pool)
     cls_names = workload.classes
     cls_global = np.array([_CLASS_INDEX[c] for c in cls_names])[wl_cls]
     if closed:
-        arrivals_q: deque[tuple[int, float]] = deque((i, 0.0) for i in range(config.concurrency))
-        next_rid = config.concurrency
+        clients = config.target_clients(0.0)  # closed-loop clients in the system (waiting or running)
+        arrivals_q: deque[tuple[int, float]] = deque((i, 0.0) for i in range(clients))
+        next_rid = clients
         open_arrivals = None
     else:
         gaps = rng.exponential(1.0 / config.rate, size=n_pool)
@@ -311,7 +349,10 @@ def simulate(
     rid = np.zeros(slots, dtype=np.int64)
     cls_of = np.zeros(slots, dtype=np.int64)
     prop = np.zeros(slots, dtype=np.int64)
-    gamma = np.zeros(slots, dtype=np.int64)
+    gamma = np.zeros(slots, dtype=np.int64)  # the request's k (its highest gamma)
+    # per-slot gamma by running batch: caps[s, b] = min(k, the schedule's cap at batch b) (b = 0..slots)
+    caps = np.zeros((slots, slots + 1), dtype=np.int64)
+    batch_sizes = np.arange(slots + 1)
     alpha = np.zeros((slots, G), dtype=np.float64)
     prefill_left = np.zeros(slots, dtype=np.int64)
     ctx = np.zeros(slots, dtype=np.int64)
@@ -325,6 +366,10 @@ def simulate(
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     decisions: list = [None] * slots  # the Decision of the request in each slot (for on_finish)
+    # with a schedule the draft length varies: per position, the drafts that reached it (the worker's
+    # tried_per_position), for exact conditional rates as the proxy counts them from usage.speculative
+    pos_try = np.zeros((slots, G), dtype=np.int64)
+    scheduled = np.zeros(slots, dtype=bool)
     tele = _Telemetry(counters) if telemetry is not None or calibrator is not None else None
     step_costs = calibrator.costs() if calibrator is not None else None
     next_report = t0 + telemetry_interval_s
@@ -343,6 +388,9 @@ def simulate(
     t_warm: float | None = 0.0 if n_warm == 0 else None
     steps_at_warm = 0
     draft_total = acc_total = 0
+    decode_steps_total = 0
+    gamma_steps = np.zeros(G + 1, dtype=np.int64)  # measured requests' decode steps by the gamma they ran
+    step_gamma = np.zeros((slots, G + 1), dtype=np.int64)
     running_area = 0.0
     m_ttft, m_tpot, m_e2e, m_prop, m_gamma = [], [], [], [], []
     n_arrived = 0
@@ -351,6 +399,11 @@ def simulate(
     while completed < n_target:
         # arrivals
         if closed:
+            target = config.target_clients(t)
+            while clients < target:  # the ramp steps up: new clients arrive now
+                arrivals_q.append((next_rid, t))
+                next_rid += 1
+                clients += 1
             while arrivals_q:
                 waiting.append(arrivals_q.popleft())
         else:
@@ -378,7 +431,7 @@ def simulate(
                 d = hindsight(req, state, live)
             else:
                 d = policy.decide(cname, [state], alphas)
-            g = min(int(d.gamma), G) if d.proposer != "none" else 0
+            g = min(d.max_k, G) if d.proposer != "none" else 0
             decisions[s] = d
             p = d.proposer if g > 0 else "none"
             if req is not None and g:
@@ -389,6 +442,14 @@ def simulate(
             active[s] = True
             n_active += 1
             rid[s], cls_of[s], prop[s], gamma[s] = r, cls_global[r], _PROPOSER_INDEX[p], g
+            caps[s] = g
+            scheduled[s] = bool(g and d.schedule)
+            if scheduled[s]:
+                edge = np.array([b for b, _ in d.schedule])
+                row = np.searchsorted(edge, batch_sizes, side="left")  # first row with max_running_batch >= b
+                cap = np.array([c for _, c in d.schedule] + [0])[row]
+                caps[s] = np.minimum(g, cap)
+            step_gamma[s] = 0
             alpha[s] = 0.0
             if g:
                 alpha[s, :g] = truth.curve(p, cname, g)
@@ -399,7 +460,7 @@ def simulate(
             nstep[s] = 0
             t_arr[s] = ta
             d_tok[s] = a_tok[s] = 0
-            pos_acc[s] = pos_drf[s] = 0
+            pos_acc[s] = pos_drf[s] = pos_try[s] = 0
             prefilling.append(s)
 
         if n_active == 0:
@@ -408,7 +469,7 @@ def simulate(
         # the step's composition: every decoding request's gamma + 1 tokens, then prefill up to the budget
         dec_idx = np.flatnonzero(active & (prefill_left == 0))
         n_dec = len(dec_idx)
-        g_dec = gamma[dec_idx]
+        g_dec = caps[dec_idx, min(n_active, slots)]  # this step's gamma: k capped by the running batch
         decode_tokens = int(g_dec.sum()) + n_dec
         budget = max(0, config.max_batched_tokens - decode_tokens)
         chunks: list[tuple[int, int]] = []
@@ -431,12 +492,12 @@ def simulate(
         acc = np.zeros((n_dec, H), dtype=np.int64)
         spec = g_dec > 0
         if spec.any():
-            si = dec_idx[spec]
+            si, g_si = dec_idx[spec], g_dec[spec]
             if replay is not None:
-                acc[spec] = replay_accepts(runs, si, gen[si], gamma[si], H)
+                acc[spec] = replay_accepts(runs, si, gen[si], g_si, H)
             else:
                 u = _uniforms(config.seed, rid[si], nstep[si], H, G)  # [n_spec, H, G]
-                acc[spec] = accept_counts(u, alpha[si][:, None, :], gamma[si][:, None])
+                acc[spec] = accept_counts(u, alpha[si][:, None, :], g_si[:, None])
         cum = np.cumsum(acc + 1, axis=1)  # [n_dec, H] tokens emitted by the end of each step
         ol = out_left[dec_idx]
         if n_dec:
@@ -451,6 +512,8 @@ def simulate(
             if m.any():
                 drafting.append((pname, g_dec[m], int(ctx[dec_idx[m]].sum()), (cum[m] - acc[m] - 1).sum(axis=0)))
         next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
+        if config.ramp:  # a span stops at the ramp's next step, like at an arrival
+            next_arrival = min(next_arrival, config.next_phase(t))
         for j in range(h):
             dt = 0.0
             verify = cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))
@@ -473,11 +536,14 @@ def simulate(
             acc_h = acc[:, :h]
             if spec.any():
                 kk = np.arange(G)
-                pos_drf[si] += h * (kk[None, :] < gamma[si][:, None])
+                pos_drf[si] += h * (kk[None, :] < g_si[:, None])
                 pos_acc[si] += (acc_h[spec][:, :, None] > kk[None, None, :]).sum(axis=1)
+                pos_try[si] += ((acc_h[spec][:, :, None] >= kk[None, None, :])
+                                & (kk[None, None, :] < g_si[:, None, None])).sum(axis=1)
             d_tok[dec_idx] += g_dec * h
             a_tok[dec_idx] += acc_h.sum(axis=1)
             nstep[dec_idx] += h
+            step_gamma[dec_idx, g_dec] += h
             gen[dec_idx] += emitted
             ctx[dec_idx] += emitted
             out_left[dec_idx] -= emitted
@@ -510,8 +576,13 @@ def simulate(
             traffic.note(float(wl_prompt[rid[s]]), float(gen[s]))
             pname = PROPOSERS[prop[s]]
             cname = CONTENT_CLASSES[cls_of[s]]
-            if observe is not None and gamma[s] > 0 and d_tok[s] > 0:
-                g = int(gamma[s])  # per_position[i]: drafting steps whose position i was accepted
+            uniform = np.count_nonzero(step_gamma[s, 1:]) == 1  # drafted at one gamma only (maybe off at times)
+            if observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
+                tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
+                alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried, got,
+                                      draft_tokens=float(d_tok[s]), now=t0 + t)
+            elif observe is not None and gamma[s] > 0 and d_tok[s] > 0:
+                g = int(np.flatnonzero(step_gamma[s])[-1]) if scheduled[s] else int(gamma[s])  # per_position[i]: drafting steps whose position i was accepted
                 observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
                         per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
                         num_drafts=int(pos_drf[s, 0]))
@@ -527,11 +598,15 @@ def simulate(
                 m_gamma.append(gamma[s])
                 draft_total += int(d_tok[s])
                 acc_total += int(a_tok[s])
+                decode_steps_total += int(nstep[s])
+                gamma_steps += step_gamma[s]
             active[s] = False
             ctx[s] = 0
             n_active -= 1
             free.append(s)
-            if closed:
+            if closed and clients > config.target_clients(t):
+                clients -= 1  # the ramp steps down: this client leaves
+            elif closed:
                 arrivals_q.append((next_rid, t))
                 next_rid += 1
             if t_warm is None and completed >= n_warm:
@@ -554,6 +629,8 @@ def simulate(
         mean_running=running_area / t if t > 0 else 0.0,
         sim_time_s=t,
         counters=tele.snapshot() if tele is not None else None,
+        extra={"mean_step_gamma": draft_total / decode_steps_total if decode_steps_total else 0.0,
+               "steps_by_gamma": {str(g): int(n) for g, n in enumerate(gamma_steps) if n}},
     )
 
 
@@ -617,8 +694,8 @@ class PolicySpec:
 
 
 def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
-    """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `bandit` (= `explore`),
-    `oracle` (hindsight, trace replay only)."""
+    """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `adaptive-schedule` (goodput
+    with per-request gamma schedules), `bandit` (= `explore`), `oracle` (hindsight, trace replay only)."""
     from adaptspec.control.config import (
         BanditPolicy,
         GoodputPolicy,
@@ -642,11 +719,14 @@ def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
                                              table=[ThresholdRow(max_load=m, gamma=g) for m, g in THRESHOLD_TABLE]))
     if s in ("adaptive", "goodput"):
         return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile))
+    if s in ("adaptive-schedule", "goodput-schedule"):
+        return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile, schedule=True))
     if s in ("bandit", "explore"):
         return PolicySpec(s, BanditPolicy(kind="bandit", default_profile=profile, seed=seed))
     if s == "oracle":
         return PolicySpec(s, None, hindsight=True)
-    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, bandit, oracle "
+    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, adaptive-schedule, "
+                      "bandit, oracle "
                       "(or --policy-file)", key="--policies", value=s)
 
 
@@ -663,7 +743,7 @@ def sweep(
     specs: Sequence[PolicySpec],
     profile: str,
     workload: Workload | TraceWorkload,
-    loads: Sequence[tuple[str, float]],
+    loads: Sequence[tuple[str, float | tuple]],  # ("concurrency" | "rate", value) or ("ramp", phases)
     *,
     truth_profile: str | None = None,
     seed: int = 0,
@@ -720,9 +800,10 @@ def sweep(
             counters = None
             calibrator = StepCalibrator(belief) if calibrate else None
             for kind, value in loads:
-                bar.set_postfix_str(f"{spec.name} {kind}={value:g}")
+                bar.set_postfix_str(f"{spec.name} {kind}={value if kind == 'ramp' else format(value, 'g')}")
                 cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
-                                rate=value if kind == "rate" else None, requests=requests, warmup=warmup,
+                                rate=value if kind == "rate" else None,
+                                ramp=tuple(map(tuple, value)) if kind == "ramp" else None, requests=requests, warmup=warmup,
                                 max_batch=max_batch, max_gamma=max_gamma, seed=seed)
                 policy = oracle or build_policy(spec.policy)
                 if not warm_start:

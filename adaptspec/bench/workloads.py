@@ -72,12 +72,22 @@ CLASS_SPECS: dict[str, ClassSpec] = {
 }
 
 # Named mixes (weights need not sum to 1). "mixed" is a general assistant / API fleet.
+# Long generations (reasoning, agents: thousands of output tokens, so the load changes while they run): chain-of-
+# thought math, code and chat answers around 3,000 tokens (log-normal sigma 0.4, 512..8,192) after ~400-token
+# prompts. Used by the `long` workload (gamma schedules, docs/results/sim-schedules.md).
+LONG_SPECS: dict[str, ClassSpec] = {
+    cls: ClassSpec(400, 0.5, 3000, 0.4, prompt_max=4096, output_max=8192) for cls in CONTENT_CLASSES
+}
+
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {"chat": 0.30, "code": 0.20, "summarize": 0.20, "structured": 0.10, "math": 0.10, "translate": 0.10},
     "rag": {"summarize": 0.70, "chat": 0.20, "structured": 0.10},
     "agent": {"structured": 0.50, "code": 0.30, "chat": 0.20},
+    "long": {"math": 0.40, "code": 0.30, "chat": 0.30},
     **{cls: {cls: 1.0} for cls in CONTENT_CLASSES},
 }
+# workloads whose lengths are not the per-class defaults
+SPECS_OF: dict[str, Mapping[str, ClassSpec]] = {"long": LONG_SPECS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +208,11 @@ def parse_mix(text: str) -> dict[str, float]:
 
 
 def get_workload(name: str, mix: str | None = None) -> Workload:
-    """A named workload (`mixed`, `rag`, `agent`, or one class), optionally re-weighted by a `--mix` string."""
+    """A named workload (`mixed`, `rag`, `agent`, `long`, or one class), optionally re-weighted by a `--mix`
+    string (keeping the named workload's lengths)."""
+    specs = SPECS_OF.get(name, CLASS_SPECS)
     if mix:
-        return Workload(name if name not in MIXES else f"{name}+mix", parse_mix(mix))
+        return Workload(name if name not in MIXES else f"{name}+mix", parse_mix(mix), specs)
     if name not in MIXES:
         raise ConfigError(f"unknown workload; expected one of {sorted(MIXES)}", key="--workload", value=name)
-    return Workload(name, MIXES[name])
+    return Workload(name, MIXES[name], specs)

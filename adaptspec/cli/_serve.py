@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from adaptspec.control.types import ENGINES
+
 log = logging.getLogger("adaptspec.serve")
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.yaml"
@@ -48,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"port (default: ${ENV_PORT}, else server.port, else 8000)")
     p.add_argument("--upstream", metavar="URL", action="append", default=[],
                    help="shortcut: a pool with this worker (repeatable); replaces the config's pools")
-    p.add_argument("--engine", default="openai", choices=("adaptspec", "vllm", "sglang", "openai"),
+    p.add_argument("--engine", default="openai", choices=ENGINES,
                    help="engine of the --upstream workers (default: openai, i.e. no speculation control)")
     p.add_argument("--model", default=None, help="model id the --upstream workers serve (default: learned "
                                                   "from their /v1/models)")
@@ -67,6 +69,7 @@ def load_serve_config(path: str | None, *, upstreams: list[str], engine: str, mo
     """The config to serve: the file (or the default policy), with --upstream pools if given."""
     from adaptspec.control.config import Config, PoolConfig
     from adaptspec.proxy.configfile import load_config_file
+    from adaptspec.proxy.engines import adapter
 
     if path is not None:
         cfg = load_config_file(path)
@@ -75,7 +78,7 @@ def load_serve_config(path: str | None, *, upstreams: list[str], engine: str, mo
     else:  # installed without the repo's policies/: the schema's defaults are the default policy
         cfg = Config()
     if upstreams:
-        per_request = engine in ("adaptspec", "vllm")
+        per_request = adapter(engine).per_request
         pool = PoolConfig.model_validate({
             "name": "upstream", "engine": engine, "per_request": per_request,
             "proposers": ["ngram", "draft"] if per_request else [], "gamma": 0,

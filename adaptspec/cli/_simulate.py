@@ -52,8 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--proposers", help="proposers the simulated worker offers (default: all of the profile's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cold-start", action="store_true",
-                   help="alpha estimates from the priors at every point (default: carried over from the "
-                        "policy's previous point, like a proxy that has been serving)")
+                   help="alpha estimates (and the step-time fit) from the priors at every point (default: carried "
+                        "over from the policy's previous point, like a proxy that has been serving)")
     p.add_argument("--no-calibration", action="store_true",
                    help="price with --profile alone (default: calibrate the step-time model online from the "
                         "simulated engine's telemetry, with --profile as the prior, as the proxy does)")

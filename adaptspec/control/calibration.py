@@ -26,7 +26,11 @@ regressors are collinear). A slope is fitted only when its regressor per step va
 once the regressors before it are accounted for (relative residual spread >= `min_spread`); until then it
 keeps the prior's value and the intercept absorbs the level; so does a fitted slope whose standard error
 exceeds its value while the prior lies within two errors of it (the data neither determine nor contradict
-it). The model is `trusted` once `min_steps` steps were seen; before that the policy keeps the profile.
+it). The model is `trusted` once `min_steps` steps were seen AND it has predicted the windows better than
+the profile did: before each window is added, both predict it (the profile at the window's per-step means, so
+a roofline keeps its max(); the fit linearly) and their discounted squared errors are compared (prequential,
+out of sample). A right profile that the linear form cannot express (a GPU roofline) keeps pricing; a wrong
+one is replaced as soon as the fit predicts better.
 
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
@@ -146,6 +150,9 @@ class CalibratedCosts:
     # mean context per request seen: KV tokens per non-drafted batched token (decode rows; prefill lowers it),
     # snapped like the coefficients; 0 = no data
     context_tokens: float = 0.0
+    # prequential mean squared error per step of the fit and of the profile on the windows seen (seconds^2)
+    fit_mse: float = math.nan
+    prior_mse: float = math.nan
 
     @property
     def target(self) -> StepTimeModel:
@@ -202,6 +209,7 @@ class StepCalibrator:
         self._r = np.zeros(d)  # sum x y / steps
         self._q = 0.0  # sum y^2 / steps
         self._windows = 0.0  # discounted number of windows
+        self._err = np.zeros(2)  # discounted prequential squared errors per step: [fit, profile]
         self._last: StepCounters | None = None
         self._cached: CalibratedCosts | None = None
 
@@ -226,12 +234,22 @@ class StepCalibrator:
         if n < 1.0 or not (math.isfinite(y) and y >= 0.0 and np.isfinite(x).all() and (x >= 0).all()):
             return False
         lam = 0.5 ** (n / self.half_life_steps)
+        prior_y = self._prior_seconds(w, x)
+        fit_y = float(x @ np.asarray(list(self.costs().coefficients.values()))) if self.steps > 0 else prior_y
+        self._err = lam * self._err + np.array([(y - fit_y) ** 2, (y - prior_y) ** 2]) / n
         self._s = lam * self._s + np.outer(x, x) / n
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
         self._windows = lam * self._windows + 1.0
         self._cached = None
         return True
+
+    def _prior_seconds(self, w: StepCounters, x: np.ndarray) -> float:
+        """The profile's prediction of a window: its target model at the window's per-step means (nonlinear
+        forms kept), plus its drafting in the linear window form."""
+        n = float(w.steps)
+        target = n * self.prior.target.time(w.batched_tokens / n, w.kv_tokens / n)
+        return target + float(x[3:] @ self.theta0[3:])
 
     # -- the fit ---------------------------------------------------------------------------------------
     def _identified(self) -> np.ndarray:
@@ -305,5 +323,7 @@ class StepCalibrator:
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
             fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
-            steps=n, trusted=n >= self.min_steps, sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
-            snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx)
+            steps=n, trusted=bool(n >= self.min_steps and self._err[0] <= self._err[1]), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
+            snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
+            fit_mse=float(self._err[0] / n) if n > 0 else math.nan,
+            prior_mse=float(self._err[1] / n) if n > 0 else math.nan)

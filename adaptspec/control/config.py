@@ -122,6 +122,9 @@ class GoodputPolicy(_Experiments):
     explore: float = Field(default=0.05, ge=0.0, le=1.0)
     explore_below_tokens: float = Field(default=256.0, ge=0.0)
     seed: int | None = 0
+    # per-request gamma schedules: the best gamma at every running-batch level, applied by the worker at
+    # every step (control/schedule.py), instead of the gamma of the admission load only
+    schedule: bool = False
 
 
 class BanditPolicy(_Experiments):
@@ -193,10 +196,11 @@ class ServerConfig(_Strict):
     keepalive_timeout_s: float = Field(default=30.0, gt=0)  # idle keep-alive connection, and slow header reads
     body_timeout_s: float = Field(default=60.0, gt=0)  # the whole request body, from the end of its headers
     # upstream attempts: a stream's response head (non-stream answers are bounded by request_timeout_s), the
-    # longest silence inside a stream; either one ejects the worker and moves requests with no byte yet
+    # longest silence inside a stream or of a worker's scrapes; any one ejects the worker and moves its
+    # requests that have no byte yet
     first_byte_timeout_s: float = Field(default=60.0, gt=0)
     stall_timeout_s: float = Field(default=30.0, gt=0)
-    eject_after_failures: int = Field(default=3, ge=1)  # failed exchanges / scrapes in a row
+    eject_after_failures: int = Field(default=3, ge=1)  # 502/503/504 answers in a row
     eject_backoff_s: float = Field(default=2.0, gt=0)  # ejected this long, doubling per ejection in a row (32x)
 
 

@@ -60,7 +60,7 @@ class Experimented:
         w = next((x for x in workers if x.name == d.worker), None)
         load = (w.load if w is not None else 0.0) + 1.0
         bucket = load_bucket(load)
-        arm = d.proposer if d.gamma > 0 else "none"
+        arm = d.proposer if d.max_k > 0 else "none"  # a schedule may start at gamma 0 and draft later
         key = (content_class, bucket, arm)
         window = regime = None
         group, why = TREATED, ""
@@ -83,8 +83,8 @@ class Experimented:
             self.changed[(content_class, bucket, arm, why)] += 1
             shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",
                      "holdout": "holdout"}[why]
-            return replace(d, proposer="none", gamma=0, reason=f"{shown}; policy: {d.reason}", expected_speedup=1.0,
-                           assignment=a)
+            return replace(d, proposer="none", gamma=0, schedule=None, reason=f"{shown}; policy: {d.reason}",
+                           expected_speedup=1.0, assignment=a)
         if why:
             self.changed[(content_class, bucket, arm, why)] += 1
             return replace(d, reason=f"{why}; {d.reason}", assignment=a)

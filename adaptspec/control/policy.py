@@ -8,6 +8,11 @@
     bandit     goodput with alpha drawn from each key's Beta posterior (Thompson) or its upper bound (UCB),
                so keys without data get tried (BanditSpec-style exploration)
 
+With `schedule: true`, goodput also sends each request a gamma schedule (control/schedule.py): the best gamma
+by the cost model at every running-batch level for the request's own alpha estimate, cached per key, so a
+long generation admitted at one load drafts right at the loads it meets later; a request that is off at
+admission carries the schedule of its best proposer whenever some level speculates.
+
 `build_policy(config.policy)` returns one; `.decide(content_class, workers, alphas) -> Decision`.
 The batch a request joins is `worker.load + 1`. Gamma searches are cached per (profile, proposer,
 batch bucket, alpha bucket), so a decision over a few workers takes tens of microseconds.
@@ -25,6 +30,7 @@ from dataclasses import replace
 from adaptspec.control import costmodel
 from adaptspec.control.config import BanditPolicy, GoodputPolicy, PolicyConfig, StaticPolicy, ThresholdPolicy
 from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, levels, max_cap
 from adaptspec.control.types import AlphaEstimate, AlphaSource, Decision, WorkerState
 from adaptspec.errors import ConfigError, UpstreamError
 
@@ -215,6 +221,7 @@ class _CostModelPolicy:
 
     explore = 0.0  # probe probability (goodput); the bandit explores through its posterior draws instead
     explore_below = 0.0
+    schedule = False  # send per-request gamma schedules (goodput's `schedule`)
 
     def __init__(self, margin: float, max_gamma: int, default_profile: str, tie_tolerance: float) -> None:
         self.margin, self.max_gamma, self.tie_tolerance = margin, max_gamma, tie_tolerance
@@ -230,6 +237,7 @@ class _CostModelPolicy:
         self._seen: dict[str, int] = {}
         self._mix_version: dict[str, int] = {}
         self._common: dict[tuple, tuple[int, int]] = {}
+        self._schedules: dict[tuple, Schedule] = {}
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -379,7 +387,68 @@ class _CostModelPolicy:
             reason = f"{self.name}: off batch={b}{note}"
         else:
             reason = f"{self.name}: {plan.proposer} g={plan.gamma} alpha={shown} batch={b} x{plan.speedup:.2f}"
-        return Decision(w.name, plan.proposer, plan.gamma, content_class, self.name, reason, plan.speedup)
+        proposer, sched = plan.proposer, None
+        if self.schedule and w.per_request:
+            proposer, sched = self.request_schedule(w, content_class, alphas, plan)
+            if sched is not None:
+                reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
+        return Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, sched)
+
+    def request_schedule(self, w: WorkerState, content_class: str, alphas: AlphaSource, plan: costmodel.Plan
+                         ) -> tuple[str, Schedule | None]:
+        """(proposer, schedule) for a request whose admission plan is `plan`: the plan's proposer, or when the
+        plan is off the proposer with the best goodput at batch 1; None when no level would speculate."""
+        prof = self.worker_profile(w)
+        bound = min(w.max_gamma, self.max_gamma)
+        offered = [p for p in w.proposers if p != "none" and prof.offers(p)]
+        if bound <= 0 or not offered:
+            return plan.proposer, None
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        if plan.gamma > 0:
+            proposer = plan.proposer
+        else:
+            def alone(p: str) -> float:
+                est = alphas.get(w.name, p, content_class)
+                return self.cache.best(prof, p, self.alpha(est)[0], 1.0, bound, est.propose_rate, rho).goodput
+            proposer = max(offered, key=alone)
+        rows = self.schedule_for(w, prof, proposer, alphas.get(w.name, proposer, content_class), alphas, bound)
+        # at the load it is admitted at, the request runs exactly the admission plan (a steady load then
+        # sees no change); the other levels follow the cost model
+        here = next((i for i, (b, _) in enumerate(rows) if b >= w.load + 1.0), len(rows) - 1)
+        rows = rows[:here] + ((rows[here][0], plan.gamma),) + rows[here + 1:]
+        sched = compress(rows)
+        if max_cap(sched) == 0:
+            return plan.proposer, None
+        return proposer, sched
+
+    def schedule_for(self, w: WorkerState, prof: Profile, proposer: str, est: AlphaEstimate, alphas: AlphaSource,
+                     bound: int) -> Schedule:
+        """The best gamma (0 unless it beats off by the margin) at every batch level of control/schedule.py
+        (one row per level, uncompressed),
+        cached per (worker, profile, proposer, alpha / rate / prefill buckets, bound, class-mix version).
+        A draft model / head takes the batch-wide gamma of `batch_gamma` at each level."""
+        a, _ = self.alpha(est)
+        rate, rho = est.propose_rate, (w.prefill_ratio, w.prompt_tokens)
+        shared = prof.draft(proposer).kind != "ngram"
+        key = (w.name, prof.name, proposer, _alpha_bucket(a), _rate_bucket(rate), _prefill_bucket(rho), bound,
+               self._mix_version.get(w.name, 0) if shared else None)
+        hit = self._schedules.get(key)
+        if hit is not None:
+            return hit
+        rows = []
+        for b in levels():
+            if shared and b >= 2:
+                g = self.batch_gamma(w, prof, proposer, alphas, float(b), bound)
+                step = self.cache.at(prof, proposer, a, float(b), g, rate, rho) if g else None
+            else:
+                step = self.cache.best(prof, proposer, a, float(b), bound, rate, rho)
+            rows.append((b, step.gamma if step is not None and step.speedup >= self.margin else 0))
+        rows.append((ANY_BATCH, rows[-1][1]))
+        sched = tuple(rows)
+        if len(self._schedules) >= 50_000:
+            self._schedules.clear()
+        self._schedules[key] = sched
+        return sched
 
     def _note(self, w: WorkerState, content_class: str) -> None:
         """Record the request in the worker's recent class mix (what its running batch is made of)."""
@@ -411,6 +480,7 @@ class Goodput(_CostModelPolicy):
         self.risk = cfg.risk
         self.explore, self.explore_below = cfg.explore, cfg.explore_below_tokens
         self._probe_rng = random.Random(cfg.seed)
+        self.schedule = cfg.schedule
 
     def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
         if not self.risk:

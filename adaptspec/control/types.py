@@ -77,6 +77,17 @@ class Decision:
     expected_speedup: float = 1.0
     # where the request falls in the holdout / switchback experiment (control/holdout.py Assignment), if any
     assignment: object | None = None
+    # caps on gamma by the live running batch, applied by the worker at every step (control/schedule.py);
+    # None: gamma stays as admitted. With a schedule the request runs with k = max(gamma, its highest cap)
+    # and `proposer` is the one it drafts with whenever a cap allows (gamma may be 0 at admission)
+    schedule: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def max_k(self) -> int:
+        """num_speculative_tokens to send: gamma, or the schedule's highest cap when that is higher."""
+        if not self.schedule:
+            return self.gamma
+        return max(self.gamma, max(cap for _, cap in self.schedule))
 
 
 class Policy(Protocol):

@@ -3,7 +3,8 @@
 Each wraps one vLLM method and calls the original first, so vLLM's own bookkeeping is unchanged:
 
   Scheduler.update_draft_token_ids     sync scheduling (n-gram, and any run with --no-async-scheduling):
-                                       drafts for the next step arrive here -> keep the first k.
+                                       drafts for the next step arrive here -> keep the first k (with a
+                                       schedule: min(k, cap at the running batch), at every step).
   Scheduler._update_after_schedule     a request that joins the batch with its prompt all but one token
                                        in the prefix cache is padded to 1 + num_speculative_tokens rows of
                                        placeholder drafts (for CUDA-graph shapes); cut those to k as well,
@@ -34,12 +35,15 @@ import time
 
 from prometheus_client import Counter, Gauge
 
+from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
+from adaptspec.control.schedule import gamma_at
 from adaptspec.integrations.vllm_plugin import (
     encode_step_window,
     pop_step_window,
     request_labels,
     request_limit,
+    request_schedule,
     telemetry_proposer,
     validate_xargs,
 )
@@ -49,6 +53,7 @@ logger = logging.getLogger(__name__)
 _UNSET = object()
 _LIMIT_ATTR = "_adaptspec_limit"
 _LABELS_ATTR = "_adaptspec_labels"
+_SCHEDULE_ATTR = "_adaptspec_schedule"
 _installed = False
 _lock = threading.Lock()
 
@@ -58,11 +63,11 @@ class ClassCounters:
 
     def __init__(self) -> None:
         labels = ("content_class", "proposer")
-        self.drafts = Counter("adaptspec:spec_decode_num_drafts_by_class",
+        self.drafts = Counter(names.CLASS_SPEC_DRAFTS,
                               "Verify steps with drafts, by request content class and proposer.", labels)
-        self.draft_tokens = Counter("adaptspec:spec_decode_num_draft_tokens_by_class",
+        self.draft_tokens = Counter(names.CLASS_SPEC_DRAFT_TOKENS,
                                     "Draft tokens proposed, by request content class and proposer.", labels)
-        self.accepted = Counter("adaptspec:spec_decode_num_accepted_tokens_by_class",
+        self.accepted = Counter(names.CLASS_SPEC_ACCEPTED,
                                 "Draft tokens accepted, by request content class and proposer.", labels)
 
     def observe(self, labels: tuple[str, str], drafts: int, draft_tokens: int, accepted: int) -> None:
@@ -110,13 +115,20 @@ def step_counters() -> StepTelemetryCounters:
     return StepTelemetryCounters()
 
 
-def _limit_of(request) -> int | None:
+def _limit_of(request, scheduler) -> int | None:
+    """The request's draft length this step: its own k (None: the engine's), capped by its schedule at the
+    scheduler's current running batch."""
     limit = getattr(request, _LIMIT_ATTR, _UNSET)
     if limit is _UNSET:
-        params = getattr(request, "sampling_params", None)
-        limit = request_limit(getattr(params, "extra_args", None))
+        extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+        limit = request_limit(extra)
         setattr(request, _LIMIT_ATTR, limit)
-    return limit
+        setattr(request, _SCHEDULE_ATTR, request_schedule(extra) if limit != 0 else None)
+    sched = getattr(request, _SCHEDULE_ATTR, None)
+    if not sched:
+        return limit
+    k = limit if limit is not None else int(getattr(scheduler, "num_spec_tokens", 0) or 0)
+    return gamma_at(k, sched, len(scheduler.running))
 
 
 def _seam(owner: type, name: str):
@@ -160,7 +172,7 @@ def _patch_scheduler() -> None:
             request = self.requests.get(req_id)
             if request is None:
                 continue
-            limit = _limit_of(request)
+            limit = _limit_of(request, self)
             if limit is not None and len(request.spec_token_ids) > limit:
                 request.spec_token_ids = request.spec_token_ids[:limit]
 
@@ -174,7 +186,7 @@ def _patch_scheduler() -> None:
         spec = scheduler_output.scheduled_spec_decode_tokens
         for req_id, tokens in list(spec.items()):
             request = self.requests.get(req_id)
-            limit = None if request is None else _limit_of(request)
+            limit = None if request is None else _limit_of(request, self)
             if limit is not None and len(tokens) > limit:
                 cut = len(tokens) - limit
                 scheduler_output.num_scheduled_tokens[req_id] -= cut

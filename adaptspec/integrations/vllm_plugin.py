@@ -6,11 +6,14 @@ request carry its own limit through vLLM's extra request args:
 
     POST /v1/chat/completions  {..., "vllm_xargs": {"adaptspec_num_spec_tokens": 2,
                                                     "adaptspec_proposer": "ngram",
-                                                    "adaptspec_content_class": "code"}}
+                                                    "adaptspec_content_class": "code",
+                                                    "adaptspec_schedule": "8:2,32:1"}}
 
 * engine-core process: after the drafter proposes, the scheduler keeps only the request's first k drafts
   (k = 0: the request is decoded without speculation); the verifier then checks k tokens, so greedy output
-  is unchanged and a shorter draft only costs acceptance, never correctness.
+  is unchanged and a shorter draft only costs acceptance, never correctness. With `adaptspec_schedule`
+  ("max_running_batch:cap,...", control/schedule.py) k is min(k, cap at the scheduler's running batch),
+  re-read at every step: gamma follows the load while the request runs.
 * API-server process: invalid values are rejected with HTTP 400 before the request reaches the engine,
   and each finished request adds its drafts / draft tokens / accepted tokens to
   `adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total{content_class,proposer}`
@@ -33,6 +36,8 @@ import logging
 import os
 from collections.abc import Mapping
 
+from adaptspec.control.schedule import Schedule, parse_schedule
+
 logger = logging.getLogger(__name__)
 
 # The seams patched (listed in vllm_seams.SEAMS) were read in these releases, and each release's wheel is
@@ -44,6 +49,8 @@ CHECKED_RELEASES = {"0.32": "0.32.0", "0.33": "0.33.0"}  # the wheel of each sup
 XARG_NUM_SPEC_TOKENS = "adaptspec_num_spec_tokens"
 XARG_PROPOSER = "adaptspec_proposer"
 XARG_CONTENT_CLASS = "adaptspec_content_class"
+XARG_SCHEDULE = "adaptspec_schedule"
+SCHEDULE_MAX_CAP = 1024  # caps above the engine's k are harmless (min(k, cap)); the API server does not know k
 ENV_PROPOSER = "ADAPTSPEC_VLLM_PROPOSER"  # label for requests that name no proposer (set by `adaptspec launch`)
 UNKNOWN = "unknown"
 
@@ -70,9 +77,35 @@ def validate_xargs(extra_args: Mapping | None) -> None:
         k = extra_args[XARG_NUM_SPEC_TOKENS]
         if isinstance(k, bool) or not isinstance(k, int | float) or k != int(k) or k < 0:
             raise ValueError(f"vllm_xargs.{XARG_NUM_SPEC_TOKENS} must be a non-negative integer, got {k!r}")
-    for key in (XARG_PROPOSER, XARG_CONTENT_CLASS):
+    for key in (XARG_PROPOSER, XARG_CONTENT_CLASS, XARG_SCHEDULE):
         if key in extra_args and not isinstance(extra_args[key], str):
             raise ValueError(f"vllm_xargs.{key} must be a string, got {extra_args[key]!r}")
+    if XARG_SCHEDULE in extra_args:
+        parse_schedule_xarg(extra_args[XARG_SCHEDULE])
+
+
+def parse_schedule_xarg(text: str) -> Schedule:
+    """`"8:2,32:1"` -> ((8, 2), (32, 1)); ValueError naming the field and the bad row."""
+    rows = []
+    for i, item in enumerate(text.split(",")):
+        b, sep, cap = item.strip().partition(":")
+        try:
+            rows.append([int(b), int(cap)])
+        except ValueError:
+            raise ValueError(f"vllm_xargs.{XARG_SCHEDULE} row {i} must be max_running_batch:cap, got "
+                             f"{item.strip()!r}") from None
+        if not sep:
+            raise ValueError(f"vllm_xargs.{XARG_SCHEDULE} row {i} must be max_running_batch:cap, got {item!r}")
+    try:
+        return parse_schedule(rows, SCHEDULE_MAX_CAP)
+    except ValueError as e:
+        raise ValueError(f"vllm_xargs.{XARG_SCHEDULE} {e}") from None
+
+
+def request_schedule(extra_args: Mapping | None) -> Schedule | None:
+    """The request's gamma caps by running batch, or None (validated at the API server already)."""
+    text = (extra_args or {}).get(XARG_SCHEDULE)
+    return parse_schedule_xarg(text) if isinstance(text, str) else None
 
 
 def request_limit(extra_args: Mapping | None) -> int | None:

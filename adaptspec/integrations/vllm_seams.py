@@ -31,6 +31,8 @@ OUTPUTS = "vllm/v1/outputs.py"
 INPUT_PROCESSOR = "vllm/v1/engine/input_processor.py"
 OUTPUT_PROCESSOR = "vllm/v1/engine/output_processor.py"
 EXCEPTIONS = "vllm/exceptions.py"
+LOGGERS = "vllm/v1/metrics/loggers.py"
+ENGINE = "vllm/v1/engine/__init__.py"
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,14 @@ SEAMS: tuple[Method | Attribute, ...] = (
     Method(STATS, "RequestSpecDecodeMetrics", "new", ("cls", "num_spec_tokens")),
     Attribute(STATS, "RequestSpecDecodeMetrics", "histogram"),
     Attribute(STATS, "RequestSpecDecodeMetrics", "num_draft_tokens"),
+    # engine core -> API server: step telemetry (a step window rides in SchedulerStats, taken out in record)
+    Method(SCHEDULER, "Scheduler", "schedule", ("self",)),
+    Method(SCHEDULER, "Scheduler", "update_from_output", ("self", "scheduler_output", "model_runner_output")),
+    Attribute(SCHEDULER, "Scheduler", "vllm_config"),
+    Attribute(REQUEST, "Request", "num_computed_tokens"),
+    Attribute(ENGINE, "EngineCoreOutputs", "scheduler_stats"),
+    Attribute(STATS, "SchedulerStats", "num_kv_fetch_reqs_by_stage"),
+    Method(LOGGERS, "StatLoggerManager", "record", ("self", "scheduler_stats")),
     # API server: validation and per-class counters
     Method(INPUT_PROCESSOR, "InputProcessor", "_validate_params", ("self", "params")),
     Method(OUTPUT_PROCESSOR, "OutputProcessor", "add_request", ("self", "request")),

@@ -8,7 +8,6 @@ State lives on the `Proxy` object stored in `app["proxy"]`; nothing is module-gl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -22,8 +21,9 @@ from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import accesslog, handlers, health, report
+from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
-from adaptspec.proxy.feedback import FEEDBACK_GAUGE_DOCS, Feedback
+from adaptspec.proxy.feedback import Feedback
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
@@ -31,7 +31,6 @@ from adaptspec.proxy.upstream import Pools, Worker, make_session, upstream_timeo
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 FALLBACK_CLASS = "chat"
 
 
@@ -62,8 +61,8 @@ class Proxy:
         self.state = self._make_state(config)
         self.feedback = Feedback(self)
         self.scraper = Scraper(self, self.scrape_interval_s)
-        self.metrics.add_collector(StateCollector(self._gauges, _GAUGE_DOCS))
-        self.metrics.add_collector(StateCollector(self.feedback.gauges, FEEDBACK_GAUGE_DOCS))
+        self.metrics.add_collector(StateCollector(self._gauges))
+        self.metrics.add_collector(StateCollector(self.feedback.gauges))
         self.metrics.add_collector(report.ReportCollector(self))
 
     # -- configuration -------------------------------------------------------------------------------
@@ -74,24 +73,23 @@ class Proxy:
         workers = workers_from_config(config.pools or ()) or self.extra_workers
         if not workers:
             raise ValueError("no workers: the config has no pools and no embedded worker was started")
-        keys = set(getattr(server, "api_keys", None) or ())
-        keys.update(self._env_keys(getattr(server, "api_keys_env", None)))
+        keys = frozenset(self._env_keys(server.api_keys_env))
         self.pools.replace(workers)
         if callable(getattr(policy, "adopt", None)):  # the holdout / switchback evidence survives a reload
             policy.adopt(getattr(self, "policy", None))
         self.policy = policy
-        self.api_keys = frozenset(keys)
-        self.max_body_bytes = int(getattr(server, "max_body_bytes", None) or DEFAULT_MAX_BODY_BYTES)
-        self.request_timeout_s = getattr(server, "request_timeout_s", None)
-        self.allow_client_speculation = bool(getattr(server, "allow_client_speculation", False))
-        self.keepalive_timeout_s = float(getattr(server, "keepalive_timeout_s", None) or 30.0)
-        self.body_timeout_s = float(getattr(server, "body_timeout_s", None) or 60.0)
-        self.first_byte_timeout_s = float(getattr(server, "first_byte_timeout_s", None) or 60.0)
-        self.stall_timeout_s = float(getattr(server, "stall_timeout_s", None) or 30.0)
-        self.pools.eject_after = int(getattr(server, "eject_after_failures", None) or 3)
-        self.pools.backoff_s = float(getattr(server, "eject_backoff_s", None) or 2.0)
+        self.api_keys = keys
+        self.max_body_bytes = server.max_body_bytes
+        self.request_timeout_s = server.request_timeout_s
+        self.allow_client_speculation = server.allow_client_speculation
+        self.keepalive_timeout_s = server.keepalive_timeout_s
+        self.body_timeout_s = server.body_timeout_s
+        self.first_byte_timeout_s = server.first_byte_timeout_s
+        self.stall_timeout_s = server.stall_timeout_s
+        self.pools.eject_after = server.eject_after_failures
+        self.pools.backoff_s = server.eject_backoff_s
         self.upstream_timeout = upstream_timeout(self.request_timeout_s)
-        self.scrape_interval_s = float(getattr(server, "scrape_interval_s", None) or 0.25)
+        self.scrape_interval_s = server.scrape_interval_s
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s
         self.config = config
@@ -145,15 +143,14 @@ class Proxy:
         workers = list(self.pools.workers.values())
         remote = self.state.remote_inflight
         out = {
-            "adaptspec_worker_running": (("worker",), [((w.name,), w.running) for w in workers]),
-            "adaptspec_worker_waiting": (("worker",), [((w.name,), w.waiting) for w in workers]),
-            "adaptspec_worker_kv_usage": (("worker",), [((w.name,), w.kv_usage) for w in workers]),
-            "adaptspec_worker_inflight": (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
-                                                         for w in workers]),
-            "adaptspec_worker_healthy": (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
-            "adaptspec_worker_prefill_ratio": (("worker",), [((w.name,), w.traffic.prefill_ratio)
-                                                               for w in workers]),
-            "adaptspec_state_backend_up": (("backend",), [((self.state.backend,), float(self.state.up))]),
+            mn.WORKER_RUNNING: (("worker",), [((w.name,), w.running) for w in workers]),
+            mn.WORKER_WAITING: (("worker",), [((w.name,), w.waiting) for w in workers]),
+            mn.WORKER_KV_USAGE: (("worker",), [((w.name,), w.kv_usage) for w in workers]),
+            mn.WORKER_INFLIGHT: (("worker",), [((w.name,), w.inflight + remote.get(w.name, 0))
+                                               for w in workers]),
+            mn.WORKER_HEALTHY: (("worker",), [((w.name,), float(w.healthy)) for w in workers]),
+            mn.WORKER_PREFILL_RATIO: (("worker",), [((w.name,), w.traffic.prefill_ratio) for w in workers]),
+            mn.STATE_BACKEND_UP: (("backend",), [((self.state.backend,), float(self.state.up))]),
         }
         means, stds, rates = [], [], []
         for w in workers:
@@ -165,9 +162,9 @@ class Proxy:
                     stds.append(((w.name, p, cls), est.std))
                     rates.append(((w.name, p, cls), est.propose_rate))
         labels = ("worker", "proposer", "content_class")
-        out["adaptspec_alpha_estimate"] = (labels, means)
-        out["adaptspec_alpha_estimate_std"] = (labels, stds)
-        out["adaptspec_propose_rate_estimate"] = (labels, rates)
+        out[mn.ALPHA_ESTIMATE] = (labels, means)
+        out[mn.ALPHA_ESTIMATE_STD] = (labels, stds)
+        out[mn.PROPOSE_RATE_ESTIMATE] = (labels, rates)
         return out
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -183,18 +180,6 @@ class Proxy:
             await self.session.close()
 
 
-_GAUGE_DOCS = {
-    "adaptspec_worker_running": "Requests in the worker's running batch (scraped)",
-    "adaptspec_worker_waiting": "Requests queued at the worker (scraped)",
-    "adaptspec_worker_kv_usage": "Worker KV-cache usage 0..1 (scraped)",
-    "adaptspec_worker_inflight": "Requests in flight to the worker from all proxy replicas",
-    "adaptspec_worker_healthy": "1 when the worker answers, 0 while it is marked unhealthy",
-    "adaptspec_state_backend_up": "1 when the state backend answers (always 1 for memory)",
-    "adaptspec_alpha_estimate": "Posterior mean of the acceptance rate alpha",
-    "adaptspec_alpha_estimate_std": "Posterior standard deviation of alpha",
-    "adaptspec_worker_prefill_ratio": "Prompt tokens prefilled per generated token in the worker's recent traffic",
-    "adaptspec_propose_rate_estimate": "Share of verification steps that had a draft (n-gram: a match was found)",
-}
 
 
 def create_app(proxy: Proxy) -> web.Application:
@@ -247,12 +232,3 @@ async def start_site(app: web.Application, host: str, port: int) -> web.AppRunne
         await runner.cleanup()  # stops the scraper, state sync and client session started by setup()
         raise
     return runner
-
-
-async def serve_forever(app: web.Application, host: str, port: int, stop: asyncio.Event) -> None:
-    runner = await start_site(app, host, port)
-    log.info("adaptspec proxy listening on http://%s:%d", host, port)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()

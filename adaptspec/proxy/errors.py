@@ -13,29 +13,13 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
-from adaptspec.errors import RequestError
+from adaptspec.errors import RequestError, error_body
 
 log = logging.getLogger(__name__)
 
-_TYPE_BY_STATUS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    408: "invalid_request_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    422: "invalid_request_error",
-    431: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
 def error_response(status: int, message: str, *, type: str | None = None, code: str | None = None,
                    param: str | None = None, headers: dict | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": type or _TYPE_BY_STATUS.get(status, "server_error"),
-                      "code": code, "param": param}}
+    body = error_body(status, message, type=type, code=code, param=param)
     return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json",
                         headers=headers)
 
@@ -49,7 +33,7 @@ def from_request_error(exc: RequestError) -> web.Response:
 
 def sse_error_event(message: str, *, type: str = "upstream_error", code: str = "upstream_disconnected") -> bytes:
     """A final SSE event the `openai` client raises as an APIError."""
-    payload = {"error": {"message": message, "type": type, "code": code, "param": None}}
+    payload = error_body(502, message, type=type, code=code)
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 

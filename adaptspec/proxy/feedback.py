@@ -29,10 +29,11 @@ from __future__ import annotations
 import logging
 
 from adaptspec.control.calibration import StepCalibrator
-from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker, ingest_sglang, ingest_vllm
+from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
+from adaptspec.proxy import metrics as mn
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +107,6 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
-FEEDBACK_GAUGE_DOCS = {
-    "adaptspec_alpha_estimate_sampled": "Posterior mean of alpha for sampled requests (temperature > 0; "
-                                        "adaptspec_alpha_estimate is the greedy one)",
-    "adaptspec_step_model_coefficient": "Fitted step-time coefficient of the worker (seconds per step / token / "
-                                        "pass; control/calibration.py)",
-    "adaptspec_step_model_coefficient_error": "Standard error of the fitted coefficient (NaN: held at the prior)",
-    "adaptspec_step_model_trusted": "1 when the policy prices this worker's steps with the fitted model",
-    "adaptspec_step_model_steps": "Engine steps behind the fit (discounted)",
-}
 _DEFAULT_PRIOR = "cpu-tiny"
 
 
@@ -137,7 +129,7 @@ class Feedback:
             return
         if not worker.request_feedback:
             worker.request_feedback = True
-            if worker.engine != "adaptspec":
+            if not worker.adapter.own_feedback:
                 log.info("worker %s reports per-request speculation stats; using them instead of its counters",
                          worker.name)
         draft, accepted, steps = stats
@@ -172,14 +164,11 @@ class Feedback:
         tracker = self._trackers.get(worker.name)
         if tracker is None:
             tracker = self._trackers[worker.name] = CounterTracker()
-        ingest = (not worker.request_feedback and worker.engine != "adaptspec"
+        ingest = (not worker.request_feedback and not worker.adapter.own_feedback
                   and self.proxy.state.counter_leader(worker.name))
         table = self.proxy.state.table() if ingest else _NULL
         proposer, gamma = worker.fixed_plan()
-        if worker.engine == "sglang":
-            ingest_sglang(table, tracker, worker.name, sample.spec, proposer, gamma)
-        else:
-            ingest_vllm(table, tracker, worker.name, sample.spec, proposer)
+        worker.adapter.ingest(table, tracker, worker.name, sample.spec, proposer, gamma)
 
     # -- step-time calibration ---------------------------------------------------------------------------
     def _prior(self, worker) -> Profile:
@@ -225,11 +214,11 @@ class Feedback:
             trusted.append(((name,), float(c.trusted)))
             steps.append(((name,), c.steps))
         labels = ("worker", "coefficient")
-        return {"adaptspec_alpha_estimate_sampled": (("worker", "proposer", "content_class"), sampled),
-                "adaptspec_step_model_coefficient": (labels, coef),
-                "adaptspec_step_model_coefficient_error": (labels, err),
-                "adaptspec_step_model_trusted": (("worker",), trusted),
-                "adaptspec_step_model_steps": (("worker",), steps)}
+        return {mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
+                mn.STEP_MODEL_COEFFICIENT: (labels, coef),
+                mn.STEP_MODEL_COEFFICIENT_ERROR: (labels, err),
+                mn.STEP_MODEL_TRUSTED: (("worker",), trusted),
+                mn.STEP_MODEL_STEPS: (("worker",), steps)}
 
     def forget(self, worker_name: str) -> None:
         self._trackers.pop(worker_name, None)

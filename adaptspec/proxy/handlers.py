@@ -2,10 +2,13 @@
 
 The generation path, in order: auth -> read body (decompressed while read; size cap and timeout) ->
 parse + validate (JSON depth / number limits) -> workers serving the model (404) -> classify -> decide
-(`Proxy.decide`, synchronous, in memory) -> rewrite the body for per-request workers -> send; connection
-failures, timeouts and ejections before the first byte move the request to another eligible worker ->
-relay (non-stream: whole body; stream: SSE chunk by chunk, a stall ends it with an SSE error) -> feedback
-+ metrics. Client strings never become metric labels or response headers (closed sets only).
+(`Proxy.decide`, synchronous, in memory) -> `_Plan`: the body for this worker (its engine adapter,
+engines.py) -> send; connection failures, timeouts and ejections before the first byte move the request
+to another eligible worker ->
+relay (non-stream: whole body; stream: SSE chunk by chunk, a stall ends it with an SSE error) -> `_record`
+(feedback + metrics of the finished attempt) -> `_count_request` (once per request). One `_Attempt` carries
+the request's context through these steps. Client strings never become metric labels or response headers
+(closed sets only).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 import zlib
@@ -21,11 +25,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from adaptspec.control.estimators import sampling_regime
+from adaptspec.control.alpha import GREEDY, sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
-from adaptspec.proxy.errors import error_response, sse_error_event
+from adaptspec.proxy.errors import sse_error_event
 from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
 from adaptspec.proxy.report import record as record_experiment
 
@@ -35,7 +39,6 @@ _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, TimeoutError)
 _STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError)
-_FEEDBACK_ENGINES = frozenset({"adaptspec", "vllm", "sglang"})
 SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
 
@@ -126,43 +129,48 @@ def _parse(raw: bytes, kind: str) -> tuple[dict, str, bool]:
     return body, model, stream
 
 
+class _Attempt:
+    """One request's context through the path: the parsed request, its class and regime, the workers it may
+    use, the failures so far and the current plan. Built once by `_generate`, passed to every step."""
+
+    __slots__ = ("request", "proxy", "path", "t0", "body", "raw", "stream", "model", "candidates", "cls",
+                 "regime", "failed", "plan")
+
+    def __init__(self, request: web.Request, proxy, path: str, t0: float):
+        self.request, self.proxy, self.path, self.t0 = request, proxy, path, t0
+        self.body: dict = {}
+        self.raw, self.stream, self.model = b"", False, None
+        self.candidates: list = []
+        self.cls, self.regime = "unknown", GREEDY
+        self.failed: dict[str, int] = {}
+        self.plan: _Plan | None = None
+
+
 class _Plan:
     """What one attempt sends: worker, applied (proposer, gamma), body bytes, and whether to strip usage."""
 
-    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime")
+    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime", "schedule")
 
-    def __init__(self, proxy, body: dict, raw: bytes, stream: bool, decision, worker, cls: str):
-        self.worker, self.decision = worker, decision
-        self.regime = sampling_regime(body.get("temperature"), body.get("top_k"))
-        own = worker.engine == "adaptspec"  # the engine that reads a body `speculation` field
-        client_spec = body.get("speculation") if own and worker.per_request else None
-        if client_spec is not None and proxy.allow_client_speculation:  # benchmarks, debugging: opt-in
+    def __init__(self, ctx: _Attempt, decision, worker):
+        body, engine = ctx.body, worker.adapter
+        self.worker, self.decision, self.regime = worker, decision, ctx.regime
+        client_spec = engine.client_speculation(body) if worker.per_request else None
+        self.schedule = None  # the decision's gamma caps by running batch, sent as is (the worker checks them)
+        if client_spec is not None and ctx.proxy.allow_client_speculation:  # benchmarks, debugging: opt-in
             self.proposer, self.gamma = _client_speculation(client_spec, worker)
-        elif worker.per_request and worker.engine in ("adaptspec", "vllm"):
-            ok = decision.gamma > 0 and decision.proposer in worker.proposers
+        elif worker.per_request:
+            k = decision.max_k  # with a schedule: its highest cap (the worker applies min(k, cap) per step)
+            ok = k > 0 and decision.proposer in worker.proposers
             self.proposer = decision.proposer if ok else "none"
-            self.gamma = min(int(decision.gamma), worker.max_gamma) if ok else 0
+            self.gamma = min(int(k), worker.max_gamma) if ok else 0
+            if ok and decision.schedule:
+                self.schedule = [[b, min(c, self.gamma)] for b, c in decision.schedule]
         else:
             self.proposer, self.gamma = worker.fixed_plan()
-        self.scan = worker.engine in _FEEDBACK_ENGINES
+        self.scan = engine.scan
         self.strip_usage = False
-        rewrite: dict = {}
-        drop = ()
-        if own and worker.per_request:  # always ours (validated, clamped): the client's field never passes as is
-            rewrite["speculation"] = {"proposer": self.proposer, "num_speculative_tokens": self.gamma,
-                                      "content_class": cls}
-        elif own and "speculation" in body:
-            drop = ("speculation",)  # a fixed-speculation worker would honour it: not the client's call
-        elif worker.per_request and worker.engine == "vllm":
-            xargs = body.get("vllm_xargs") or {}
-            if not isinstance(xargs, dict):
-                raise RequestError("Invalid value for 'vllm_xargs': expected an object.", status=422,
-                                   code="invalid_type", param="vllm_xargs")
-            xargs = dict(xargs)
-            xargs.update(adaptspec_num_spec_tokens=self.gamma, adaptspec_proposer=self.proposer,
-                         adaptspec_content_class=cls)
-            rewrite["vllm_xargs"] = xargs
-        if stream and self.scan and worker.per_request:
+        rewrite, drop = engine.rewrite(body, worker.per_request, self.proposer, self.gamma, ctx.cls, self.schedule)
+        if ctx.stream and self.scan and worker.per_request:
             opts = body.get("stream_options")
             if not (isinstance(opts, dict) and opts.get("include_usage")):
                 rewrite["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
@@ -171,7 +179,7 @@ class _Plan:
             out = {k: v for k, v in body.items() if k not in drop}
             self.payload = json.dumps({**out, **rewrite}, separators=(",", ":")).encode()
         else:
-            self.payload = raw
+            self.payload = ctx.raw
 
     def headers(self, cls: str) -> dict[str, str]:
         # every value comes from a closed set (classes, proposer names, config worker names) or is an int
@@ -232,21 +240,20 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, kind: str, path: str) -> web.StreamResponse:
     proxy = request.app["proxy"]
-    t0 = time.perf_counter()
-    cls, plan, model = "unknown", None, None
+    ctx = _Attempt(request, proxy, path, time.perf_counter())
     status = 500
     try:
         proxy.check_auth(request)
-        raw = await _read_body(request, proxy.max_body_bytes, proxy.body_timeout_s)
-        body, model, stream = _parse(raw, kind)
-        candidates = proxy.pools.serving(model)
+        ctx.raw = await _read_body(request, proxy.max_body_bytes, proxy.body_timeout_s)
+        ctx.body, ctx.model, ctx.stream = _parse(ctx.raw, kind)
+        ctx.candidates = proxy.pools.serving(ctx.model)
         t1 = time.perf_counter()
-        cls = proxy.classify(body)
-        decision, worker = proxy.decide(cls, candidates, regime=sampling_regime(body.get("temperature"),
-                                                                                body.get("top_k")))
+        ctx.cls = proxy.classify(ctx.body)
+        ctx.regime = sampling_regime(ctx.body.get("temperature"), ctx.body.get("top_k"))
+        decision, worker = proxy.decide(ctx.cls, ctx.candidates, regime=ctx.regime)
         proxy.metrics.decision_time.observe(time.perf_counter() - t1)
-        plan = _Plan(proxy, body, raw, stream, decision, worker, cls)
-        resp, status, plan = await _dispatch(request, proxy, plan, body, raw, stream, candidates, cls, path, t0)
+        ctx.plan = _Plan(ctx, decision, worker)
+        resp, status = await _dispatch(ctx)
         return resp
     except RequestError as exc:
         status = exc.status
@@ -255,54 +262,45 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         status = 499  # client went away (nginx's convention)
         raise
     finally:
-        m = proxy.metrics
-        accesslog.note(model=model, status=status, **{"class": cls}, **({} if plan is None else {
-            "proposer": plan.proposer, "gamma": plan.gamma, "worker": plan.worker.name}))
-        if plan is None:
-            m.child(m.requests, cls, "none", "0", "none", str(status)).inc()
-        else:
-            m.child(m.requests, cls, plan.proposer, str(plan.gamma), plan.worker.name, str(status)).inc()
+        _count_request(ctx, status)
 
 
-async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, cls, path, t0):
-    """Send, moving to another worker on failures before the first byte -> (response, status, final plan)."""
-    failed: dict[str, int] = {}
-    session: aiohttp.ClientSession = proxy.session
+def _count_request(ctx: _Attempt, status: int) -> None:
+    """The request's access-log fields and its `requests` count, once, with the final plan (after retries)."""
+    m, plan = ctx.proxy.metrics, ctx.plan
+    accesslog.note(model=ctx.model, status=status, **{"class": ctx.cls}, **({} if plan is None else {
+        "proposer": plan.proposer, "gamma": plan.gamma, "worker": plan.worker.name}))
+    if plan is None:
+        m.child(m.requests, ctx.cls, "none", "0", "none", str(status)).inc()
+    else:
+        m.child(m.requests, ctx.cls, plan.proposer, str(plan.gamma), plan.worker.name, str(status)).inc()
+
+
+async def _dispatch(ctx: _Attempt) -> tuple[web.StreamResponse, int]:
+    """Send, moving to another worker on failures before the first byte -> (response, status); `ctx.plan`
+    ends as the plan that answered."""
+    proxy = ctx.proxy
     while True:
+        plan = ctx.plan
         worker = plan.worker
-        proxy.metrics.child(proxy.metrics.decisions, cls, plan.proposer, str(plan.gamma), plan.decision.policy).inc()
+        proxy.metrics.child(proxy.metrics.decisions, ctx.cls, plan.proposer, str(plan.gamma),
+                            plan.decision.policy).inc()
         worker.inflight += 1
         up = None
         try:
-            proxy.metrics.overhead.observe(time.perf_counter() - t0)
-            # Until the client has seen a byte the attempt can move: a stream's head must come within
-            # first_byte_timeout_s, a whole non-stream answer within request_timeout_s, and both end at once
-            # when the worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`).
+            proxy.metrics.overhead.observe(time.perf_counter() - ctx.t0)
             try:
-                async with asyncio.timeout(proxy.first_byte_timeout_s if stream else proxy.request_timeout_s) as dl:
-                    worker.heads.add(dl)
-                    try:
-                        up = await session.post(worker.url + path, data=plan.payload, timeout=proxy.upstream_timeout,
-                                                headers=_upstream_headers(proxy, request, worker))
-                        is_sse = stream and up.status == 200 and up.content_type == "text/event-stream"
-                        if not is_sse:
-                            data = await up.read()
-                    finally:
-                        worker.heads.discard(dl)
+                up, data = await _send(ctx, plan)
             except _PRE_RESPONSE_ERRORS as exc:
-                if up is not None:
-                    up.close()
-                    up = None
-                plan = _retry_plan(proxy, plan, failed, exc, body, raw, stream, candidates, cls)
+                ctx.plan = _retry_plan(ctx, exc)
                 continue
-            if up.status >= 500:
-                proxy.pools.failure(worker, f"HTTP {up.status}")
-            else:
+            if up.status in (502, 503, 504):  # the worker (or what is behind it) is unwell; other 5xx can be
+                proxy.pools.failure(worker, f"HTTP {up.status}")  # caused by a request: a client must not eject
+            elif up.status < 500:
                 proxy.pools.success(worker)
-            if is_sse:
-                resp, status = await _relay_stream(request, proxy, plan, up, cls, t0)
-                return resp, status, plan
-            return _finish_plain(proxy, plan, up, data, cls, t0), up.status, plan
+            if data is None:
+                return await _relay_stream(ctx, up)
+            return _finish_plain(ctx, up, data), up.status
         except BaseException:
             if up is not None:
                 up.close()  # unfinished (client gone, error): drop the connection, which aborts upstream work
@@ -314,8 +312,34 @@ async def _dispatch(request, proxy, plan: _Plan, body, raw, stream, candidates, 
                 up.release()
 
 
-def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, body, raw, stream, candidates, cls):
-    worker = plan.worker
+async def _send(ctx: _Attempt, plan: _Plan) -> tuple[aiohttp.ClientResponse, bytes | None]:
+    """POST the plan's body -> (response, whole body; None for an SSE stream still to relay).
+
+    Until the client has seen a byte the attempt can move: a stream's head must come within
+    first_byte_timeout_s, a whole non-stream answer within request_timeout_s, and both end at once when the
+    worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`)."""
+    proxy, worker = ctx.proxy, plan.worker
+    up = None
+    try:
+        async with asyncio.timeout(proxy.first_byte_timeout_s if ctx.stream else proxy.request_timeout_s) as dl:
+            worker.heads.add(dl)
+            try:
+                up = await proxy.session.post(worker.url + ctx.path, data=plan.payload,
+                                              timeout=proxy.upstream_timeout,
+                                              headers=_upstream_headers(proxy, ctx.request, worker))
+                if ctx.stream and up.status == 200 and up.content_type == "text/event-stream":
+                    return up, None
+                return up, await up.read()
+            finally:
+                worker.heads.discard(dl)
+    except BaseException:
+        if up is not None:
+            up.close()
+        raise
+
+
+def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:
+    proxy, failed, worker = ctx.proxy, ctx.failed, ctx.plan.worker
     failed[worker.name] = failed.get(worker.name, 0) + 1
     proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
     accesslog.count_retry()
@@ -324,103 +348,151 @@ def _retry_plan(proxy, plan: _Plan, failed: dict[str, int], exc: BaseException, 
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
     exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
     try:
-        decision, nxt = proxy.decide(cls, candidates, exclude, plan.regime)
+        decision, nxt = proxy.decide(ctx.cls, ctx.candidates, exclude, ctx.regime)
     except UpstreamError:
         raise UpstreamError(f"All workers for this model failed before answering (last: {worker.name}: "
                             f"{exc.__class__.__name__}); retry shortly.", status=503) from None
     log.info("retrying request on %s after %s failed before the first byte (%s)", nxt.name, worker.name,
              exc.__class__.__name__)
-    return _Plan(proxy, body, raw, stream, decision, nxt, cls)
+    return _Plan(ctx, decision, nxt)
 
 
-def _finish_plain(proxy, plan: _Plan, up: aiohttp.ClientResponse, data: bytes, cls: str, t0: float) -> web.Response:
+class _Outcome:
+    """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
+
+    __slots__ = ("tokens", "prompt", "stats", "positions")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None
+        self.prompt: float | None = None
+        self.stats: tuple[float, float, float | None] | None = None
+        self.positions: tuple[list[float], list[float]] | None = None
+
+    def read(self, payload: dict) -> None:
+        """Take usage and speculation stats from one response body or stream chunk (later ones win)."""
+        usage = payload.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.tokens = float(usage["completion_tokens"])
+            self.prompt = prompt_tokens(usage)
+        stats = spec_stats(payload)
+        if stats is not None:
+            self.stats, self.positions = stats, position_stats(payload)
+
+    def scan_bytes(self, data: bytes) -> None:
+        """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
+        m = _COMPLETION_TOKENS.search(data)
+        self.tokens = float(m.group(1)) if m else None
+        m = _PROMPT_TOKENS.search(data)
+        self.prompt = float(m.group(1)) if m else None
+
+
+def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bool = False) -> None:
+    """The one place a finished attempt is accounted: alpha feedback, traffic shape, access log, latency
+    histograms (e2e; ttft; tpot for streams)."""
     now = time.perf_counter()
-    worker = plan.worker
-    tokens, stats, positions, prompt = 0.0, None, None, None
+    plan, m, cls = ctx.plan, ctx.proxy.metrics, ctx.cls
+    tokens = out.tokens or 0.0
+    ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
+                                   out.positions, out.prompt, plan.regime)
+    # the holdout / switchback experiment: decode time per token needs a stream's first-token time
+    record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
+    accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,
+                   ttft_ms=None if t_first is None else round((t_first - ctx.t0) * 1000, 3))
+    m.child(m.e2e, cls, plan.proposer).observe(now - ctx.t0)
+    if t_first is not None:
+        m.child(m.ttft, cls, plan.proposer).observe(t_first - ctx.t0)
+        if streamed and tokens > 1:
+            m.child(m.tpot, cls, plan.proposer).observe((now - t_first) / (tokens - 1))
+
+
+def _finish_plain(ctx: _Attempt, up: aiohttp.ClientResponse, data: bytes) -> web.Response:
+    plan = ctx.plan
     if up.status == 200:
+        done = time.perf_counter()
+        out = _Outcome()
         if plan.scan:
             try:
                 payload = json.loads(data)
             except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
                 payload = None
             if isinstance(payload, dict):
-                usage = payload.get("usage")
-                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                    tokens = float(usage["completion_tokens"])
-                    prompt = prompt_tokens(usage)
-                stats = spec_stats(payload)
-                positions = position_stats(payload) if stats is not None else None
+                out.read(payload)
         else:
-            m = _COMPLETION_TOKENS.search(data)
-            tokens = float(m.group(1)) if m else 0.0
-            m = _PROMPT_TOKENS.search(data)
-            prompt = float(m.group(1)) if m else None
-        proxy.feedback.on_response(worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
-                                   plan.regime)
-        record_experiment(proxy, plan, tokens, None, now)  # no first-token time: throughput only
-        e2e = now - t0
-        accesslog.note(prompt_tokens=prompt, output_tokens=tokens, ttft_ms=round(e2e * 1000, 3))
-        proxy.metrics.child(proxy.metrics.e2e, cls, plan.proposer).observe(e2e)
-        proxy.metrics.child(proxy.metrics.ttft, cls, plan.proposer).observe(e2e)
-    headers = plan.headers(cls)
-    return web.Response(status=up.status, body=data, headers=headers,
+            out.scan_bytes(data)
+        _record(ctx, out, done)  # a whole answer: its first byte is its last
+    return web.Response(status=up.status, body=data, headers=plan.headers(ctx.cls),
                         content_type=up.content_type or "application/json")
 
 
-async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse, cls: str, t0: float):
-    worker = plan.worker
-    resp = web.StreamResponse(status=200, headers={**plan.headers(cls), "Cache-Control": "no-cache"})
-    resp.content_type = "text/event-stream"
-    await resp.prepare(request)
-    t_first = None
-    tail = b""
-    events = 0
-    usage_payloads: list[dict] = []
-    strip = plan.strip_usage
-    accounted = False
-    stall = proxy.stall_timeout_s
-    while True:
-        try:
-            async with asyncio.timeout(stall):  # a worker silent this long is stalled (frozen)
-                chunk = await up.content.readany()
-        except _STREAM_ERRORS as exc:
-            stalled = isinstance(exc, TimeoutError)
-            what = f"sent nothing for {stall:g} s" if stalled else f"failed mid-stream ({exc.__class__.__name__})"
-            proxy.pools.mark_unhealthy(worker, f"stream {what}")
-            log.warning("upstream %s %s; ending the client's stream with an error event", worker.name, what)
-            try:
-                await resp.write(sse_error_event(
-                    f"The upstream worker {worker.name} {what}; the response is incomplete.",
-                    code="upstream_timeout" if stalled else "upstream_disconnected"))
-                await resp.write_eof()
-            except ConnectionResetError:
-                pass  # the client is gone too; nothing left to tell it
-            if not accounted:
-                _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
-            return resp, 504 if stalled else 502  # the client saw 200 + an error event; metrics count the failure
-        if not chunk:
-            break
-        if t_first is None:
-            t_first = time.perf_counter()
+class _SseScan:
+    """Cuts a relayed SSE stream at event boundaries to read usage / speculation chunks; drops the usage
+    the proxy asked for and the client did not (`strip`)."""
+
+    __slots__ = ("scan", "strip", "tail", "events", "payloads")
+
+    def __init__(self, plan: _Plan) -> None:
+        self.scan, self.strip = plan.scan, plan.strip_usage
+        self.tail = b""
+        self.events = 0
+        self.payloads: list[dict] = []
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes to forward to the client for this upstream chunk."""
         out = chunk
-        if plan.scan:
-            buf = tail + chunk if tail else chunk
+        if self.scan:
+            buf = self.tail + chunk if self.tail else chunk
             cut = buf.rfind(b"\n\n")
             if cut < 0:
-                tail = buf
-                if strip:
-                    continue
+                self.tail = buf
+                out = b"" if self.strip else chunk
             else:
-                complete, tail = buf[:cut + 2], buf[cut + 2:]
+                complete, self.tail = buf[:cut + 2], buf[cut + 2:]
                 if b'"usage"' in complete or b'"speculative_decoding"' in complete:
-                    complete = _take_usage(complete, usage_payloads, strip)
-                if strip:
+                    complete = _take_usage(complete, self.payloads, self.strip)
+                if self.strip:
                     out = complete
-        events += out.count(b"data:")
+        self.events += out.count(b"data:")
+        return out
+
+    def outcome(self) -> _Outcome:
+        out = _Outcome()
+        for p in self.payloads:
+            out.read(p)
+        if out.tokens is None:
+            out.tokens = float(max(0, self.events - 2))  # content events, less the finish chunk and [DONE]
+        return out
+
+
+async def _relay_stream(ctx: _Attempt, up: aiohttp.ClientResponse) -> tuple[web.StreamResponse, int]:
+    plan = ctx.plan
+    resp = web.StreamResponse(status=200, headers={**plan.headers(ctx.cls), "Cache-Control": "no-cache"})
+    resp.content_type = "text/event-stream"
+    await resp.prepare(ctx.request)
+    t_first = None
+    sse = _SseScan(plan)
+    accounted = False
+    quiet_since = time.monotonic()
+    while True:
+        try:
+            async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
+                chunk = await up.content.readany()
+        except _STREAM_ERRORS as exc:
+            if isinstance(exc, TimeoutError) and _queued_not_stalled(ctx, quiet_since):
+                continue
+            status = await _stream_failed(ctx, resp, exc)
+            if not accounted:
+                _record(ctx, sse.outcome(), t_first, streamed=True)
+            return resp, status
+        if not chunk:
+            break
+        quiet_since = plan.worker.last_ok = time.monotonic()  # any chunk on any stream shows the worker is alive
+        if t_first is None:
+            t_first = time.perf_counter()
+        out = sse.feed(chunk)
         if not accounted and b"data: [DONE]" in out:
             # account before the client can see the end of its stream, so anything it reads next
             # (metrics, the next decision's alpha) already includes this request
-            _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
+            _record(ctx, sse.outcome(), t_first, streamed=True)
             accounted = True
         if out:
             try:
@@ -428,12 +500,38 @@ async def _relay_stream(request, proxy, plan: _Plan, up: aiohttp.ClientResponse,
             except ConnectionResetError:
                 up.close()  # client gone: drop the upstream connection so the worker aborts the request
                 return resp, 499
-    if tail and strip:
-        await resp.write(tail)
+    if sse.tail and sse.strip:
+        await resp.write(sse.tail)
     if not accounted:
-        _stream_metrics(proxy, plan, cls, t0, t_first, events, usage_payloads)
+        _record(ctx, sse.outcome(), t_first, streamed=True)
     await resp.write_eof()
     return resp, 200
+
+
+def _queued_not_stalled(ctx: _Attempt, quiet_since: float) -> bool:
+    """A silent stream on a worker that is alive (chunks on its other streams, answered scrapes within the
+    stall timeout) is waiting in the engine's queue or behind a long prefill under load, not frozen: keep
+    waiting, up to request_timeout_s of silence for this stream. A frozen worker answers nothing at all."""
+    now, proxy = time.monotonic(), ctx.proxy
+    return (now - ctx.plan.worker.last_ok < proxy.stall_timeout_s
+            and now - quiet_since < (proxy.request_timeout_s or math.inf))
+
+
+async def _stream_failed(ctx: _Attempt, resp: web.StreamResponse, exc: BaseException) -> int:
+    """A worker stalled or dropped mid-stream: eject it, end the client's stream with an SSE error event;
+    the status the metrics count (the client saw 200 + the event)."""
+    worker, stall = ctx.plan.worker, ctx.proxy.stall_timeout_s
+    stalled = isinstance(exc, TimeoutError)
+    what = f"sent nothing for {stall:g} s" if stalled else f"failed mid-stream ({exc.__class__.__name__})"
+    ctx.proxy.pools.mark_unhealthy(worker, f"stream {what}")
+    log.warning("upstream %s %s; ending the client's stream with an error event", worker.name, what)
+    try:
+        await resp.write(sse_error_event(f"The upstream worker {worker.name} {what}; the response is incomplete.",
+                                         code="upstream_timeout" if stalled else "upstream_disconnected"))
+        await resp.write_eof()
+    except ConnectionResetError:
+        pass  # the client is gone too; nothing left to tell it
+    return 504 if stalled else 502
 
 
 def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
@@ -457,33 +555,6 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
     return b"".join(kept)
 
 
-def _stream_metrics(proxy, plan: _Plan, cls: str, t0: float, t_first: float | None, events: int,
-                    usage_payloads: list[dict]) -> None:
-    now = time.perf_counter()
-    tokens, stats, positions, prompt = None, None, None, None
-    for p in usage_payloads:
-        u = p.get("usage") or {}
-        if isinstance(u.get("completion_tokens"), int):
-            tokens = float(u["completion_tokens"])
-            prompt = prompt_tokens(u)
-        s = spec_stats(p)
-        if s is not None:
-            stats, positions = s, position_stats(p)
-    if tokens is None:
-        tokens = float(max(0, events - 2))  # content events, less the finish chunk and [DONE]
-    proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, stats, positions, prompt,
-                               plan.regime)
-    record_experiment(proxy, plan, tokens, t_first, now)
-    accesslog.note(prompt_tokens=prompt, output_tokens=tokens,
-                   ttft_ms=None if t_first is None else round((t_first - t0) * 1000, 3))
-    m = proxy.metrics
-    m.child(m.e2e, cls, plan.proposer).observe(now - t0)
-    if t_first is not None:
-        m.child(m.ttft, cls, plan.proposer).observe(t_first - t0)
-        if tokens > 1:
-            m.child(m.tpot, cls, plan.proposer).observe((now - t_first) / (tokens - 1))
-
-
 async def models(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
     proxy.check_auth(request)
@@ -505,7 +576,3 @@ async def metrics(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
     return web.Response(body=generate_latest(proxy.metrics.registry),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def not_found(request: web.Request) -> web.Response:
-    return error_response(404, f"Unknown path {request.path!r}.", code="not_found")

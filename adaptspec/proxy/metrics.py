@@ -7,7 +7,7 @@ path never touches them.
 
 Label values: `gamma` is the decimal string; `proposer` is "none" when speculation is off; requests
 rejected before a decision carry `content_class="unknown"`, `worker="none"`; `code` is the HTTP status
-sent to the client (a stream cut by a dying worker counts as "502").
+sent to the client (a stream cut by a dying worker counts as "502", one its worker stalled as "504").
 
 Derived quantities (PromQL):
 
@@ -106,13 +106,51 @@ class ProxyMetrics:
         self.registry.register(collector)
 
 
+# Gauges read from live state at scrape time (app.Proxy._gauges, feedback.Feedback.gauges): name and help, once.
+WORKER_RUNNING = "adaptspec_worker_running"
+WORKER_WAITING = "adaptspec_worker_waiting"
+WORKER_KV_USAGE = "adaptspec_worker_kv_usage"
+WORKER_INFLIGHT = "adaptspec_worker_inflight"
+WORKER_HEALTHY = "adaptspec_worker_healthy"
+WORKER_PREFILL_RATIO = "adaptspec_worker_prefill_ratio"
+STATE_BACKEND_UP = "adaptspec_state_backend_up"
+ALPHA_ESTIMATE = "adaptspec_alpha_estimate"
+ALPHA_ESTIMATE_STD = "adaptspec_alpha_estimate_std"
+ALPHA_ESTIMATE_SAMPLED = "adaptspec_alpha_estimate_sampled"
+PROPOSE_RATE_ESTIMATE = "adaptspec_propose_rate_estimate"
+STEP_MODEL_COEFFICIENT = "adaptspec_step_model_coefficient"
+STEP_MODEL_COEFFICIENT_ERROR = "adaptspec_step_model_coefficient_error"
+STEP_MODEL_TRUSTED = "adaptspec_step_model_trusted"
+STEP_MODEL_STEPS = "adaptspec_step_model_steps"
+
+GAUGE_DOCS = {
+    WORKER_RUNNING: "Requests in the worker's running batch (scraped)",
+    WORKER_WAITING: "Requests queued at the worker (scraped)",
+    WORKER_KV_USAGE: "Worker KV-cache usage 0..1 (scraped)",
+    WORKER_INFLIGHT: "Requests in flight to the worker from all proxy replicas",
+    WORKER_HEALTHY: "1 when the worker answers, 0 while it is marked unhealthy",
+    WORKER_PREFILL_RATIO: "Prompt tokens prefilled per generated token in the worker's recent traffic",
+    STATE_BACKEND_UP: "1 when the state backend answers (always 1 for memory)",
+    ALPHA_ESTIMATE: "Posterior mean of the acceptance rate alpha",
+    ALPHA_ESTIMATE_STD: "Posterior standard deviation of alpha",
+    ALPHA_ESTIMATE_SAMPLED: "Posterior mean of alpha for sampled requests (temperature > 0; "
+                            "adaptspec_alpha_estimate is the greedy one)",
+    PROPOSE_RATE_ESTIMATE: "Share of verification steps that had a draft (n-gram: a match was found)",
+    STEP_MODEL_COEFFICIENT: "Fitted step-time coefficient of the worker (seconds per step / token / pass; "
+                            "control/calibration.py)",
+    STEP_MODEL_COEFFICIENT_ERROR: "Standard error of the fitted coefficient (NaN: held at the prior)",
+    STEP_MODEL_TRUSTED: "1 when the policy prices this worker's steps with the fitted model",
+    STEP_MODEL_STEPS: "Engine steps behind the fit (discounted)",
+}
+
 GaugeRows = Iterable[tuple[tuple[str, ...], float]]
 
 
 class StateCollector(Collector):
     """Gauges read from live state at scrape time: `source()` returns {metric name: (labels, rows)}."""
 
-    def __init__(self, source: Callable[[], dict[str, tuple[tuple[str, ...], GaugeRows]]], docs: dict[str, str]):
+    def __init__(self, source: Callable[[], dict[str, tuple[tuple[str, ...], GaugeRows]]],
+                 docs: dict[str, str] = GAUGE_DOCS):
         self._source, self._docs = source, docs
 
     def describe(self):

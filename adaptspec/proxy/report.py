@@ -40,7 +40,7 @@ def record(proxy, plan, output_tokens: float, t_first: float | None, t_end: floa
     decision = plan.decision
     if exp is None or getattr(decision, "assignment", None) is None:
         return
-    if (plan.proposer, plan.gamma > 0) != (decision.proposer, decision.gamma > 0) and plan.worker.per_request:
+    if (plan.proposer, plan.gamma > 0) != (decision.proposer, decision.max_k > 0) and plan.worker.per_request:
         return
     decode = (t_end - t_first) / (output_tokens - 1) if t_first is not None and output_tokens > 1 else None
     exp.record(decision, output_tokens, decode)

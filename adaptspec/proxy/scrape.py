@@ -19,8 +19,8 @@ Occupancy series of one family with several label sets (data-parallel engines, s
 summed, except the KV usage fraction, which is averaged. Speculation families are handed unchanged to
 `adaptspec.control.estimators.ingest_vllm` / `ingest_sglang` (see feedback.py for which source wins).
 
-Health: a worker whose scrape fails to connect is ejected, and so is one whose scrapes time out
-`eject_after_failures` times in a row (upstream.Pools); ejected workers are probed, after their backoff, on
+Health: a worker whose scrape fails to connect is ejected, and so is one whose scrapes have had no answer
+for `stall_timeout_s` (upstream.Pools); ejected workers are probed, after their backoff, on
 `/health` (404 -> `/v1/models`, for plain OpenAI servers) every interval and marked healthy when they
 answer. Workers of engine `openai` are not scraped (no metrics to read), only probed when unhealthy.
 """
@@ -36,23 +36,17 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
+from adaptspec.control.counters import SGLANG_STYLE, VLLM_STYLE
 
 log = logging.getLogger(__name__)
 
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_PREFIXES = ("vllm:", "sglang:", "adaptspec:")
-
-_RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
-_WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
-_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
-_SPEC = frozenset({
-    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-    "adaptspec:spec_decode_num_drafts_by_class_total", "adaptspec:spec_decode_num_draft_tokens_by_class_total",
-    "adaptspec:spec_decode_num_accepted_tokens_by_class_total", "sglang:spec_accept_length",
-    "sglang:generation_tokens_total",
-})
+_RUNNING = (names.VLLM_RUNNING, names.SGLANG_RUNNING)
+_WAITING = (names.VLLM_WAITING, names.SGLANG_WAITING)
+_KV = (names.VLLM_KV_USAGE, names.VLLM_KV_USAGE_OLD, names.SGLANG_KV_USAGE)
+_SPEC = VLLM_STYLE | SGLANG_STYLE  # handed unchanged to the worker's engine adapter's `ingest`
 
 Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.ingest_* take them
 
@@ -87,7 +81,7 @@ def parse_metrics(text: str) -> WorkerSample:
     scalars: dict[str, float] = {}
     by_proposer: dict[str, dict[str, float]] = {"drafted_tokens": {}, "draft_passes": {}}
     for line in text.splitlines():
-        if not line.startswith(_PREFIXES):
+        if not line.startswith(names.PREFIXES):
             continue
         brace = line.find("{")
         if brace >= 0:
@@ -169,7 +163,7 @@ class Scraper:
                 return
         if worker.models is None:
             await self._learn_models(worker, session, timeout)
-        if worker.engine == "openai":
+        if not worker.adapter.scraped:
             return
         try:
             async with session.get(worker.url + "/metrics", headers=worker.auth_headers, timeout=timeout) as resp:
@@ -179,12 +173,16 @@ class Scraper:
                 text = await resp.text()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             self.proxy.metrics.scrape_errors.labels(worker.name).inc()
-            if isinstance(exc, aiohttp.ClientConnectionError):
+            if isinstance(exc, aiohttp.ClientConnectorError):  # refused / unreachable: the worker is down
                 self.proxy.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
-            else:  # a timeout: a frozen (SIGSTOPped, swapping) worker accepts connections but never answers
-                self.proxy.pools.failure(worker, f"scrape timed out after {timeout.total:g} s")
+            else:
+                # a timeout (a frozen, SIGSTOPped or swapping worker accepts connections but never answers), or
+                # a pooled connection reset under load (seen at concurrency 128-256: one reset ejected the
+                # only worker for 2 s while it served every stream): down only once it has answered nothing
+                # for stall_timeout_s
+                self.proxy.pools.unanswered(worker, self.proxy.stall_timeout_s)
             return
-        worker.failures = 0  # "in a row": an answered scrape ends a run of timeouts
+        self.proxy.pools.answered(worker)
         sample = parse_metrics(text)
         worker.apply_sample(sample)
         self.proxy.feedback.on_sample(worker, sample)

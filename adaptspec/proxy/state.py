@@ -258,7 +258,7 @@ class RedisState(MemoryState):
         if self._proxy is None:
             return
         ttl_ms = max(1000, int(self.sync_interval_s * 10_000))
-        names = [n for n, w in self._proxy.pools.workers.items() if w.engine != "openai"]
+        names = [n for n, w in self._proxy.pools.workers.items() if w.adapter.scraped]
         if not names:
             return
         pipe = self.client.pipeline(transaction=False)

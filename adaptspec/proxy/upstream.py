@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from adaptspec.control.estimators import TrafficShape
+from adaptspec.control.traffic import TrafficShape
 from adaptspec.control.types import WorkerState
 from adaptspec.errors import RequestError, UpstreamError
+from adaptspec.proxy.engines import adapter
 
 log = logging.getLogger(__name__)
-
-# engines whose workers take per-request speculation (adaptspec: `speculation`; vllm + plugin: `vllm_xargs`)
-PER_REQUEST_ENGINES = frozenset({"adaptspec", "vllm"})
-
 
 def redact_userinfo(url: str) -> str:
     """`scheme://user:pass@host/...` -> `scheme://***@host/...`; other URLs unchanged."""
@@ -56,9 +53,10 @@ class Worker:
     request_feedback: bool = False  # has delivered per-request speculation stats (see feedback.py)
     traffic: TrafficShape = field(default_factory=TrafficShape)  # recent prompt / generated tokens per request
     step_costs: object | None = None  # control.calibration.CalibratedCosts from its step telemetry (feedback.py)
-    # outlier ejection (Pools.failure / ejected / success): failures in a row, ejections in a row, when the
-    # ejected worker may be probed again, and the deadlines of attempts still waiting for its first byte
+    # outlier ejection (Pools): failures in a row, when it last answered anything, ejections in a row, when
+    # the ejected worker may be probed again, and the deadlines of attempts still waiting for its first byte
     failures: int = 0
+    last_ok: float = field(default_factory=time.monotonic)
     ejections: int = 0
     retry_at: float = 0.0
     heads: set = field(default_factory=set, repr=False)
@@ -69,6 +67,8 @@ class Worker:
             self.url = self.url[:-3]
         self.safe_url = redact_userinfo(self.url)  # for logs: `http://user:pass@h` -> `http://***@h`
         self.auth_headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self.adapter = adapter(self.engine)  # what differs per engine (engines.py)
+        self.per_request = self.per_request and self.adapter.per_request
 
     def apply_sample(self, sample) -> None:
         if sample.running is not None:
@@ -106,7 +106,7 @@ def workers_from_config(pools: Iterable) -> list[Worker]:
             models = getattr(pool, "models", None)
             out.append(Worker(
                 name=getattr(w, "name", None) or f"{pool.name}-{i}", url=str(w.url), pool=pool.name,
-                engine=pool.engine, per_request=bool(pool.per_request) and pool.engine in PER_REQUEST_ENGINES,
+                engine=pool.engine, per_request=bool(pool.per_request),
                 proposers=tuple(pool.proposers or ()),
                 gamma=int(pool.gamma or 0), max_gamma=int(pool.max_gamma), profile=getattr(pool, "profile", None),
                 models=frozenset(models) if models else None,
@@ -174,11 +174,11 @@ class Pools:
         return out
 
     # -- health: outlier ejection --------------------------------------------------------------------------
-    eject_after = 3  # failures in a row (timeouts, refused connections, failed scrapes) that eject a worker
+    eject_after = 3  # 502/503/504 answers in a row that eject a worker (refused connections and timeouts: at once)
     backoff_s = 2.0  # first ejection; doubles with each ejection in a row, up to 32x
 
     def failure(self, worker: Worker, reason: str) -> None:
-        """One failed exchange with `worker`; `eject_after` in a row eject it."""
+        """One failed exchange with `worker` (a 502/503/504); `eject_after` in a row eject it."""
         worker.failures += 1
         if worker.failures >= self.eject_after:
             self.mark_unhealthy(worker, f"{worker.failures} failures in a row, last: {reason}")
@@ -186,6 +186,19 @@ class Pools:
     def success(self, worker: Worker) -> None:
         worker.failures = 0
         worker.ejections = 0
+        worker.last_ok = time.monotonic()
+
+    def answered(self, worker: Worker) -> None:
+        """The worker answered a scrape or probe: it is alive (slow answers from a busy worker count)."""
+        worker.last_ok = time.monotonic()
+
+    def unanswered(self, worker: Worker, silence_s: float) -> None:
+        """A scrape timed out: eject the worker once it has answered nothing for `silence_s` (a frozen,
+        SIGSTOPped or swapping worker accepts connections and then says nothing). Single slow scrapes of a
+        busy worker do not count."""
+        silent = time.monotonic() - worker.last_ok
+        if silent > silence_s:
+            self.mark_unhealthy(worker, f"no answer for {silent:.1f} s")
 
     def mark_unhealthy(self, worker: Worker, reason: str) -> None:
         """Eject `worker` for a backoff period (then the scraper probes it), and move the attempts still
@@ -210,6 +223,7 @@ class Pools:
             log.info("worker %s (%s) is healthy again", worker.name, worker.safe_url)
         worker.healthy = True
         worker.failures = 0
+        worker.last_ok = time.monotonic()
 
     def _backoff(self, worker: Worker) -> float:
         return self.backoff_s * 2 ** min(max(worker.ejections - 1, 0), 5)

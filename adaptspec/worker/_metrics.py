@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
 
 STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")  # the closed label set of the per-proposer counters
@@ -83,29 +84,29 @@ class _Collector:
             c.add_metric(labels, float(value))
             return c
 
-        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+        yield gauge(names.VLLM_RUNNING, "Number of requests in model execution batches.",
                     _field(s, "running"))
-        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+        yield gauge(names.VLLM_WAITING, "Number of requests waiting to be processed.",
                     _field(s, "waiting"))
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+        yield gauge(names.VLLM_KV_USAGE, "KV-cache usage. 1 means 100 percent usage.",
                     _field(s, "kv_cache_usage"))
 
         c = self.counters
-        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
-        yield counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
-        succ = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+        yield counter(names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", c.prompt_tokens)
+        yield counter(names.VLLM_GENERATION_TOKENS, "Number of generation tokens processed.", c.generation_tokens)
+        succ = CounterMetricFamily(names.VLLM_REQUEST_SUCCESS, "Count of successfully processed requests.",
                                    labels=["engine", "finished_reason", "model_name"])
         for reason in ("stop", "length"):
             succ.add_metric(["0", reason, self.model_name], float(c.request_success.get(reason, 0)))
         yield succ
 
-        yield counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+        yield counter(names.VLLM_SPEC_DRAFTS, "Number of spec decoding drafts.",
                       _field(s, "spec_num_drafts"))
-        yield counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+        yield counter(names.VLLM_SPEC_DRAFT_TOKENS, "Number of draft tokens.",
                       _field(s, "spec_num_draft_tokens"))
-        yield counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+        yield counter(names.VLLM_SPEC_ACCEPTED, "Number of accepted tokens.",
                       _field(s, "spec_num_accepted_tokens"))
-        per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+        per_pos = CounterMetricFamily(names.VLLM_SPEC_PER_POS,
                                       "Accepted tokens per draft position.",
                                       labels=["engine", "model_name", "position"])
         for pos, value in enumerate(_field(s, "spec_accepted_per_pos", ()) or ()):
@@ -114,11 +115,10 @@ class _Collector:
 
         by_class: Mapping[tuple[str, str], Iterable[float]] = _field(s, "spec_by_class", {}) or {}
         families = [
-            CounterMetricFamily(f"adaptspec:spec_decode_num_{what}_by_class", doc,
-                                labels=["engine", "model_name", "content_class", "proposer"])
-            for what, doc in (("drafts", "Spec decoding drafts by request content class and proposer."),
-                              ("draft_tokens", "Draft tokens by request content class and proposer."),
-                              ("accepted_tokens", "Accepted tokens by request content class and proposer."))
+            CounterMetricFamily(name, doc, labels=["engine", "model_name", "content_class", "proposer"])
+            for name, doc in ((names.CLASS_SPEC_DRAFTS, "Spec decoding drafts by request content class and proposer."),
+                              (names.CLASS_SPEC_DRAFT_TOKENS, "Draft tokens by request content class and proposer."),
+                              (names.CLASS_SPEC_ACCEPTED, "Accepted tokens by request content class and proposer."))
         ]
         for (cls, proposer), values in sorted(by_class.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
             for family, value in zip(families, values, strict=True):

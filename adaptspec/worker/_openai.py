@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
+from adaptspec.control.schedule import Schedule, parse_schedule
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
+from adaptspec.errors import error_body as _error_body
 from adaptspec.jsonlimits import loads_limited
 
 
@@ -35,6 +37,7 @@ class Speculation(BaseModel):
     proposer: str | None = None
     num_speculative_tokens: StrictInt | None = None
     content_class: str | None = None
+    schedule: Any = None  # [[max_running_batch, cap], ...], checked by resolve_speculation (a clear 400)
 
 
 class _SamplingRequest(_Lenient):
@@ -139,6 +142,7 @@ class SpecChoice:
     proposer: str  # "none" when speculation is off
     k: int  # 0 when speculation is off
     content_class: str | None
+    schedule: Schedule | None = None  # caps on k by the running batch (control/schedule.py)
 
 
 def resolve_speculation(spec: Speculation | None, *, default_proposer: str, default_k: int,
@@ -166,15 +170,21 @@ def resolve_speculation(spec: Speculation | None, *, default_proposer: str, defa
         raise RequestError(
             f"Unknown speculation.content_class {cls!r}; expected one of {', '.join(CONTENT_CLASSES)}.",
             param="speculation.content_class", code="invalid_value")
+    schedule = None
+    if spec.schedule is not None:
+        try:
+            schedule = parse_schedule(spec.schedule, max_k)
+        except ValueError as e:
+            raise RequestError(f"speculation.schedule {e}.", param="speculation.schedule",
+                               code="invalid_value") from None
     if proposer == "none" or k == 0:
         return SpecChoice("none", 0, cls)
-    return SpecChoice(proposer, k, cls)
+    return SpecChoice(proposer, k, cls, schedule)
 
 
 def error_body(status: int, message: str, *, type: str | None = None, code: str | None = None,
                param: str | None = None) -> dict:
-    if type is None:
-        type = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-                405: "invalid_request_error", 503: "service_unavailable"}.get(status, "server_error")
-    return {"error": {"message": message, "type": type, "code": code if code is not None else status,
-                      "param": param}}
+    """The shared OpenAI error body (adaptspec.errors), with the worker's defaults: code = the status,
+    type "service_unavailable" for 503."""
+    return _error_body(status, message, type=type or ("service_unavailable" if status == 503 else None),
+                       code=code if code is not None else status, param=param)

@@ -2,7 +2,8 @@
 
 One background thread runs the step loop. Every step, requests may join (up to `max_batch` KV slots, and a
 prefill-token budget) and leave (finished, aborted). Each running request has its own proposer
-(`none` | `ngram` | `draft` | `eagle` | `hybrid`) and k; the proposers draft for all their requests in one
+(`none` | `ngram` | `draft` | `eagle` | `hybrid`) and k, capped at each step by its optional schedule
+(`min(k, cap(running batch))`, control/schedule.py); the proposers draft for all their requests in one
 batched call each, and then ONE target forward feeds, for every running request, its not-yet-cached tokens (the whole prompt
 on its first step, else the last emitted token) followed by its drafts. The logits of each request's last
 k_i + 1 positions become probabilities (`logits_to_probs`, per-request temperature/top_p) and
@@ -27,9 +28,11 @@ API (docs/INTERFACES.md, "Worker"):
     engine.start()                     # the step thread (also started lazily by generate)
     ids = engine.encode(engine.apply_chat_template([{"role": "user", "content": "Hi"}]))
     async for out in engine.generate(GenRequest("r1", ids, max_tokens=64, temperature=0.0,
-                                                proposer="draft", num_speculative_tokens=3)):
+                                                proposer="draft", num_speculative_tokens=3,
+                                                schedule=[[8, 3], [32, 1]])):  # optional: caps k by running batch
         out.new_token_ids, out.finished, out.finish_reason   # "stop" | "length" | "abort"
         out.draft_tokens, out.accepted_tokens, out.steps     # cumulative for the request
+        out.steps_by_gamma                                   # {gamma the step allowed: steps}
     engine.abort("r1"); engine.metrics(); engine.stop()
 
 - `generate` is an async generator; closing it early (client gone) aborts the request and frees its slot.
@@ -64,6 +67,7 @@ from pathlib import Path
 
 import torch
 
+from adaptspec.control.schedule import Schedule, gamma_at, parse_schedule
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.errors import RequestError
 from adaptspec.worker.model import TinyLlama
@@ -104,6 +108,8 @@ class GenRequest:
     content_class: str | None = None
     stop_token_ids: list[int] | None = None  # None -> the tokenizer's EOS ids
     ignore_eos: bool = False
+    # caps on k by the running batch, applied at every step: ((max_running_batch, cap), ...) (control/schedule.py)
+    schedule: list | tuple | None = None
 
 
 @dataclass
@@ -119,6 +125,8 @@ class StepOutput:
     # drafts that accepted it: exact conditional acceptance rates even when draft lengths vary
     tried_per_position: tuple[int, ...] = ()
     accepted_per_position: tuple[int, ...] = ()
+    # steps by the gamma the step allowed the request (min(k, schedule cap at the running batch); 0: none)
+    steps_by_gamma: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,9 +169,10 @@ def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) 
 class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
-                 "pos_accepted", "hidden", "pending_hidden")
+                 "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma")
 
-    def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink):
+    def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
+                 schedule: Schedule | None = None):
         self.req = req
         self.tokens = list(req.prompt_token_ids)
         self.num_prompt = len(self.tokens)
@@ -182,10 +191,13 @@ class _Seq:
         # token ([h]; None before the first forward), and the rows of the step being verified ([k + 1, h])
         self.hidden: torch.Tensor | None = None
         self.pending_hidden: torch.Tensor | None = None
+        self.schedule = schedule
+        self.step_k = k  # this step's gamma: min(k, the schedule's cap at the running batch)
+        self.by_gamma: dict[int, int] = {}
 
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
-                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted))
+                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma))
 
 
 def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
@@ -368,7 +380,13 @@ class Engine:
             stop = set(req.stop_token_ids or ())
         else:
             stop = set(req.stop_token_ids if req.stop_token_ids is not None else self.tokenizer.eos_token_ids)
-        return _Seq(req, name, k, stop, sink)
+        schedule = None
+        if req.schedule is not None:
+            try:
+                schedule = parse_schedule(req.schedule, self.max_speculative_tokens)
+            except ValueError as e:
+                raise RequestError(f"speculation.schedule {e}", param="speculation.schedule") from None
+        return _Seq(req, name, k, stop, sink, schedule if name != "none" else None)
 
     @staticmethod
     def _check_sampling(req: GenRequest) -> None:
@@ -521,6 +539,8 @@ class Engine:
         their own forward when others are decoding, so one long prompt does not pad every decode row to its
         length (one 300-token prefill inside a 32-request decode batch: ~200 ms, vs ~15 + ~30 ms apart)."""
         t0 = time.perf_counter()
+        for s in batch:  # the running batch of this step sets each request's gamma (its schedule's cap)
+            s.step_k = gamma_at(s.k, s.schedule, len(batch))
         long = [s for s in batch if len(s.tokens) - s.kv_len > self.prefill_split_tokens]
         if long and len(long) < len(batch):
             short = [s for s in batch if len(s.tokens) - s.kv_len <= self.prefill_split_tokens]
@@ -579,13 +599,13 @@ class Engine:
         groups: dict[str, list[int]] = {}
         for i, s in enumerate(batch):
             # room: every drafted token plus the bonus must fit both max_tokens and the context
-            k = min(s.k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
+            k = min(s.step_k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
             if s.proposer != "none" and k > 0:
                 groups.setdefault(s.proposer, []).append(i)
         for name, idx in groups.items():
             proposer = self._proposers[name]
             inputs = [ProposeInput(batch[i].req.request_id, batch[i].tokens,
-                                   min(batch[i].k, batch[i].req.max_tokens - batch[i].generated - 1,
+                                   min(batch[i].step_k, batch[i].req.max_tokens - batch[i].generated - 1,
                                        self.max_model_len - len(batch[i].tokens) - 1),
                                    batch[i].sampling,
                                    batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
@@ -671,6 +691,7 @@ class Engine:
                 if s.pending_hidden is not None:  # the row that produced the last emitted token
                     s.hidden, s.pending_hidden = s.pending_hidden[accepted].clone(), None
                 s.steps += 1
+                s.by_gamma[s.step_k] = s.by_gamma.get(s.step_k, 0) + 1
                 if k:
                     s.draft_tokens += k
                     s.accepted_tokens += accepted

@@ -94,10 +94,6 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.max_slots, self.max_len = max_slots, max_len
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):

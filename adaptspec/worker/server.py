@@ -2,9 +2,11 @@
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (stream and not), GET /v1/models, /health,
 /metrics (vLLM names, see `_metrics.py`). Per request, the body field
-`speculation: {"proposer", "num_speculative_tokens", "content_class"}` picks the proposer and k for that
-request only; the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
-"tried_per_position", "accepted_per_position"}` (drafts: steps that drafted; per draft position j, the drafts
+`speculation: {"proposer", "num_speculative_tokens", "content_class", "schedule"}` picks the proposer and k for
+that request only (schedule: `[[max_running_batch, cap], ...]`, k capped by the running batch at every step);
+the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
+"tried_per_position", "accepted_per_position", "steps_by_gamma"}` (drafts: steps that drafted; steps_by_gamma:
+steps per gamma the step allowed, keys as strings; per draft position j, the drafts
 that tried it and those that accepted it, so accepted[j] / tried[j] is the conditional acceptance rate)
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
 `continuous_usage_stats` too, every chunk carries the running usage).
@@ -122,11 +124,13 @@ class _Result:
     drafts: int = 0
     tried_per_position: tuple[int, ...] = ()
     accepted_per_position: tuple[int, ...] = ()
+    steps_by_gamma: dict[int, int] = field(default_factory=dict)
 
     def speculative(self) -> dict:
         return {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
                 "drafts": self.drafts, "tried_per_position": list(self.tried_per_position),
-                "accepted_per_position": list(self.accepted_per_position)}
+                "accepted_per_position": list(self.accepted_per_position),
+                "steps_by_gamma": {str(g): n for g, n in sorted(self.steps_by_gamma.items())}}
 
 
 @dataclass(slots=True)
@@ -439,6 +443,7 @@ class _Worker:
                 res.draft_tokens, res.accepted_tokens, res.steps, res.drafts = (
                     int(out.draft_tokens), int(out.accepted_tokens), int(out.steps), int(out.drafts))
                 res.tried_per_position, res.accepted_per_position = out.tried_per_position, out.accepted_per_position
+                res.steps_by_gamma = dict(getattr(out, "steps_by_gamma", None) or {})
                 delta = tracker.add(new)
                 if tracker.stopped:
                     res.finish_reason = "stop"
@@ -464,7 +469,7 @@ class _Worker:
             request_id=job.request_id, prompt_token_ids=job.prompt_ids, max_tokens=job.max_tokens,
             temperature=job.temperature, top_p=job.top_p, seed=job.seed, proposer=job.spec.proposer,
             num_speculative_tokens=job.spec.k, content_class=job.spec.content_class,
-            ignore_eos=job.ignore_eos)
+            ignore_eos=job.ignore_eos, schedule=job.spec.schedule)
 
     async def collect(self, job: _Job) -> _Result:
         gen = self.generate(job)

@@ -45,9 +45,11 @@ def test_fit_under_a_wrong_belief_converges_to_the_truth(runs):
 
 
 def test_calibrated_decisions_match_the_right_belief(runs):
-    # at 128 the choice is near break-even (the right belief itself moves its speculation share by ~0.02-0.09
-    # between calibrated and uncalibrated runs at equal throughput): shares within 0.10 there, 0.02 at batch 1
-    for c, tol in ((1, 0.02), (128, 0.10)):
+    # at 128 the choice is near break-even: the right belief itself moves its speculation share by ~0.02-0.09
+    # between calibrated and uncalibrated runs at equal throughput, and the wrong belief's share moves by ~0.03
+    # with details of the fit (0.83 here, 0.81 with the vague-slope rule of the calibration branch), so shares
+    # within 0.15 there (uncalibrated it is off by > 0.5, below), 0.02 at batch 1
+    for c, tol in ((1, 0.02), (128, 0.15)):
         wrong, right = runs["wrong"][("adaptive", c)], runs["right"][("adaptive", c)]
         assert wrong["output_tokens_per_s"] >= 0.97 * right["output_tokens_per_s"]
         assert wrong["speculation_share"] == pytest.approx(right["speculation_share"], abs=tol)

@@ -1,6 +1,7 @@
 """A deterministic corpus of malformed requests (bodies and headers) and a raw-socket client to send them.
 
     cases = corpus(seed=0)                      # >= 300 `Case`s, the same for the same seed
+    mix = hostile(2000)                         # the corpus + distinct client strings (label / header bait)
     status, headers, body = await send(host, port, case.raw, timeout=10)
 
 Every case is a complete HTTP/1.1 request as bytes, sent on its own connection with `Connection: close`,
@@ -196,3 +197,19 @@ async def send(host: str, port: int, raw: bytes, timeout: float = 10.0) -> tuple
         return None, b"", b""
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), head, body
+
+
+def hostile(n: int, seed: int = 1) -> list[Case]:
+    """`n` hostile requests: the corpus, plus distinct client strings where labels could grow."""
+    rng = random.Random(seed)
+    base = [c for c in corpus(seed) if not c.slow]
+    out = []
+    for i in range(n):
+        if i % 2:
+            out.append(base[i % len(base)])
+        else:
+            spec = {"proposer": f"p{i}-" + "x" * rng.randrange(10, 1000), "num_speculative_tokens": 10_000 + i}
+            body = json.dumps({**BASE, "model": f"m{i}" if i % 4 == 0 else "tiny", "speculation": spec,
+                               "user": "u" * rng.randrange(1, 500)}).encode()
+            out.append(Case(f"distinct-{i}", request(body, headers={"X-Request-Id": f"r{i}-{'q' * 100}"})))
+    return out

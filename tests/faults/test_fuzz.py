@@ -11,14 +11,13 @@ import asyncio
 import json
 import logging
 import os
-import random
 import urllib.request
 from pathlib import Path
 
 import pytest
 from proxy.conftest import pool
 
-from .corpus import BASE, Case, corpus, request, send
+from .corpus import Case, corpus, hostile, send
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -102,22 +101,6 @@ async def test_corpus_against_the_worker():
     finally:
         server.stop()
         engine.stop()
-
-
-def hostile(n: int, seed: int = 1) -> list[Case]:
-    """`n` hostile requests: the corpus, plus distinct client strings where labels could grow."""
-    rng = random.Random(seed)
-    base = [c for c in corpus(seed) if not c.slow]
-    out = []
-    for i in range(n):
-        if i % 2:
-            out.append(base[i % len(base)])
-        else:
-            spec = {"proposer": f"p{i}-" + "x" * rng.randrange(10, 1000), "num_speculative_tokens": 10_000 + i}
-            body = json.dumps({**BASE, "model": f"m{i}" if i % 4 == 0 else "tiny", "speculation": spec,
-                               "user": "u" * rng.randrange(1, 500)}).encode()
-            out.append(Case(f"distinct-{i}", request(body, headers={"X-Request-Id": f"r{i}-{'q' * 100}"})))
-    return out
 
 
 async def test_2000_hostile_requests_leave_memory_metrics_and_fds_bounded(upstreams, proxies):

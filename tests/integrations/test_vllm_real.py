@@ -236,3 +236,26 @@ def test_step_telemetry_is_exported_and_calibrates(vllm_server, tmp_path, capsys
     path.write_text(capsys.readouterr().out)
     prof = load_profile(str(path))
     assert prof.name == "vllm-cpu" and prof.target.additive and prof.target.time(1, 100) > 0
+
+
+def test_schedule_caps_the_draft_length_by_running_batch(vllm_server):
+    """`adaptspec_schedule`: alone (running batch 1) a request drafts min(k, cap of the first row); greedy text
+    is the same whatever the caps; a bad schedule is a 400."""
+    url = vllm_server["url"]
+    plain = complete(url, 3)
+    capped = complete(url, None, vllm_xargs={"adaptspec_num_spec_tokens": 3, "adaptspec_proposer": "ngram",
+                                          "adaptspec_content_class": "code", "adaptspec_schedule": "1:1,8:3"})
+    off_alone = complete(url, None, vllm_xargs={"adaptspec_num_spec_tokens": 3, "adaptspec_proposer": "ngram",
+                                             "adaptspec_content_class": "code", "adaptspec_schedule": "1:0,64:3"})
+    texts = {r["choices"][0]["text"] for r in (plain, capped, off_alone)}
+    assert len(texts) == 1, texts
+    spec = {n: r["metrics"]["speculative_decoding"] for n, r in (("plain", plain), ("capped", capped),
+                                                                 ("off", off_alone))}
+    assert max(spec["plain"]["per_step_drafted"]) > 1  # uncapped, this prompt drafts more than one token
+    assert spec["capped"]["num_draft_tokens"] > 0 and max(spec["capped"]["per_step_drafted"]) == 1
+    assert spec["off"]["num_draft_tokens"] == 0
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="tiny", prompt="x", max_tokens=2,
+                                  extra_body={"vllm_xargs": {"adaptspec_schedule": "8:2,4:1"}})
+    assert "adaptspec_schedule" in str(err.value)

@@ -15,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import zlib
 
 import aiohttp
@@ -31,6 +32,7 @@ from adaptspec.proxy.reload import Reloader
 from . import upstream_app
 from .conftest import free_port
 
+pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")  # app["proxy"]
 POOLS = [{"name": "p", "engine": "adaptspec", "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]
 
 
@@ -83,7 +85,6 @@ def test_serve_refuses_to_start_without_its_keys(tmp_path):
 
 # -- in-process stack: the test upstream and the proxy, both real aiohttp servers on loopback ----------------
 CHAT = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]
-pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")  # app["proxy"]
 
 
 class Stack:
@@ -321,3 +322,37 @@ async def test_credentials_in_worker_urls_never_reach_the_log(caplog):
             await s.proxy.scraper.scrape_once()
     assert "ejected" in caplog.text and "***@127.0.0.1" in caplog.text
     assert "s3cret-pw" not in caplog.text and "s3cret-pw" not in repr(s.proxy.pools.workers["w0"])
+
+
+# -- 6. outlier ejection (Pools) -----------------------------------------------------------------------------
+async def test_ejection_counts_failures_in_a_row_backs_off_frees_waiting_attempts_and_spots_silence():
+    from adaptspec.proxy.upstream import Pools, Worker
+
+    w = Worker("w0", "http://127.0.0.1:9", "p")
+    pools = Pools([w])
+    pools.eject_after, pools.backoff_s = 3, 1.0
+    pools.failure(w, "t")
+    pools.failure(w, "t")
+    pools.success(w)  # not in a row any more
+    pools.failure(w, "t")
+    pools.failure(w, "t")
+    assert w.healthy
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(3600) as deadline:  # an attempt waiting for w's first byte
+            w.heads.add(deadline)
+            pools.failure(w, "t")  # third in a row: ejected, and the waiting attempt is released at once
+            assert not w.healthy
+            await asyncio.sleep(3600)
+    w.heads.clear()
+    spans = [w.retry_at - time.monotonic()]
+    for _ in range(7):
+        pools.probe_failed(w)
+        spans.append(w.retry_at - time.monotonic())
+    assert [round(s) for s in spans] == [1, 2, 4, 8, 16, 32, 32, 32]  # doubling, capped at 32x
+    pools.mark_healthy(w)
+    assert w.healthy and w.failures == 0
+    pools.unanswered(w, silence_s=60)  # a slow scrape of a worker that answered just now: nothing happens
+    assert w.healthy
+    w.last_ok -= 61  # ... but a minute of silence ejects it
+    pools.unanswered(w, silence_s=60)
+    assert not w.healthy

@@ -68,7 +68,8 @@ def client(worker_url):
 def _spec(usage) -> dict:
     spec = (usage.model_extra or {}).get("speculative")
     assert set(spec) == {"draft_tokens", "accepted_tokens", "steps", "drafts", "tried_per_position",
-                         "accepted_per_position"}
+                         "accepted_per_position", "steps_by_gamma"}
+    assert sum(spec["steps_by_gamma"].values()) == spec["steps"]
     assert 0 <= spec["accepted_tokens"] <= spec["draft_tokens"]
     assert 1 <= spec["steps"] <= usage.completion_tokens + 1  # the step that emits EOS shows no token
     tried, acc = spec["tried_per_position"], spec["accepted_per_position"]

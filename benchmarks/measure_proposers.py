@@ -10,7 +10,7 @@ from other processes on a shared machine hits all of them alike; at temperature 
 same tokens (checked), so tokens/s compares equal work. Per proposer: generated tokens / wall seconds,
 acceptance rate (accepted / drafted), tokens per target step, and for hybrid how many steps each source drafted.
 
-    PYTHONPATH=. .venv/bin/python scripts/measure_proposers.py --data ../shared/data --gamma 4 --json out.json
+    PYTHONPATH=. .venv/bin/python benchmarks/measure_proposers.py --data ../shared/data --gamma 4 --json out.json
 """
 
 from __future__ import annotations
@@ -97,19 +97,23 @@ def table(name: str, res: dict) -> str:
     return "\n".join(lines)
 
 
-def _median_ms(fn, reps: int) -> float:
-    fn()  # warm-up
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return round(1e3 * statistics.median(ts), 3)
+def _timed_ms(fns: dict, reps: int) -> dict:
+    """Median and minimum ms per call of each fn, the fns interleaved call by call (shared-machine noise
+    hits all alike; the minimum is the least disturbed pass)."""
+    ts: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(reps + 1):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if r:  # the first round warms up
+                ts[name].append(time.perf_counter() - t0)
+    return {name: {"median_ms": round(1e3 * statistics.median(t), 3), "min_ms": round(1e3 * min(t), 3)}
+            for name, t in ts.items()}
 
 
 @torch.inference_mode()
 def pass_costs_at(engine: Engine, b: int, context: int = 200, reps: int = 100) -> dict:
-    """Median ms of one pass at batch b: the target's decode step (1 token per request at `context`), a
+    """Median and min ms of one pass at batch b: the target's decode step (1 token per request at `context`), a
     verify step with 4 drafts, the draft model's 1-token step, and the EAGLE head's draft step (head +
     lm_head + the request's distribution + sampling, as `EagleProposer` runs it)."""
     from adaptspec.worker.sampling import logits_to_probs, sample_from_probs
@@ -125,10 +129,10 @@ def pass_costs_at(engine: Engine, b: int, context: int = 200, reps: int = 100) -
         sp = logits_to_probs(eagle.lm_head(g), [0.0] * b, [1.0] * b)
         sample_from_probs(sp.probs, None, greedy=sp.greedy)
 
-    return {"target_decode_ms": _median_ms(lambda: target.forward([[1]] * b, slots, starts, tcache), reps),
-            "target_verify_k4_ms": _median_ms(lambda: target.forward([[1] * 5] * b, slots, starts, tcache), reps),
-            "draft_pass_ms": _median_ms(lambda: draft.forward([[1]] * b, slots, starts, dcache), reps),
-            "eagle_pass_ms": _median_ms(head_pass, reps)}
+    return _timed_ms({"target_decode": lambda: target.forward([[1]] * b, slots, starts, tcache),
+                      "target_verify_k4": lambda: target.forward([[1] * 5] * b, slots, starts, tcache),
+                      "draft_pass": lambda: draft.forward([[1]] * b, slots, starts, dcache),
+                      "eagle_pass": head_pass}, reps)
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ A decode step feeds each of B requests 1 + k tokens (k drafts) against a context
 tokens. The table gives the median wall time of one target (and draft) forward per (B, tokens per request),
 so the roofline's fixed floor and compute slope can be read off: ms vs total batched tokens.
 
-    .venv/bin/python scripts/measure_step_time.py --threads 1 --cpu-time --context 200 --reps 20
+    .venv/bin/python benchmarks/measure_step_time.py --threads 1 --cpu-time --context 200 --reps 20
 """
 
 from __future__ import annotations

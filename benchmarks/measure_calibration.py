@@ -1,7 +1,7 @@
 """Online calibration on this machine: `adaptspec serve` with a deliberately wrong profile in front of a real
 reference worker learns the worker's step model from its telemetry.
 
-    python scripts/measure_calibration.py [--profile h200-llama3-70b] [--concurrency 1,4,16,32]
+    python benchmarks/measure_calibration.py [--profile h200-llama3-70b] [--concurrency 1,4,16,32]
                                           [--duration 12] [--json docs/results/calibration.json]
 
 Starts `adaptspec worker` (1 thread) and `adaptspec serve` (goodput policy, the pool's profile = --profile),

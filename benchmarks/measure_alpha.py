@@ -9,7 +9,7 @@ the engine's per-(class, proposer) counters give
     leviathan alpha                 = the a with sum_{j=1..k} a^j = accepted_tokens / drafts
     proposal rate (n-gram)          = drafts / steps  (steps where a match was found)
 
-    .venv/bin/python scripts/measure_alpha.py --per-class 12 --max-tokens 64 --gamma 4
+    .venv/bin/python benchmarks/measure_alpha.py --per-class 12 --max-tokens 64 --gamma 4
 """
 
 from __future__ import annotations

@@ -1,0 +1,498 @@
+"""Online acceptance-rate (alpha) estimators: discounted Beta posteriors per (worker, proposer, class).
+
+Model. Each drafted position is a Bernoulli trial "accepted given the previous ones were"; alpha is its
+success probability (Leviathan et al. 2023). Per key we keep discounted counts of successes `s` (accepted
+tokens) and failures `f` (rejections), plus per-position counts, and report the Beta posterior
+Beta(s + m0*k, f + (1-m0)*k) with prior mean m0 and strength k pseudo-trials.
+
+Counting trials right. A verification step stops at the first rejection, so a step that drafts gamma
+tokens yields `accepted` successes and one failure only if it was cut short. accepted/drafted (vLLM's
+"acceptance rate") counts the never-tried positions behind a rejection as failures and underestimates
+alpha: at alpha=0.8, gamma=4 it reads 0.59. We therefore estimate
+  * from per-position counters (vLLM `..._accepted_tokens_per_pos_total`, pos_0 = number of drafts):
+    conditional rates alpha_i = acc_i / acc_{i-1}; successes = sum(acc_i), failures = drafts - acc_{gamma-1};
+  * from per-request stats (draft_tokens D, accepted_tokens A, drafting steps S, gamma = D/S): the
+    method-of-moments alpha solving A/S = alpha(1 - alpha^gamma)/(1 - alpha) (the truncated-geometric mean),
+    then failures = S(1 - alpha^gamma) (expected rejecting steps), so s/(s+f) is consistent for alpha;
+  * with nothing but D and A: accepted/drafted, documented as biased low.
+Per-position counters are used only when every counted draft had the same length (draft tokens = drafts x
+positions, as in vLLM); when per-request gammas were mixed the step estimator is used with gamma = D/S.
+
+Forgetting. Before new data is added, a key's counts are multiplied by 0.5^(draft_tokens / half_life_tokens)
+and by 0.5^(elapsed / half_life_s): after a step change in acceptance the estimate moves to the new value
+within a few half-lives. Sufficient statistics are plain dicts (`KeyStats.to_dict`, `merge_stats`,
+`decay_stats`) so several proxies can share them (e.g. in Redis).
+
+Sampling regime. Acceptance depends on the temperature: a greedy request (T = 0 or top_k = 1) accepts a
+draft token when it is the target's argmax, a sampled one with probability min(1, p/q) (point-mass n-gram
+drafts: p of the token), which is lower. Keys therefore carry a regime, "greedy" (the default everywhere,
+stored under the plain class) or "sampled" (stored under "<class>@sampled"). A sampled key's prior mean is
+its greedy estimate times `sampled_factor[proposer]` (DEFAULT_SAMPLED_FACTOR: 0.85 for models, 0.75 for
+n-gram lookup), so what greedy traffic taught carries over, discounted, until sampled feedback arrives.
+Engine-wide counters carry no temperature and count as greedy.
+
+Counter ingestion (engine /metrics -> observations) is control/counters.py; per-worker traffic shape
+control/traffic.py. control/estimators.py re-exports all three.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adaptspec.control.types import AlphaEstimate
+
+ANY_CLASS = "*"  # key for engine-wide counters that carry no content class
+_PROPOSE_PRIOR_STEPS = 8.0  # pseudo-steps (all drafting) behind every propose-rate estimate
+
+# Prior per-token acceptance by proposer and content class. Draft-model numbers follow published
+# per-task acceptance (code ~0.78, structured/JSON ~0.86, summarisation ~0.72); n-gram prompt lookup
+# accepts much when the output copies the prompt (summarize, code edits) and little on open chat.
+DEFAULT_PRIOR_ALPHA: dict[str, dict[str, float]] = {
+    "draft": {"default": 0.70, "code": 0.78, "structured": 0.86, "summarize": 0.72, "translate": 0.60,
+              "math": 0.75, "chat": 0.65},
+    "eagle": {"default": 0.75, "code": 0.80, "structured": 0.85, "summarize": 0.75, "translate": 0.65,
+              "math": 0.80, "chat": 0.72},
+    "ngram": {"default": 0.30, "code": 0.50, "structured": 0.45, "summarize": 0.60, "translate": 0.10,
+              "math": 0.30, "chat": 0.15},
+}
+
+
+GREEDY, SAMPLED = "greedy", "sampled"
+REGIMES: tuple[str, ...] = (GREEDY, SAMPLED)
+_REGIME_SEP = "@"
+# sampled-regime prior = greedy estimate x factor (model drafts: min(1, p/q) < argmax agreement; n-gram
+# point-mass drafts: accepted with the target's probability of the token)
+DEFAULT_SAMPLED_FACTOR: dict[str, float] = {"draft": 0.85, "eagle": 0.85, "ngram": 0.75}
+
+
+def sampling_regime(temperature: object = None, top_k: object = None) -> str:
+    """"greedy" for temperature 0 or top_k 1, else "sampled" (an absent temperature is OpenAI's default, 1)."""
+    if isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k == 1:
+        return GREEDY
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature <= 0:
+        return GREEDY
+    return SAMPLED
+
+
+def regime_key(content_class: str, regime: str = GREEDY) -> str:
+    """The class part of a table key: the class itself for greedy, "<class>@<regime>" otherwise."""
+    if regime == GREEDY:
+        return content_class
+    if regime not in REGIMES:
+        raise ValueError(f"unknown sampling regime {regime!r} (one of {', '.join(REGIMES)})")
+    return f"{content_class}{_REGIME_SEP}{regime}"
+
+
+def prior_alpha(proposer: str, content_class: str, table: Mapping[str, Mapping[str, float]] | None = None) -> float:
+    """The prior mean alpha for a (proposer, class) key: `table` first, then the built-in one, then 0.5."""
+    for t in (table or {}, DEFAULT_PRIOR_ALPHA):
+        by_class = t.get(proposer)
+        if by_class is not None:
+            if content_class in by_class:
+                return float(by_class[content_class])
+            if "default" in by_class:
+                return float(by_class["default"])
+    return 0.5
+
+
+def truncated_mean_accepted(alpha: float, gamma: float) -> float:
+    """Mean accepted drafts per step when gamma are drafted: alpha(1 - alpha^gamma)/(1 - alpha)."""
+    if alpha >= 1.0:
+        return float(gamma)
+    if alpha <= 0.0:
+        return 0.0
+    return alpha * (1.0 - alpha**gamma) / (1.0 - alpha)
+
+
+def alpha_from_steps(accepted: float, steps: float, gamma: float) -> float:
+    """Method-of-moments alpha from accepted tokens over `steps` drafting steps of `gamma` tokens each."""
+    if steps <= 0 or gamma <= 0:
+        raise ValueError("need steps > 0 and gamma > 0")
+    m = min(max(accepted / steps, 0.0), gamma)
+    if m >= gamma:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(48):  # truncated_mean_accepted increases with alpha
+        mid = 0.5 * (lo + hi)
+        if truncated_mean_accepted(mid, gamma) < m:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def alpha_from_accept_length(accept_length: float, gamma: float) -> float:
+    """alpha whose E = 1 + mean accepted per step equals `accept_length` (SGLang's spec_accept_length)."""
+    return alpha_from_steps(max(accept_length - 1.0, 0.0), 1.0, gamma)
+
+
+@dataclass
+class KeyStats:
+    """Discounted sufficient statistics of one key."""
+
+    s: float = 0.0  # accepted draft tokens (successes)
+    f: float = 0.0  # rejections (failures)
+    pos_n: list[float] = field(default_factory=list)  # trials at draft position i (0-based)
+    pos_a: list[float] = field(default_factory=list)  # accepted at draft position i
+    t: float | None = None  # time of the last update (seconds, the table's clock)
+    steps: float = 0.0  # verification steps seen with per-request stats (propose rate = drafts / steps)
+    drafts: float = 0.0  # those that drafted
+
+    def scale(self, factor: float) -> None:
+        if factor >= 1.0:
+            return
+        self.s *= factor
+        self.f *= factor
+        self.steps *= factor
+        self.drafts *= factor
+        self.pos_n = [x * factor for x in self.pos_n]
+        self.pos_a = [x * factor for x in self.pos_a]
+
+    def add(self, s: float, f: float, pos_n: Sequence[float] = (), pos_a: Sequence[float] = ()) -> None:
+        self.s += s
+        self.f += f
+        for i, (n, a) in enumerate(zip(pos_n, pos_a, strict=True)):
+            if i >= len(self.pos_n):
+                self.pos_n.append(0.0)
+                self.pos_a.append(0.0)
+            self.pos_n[i] += n
+            self.pos_a[i] += a
+
+    def to_dict(self) -> dict:
+        return {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t,
+                "steps": self.steps, "drafts": self.drafts}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> KeyStats:
+        pos_n, pos_a = [float(x) for x in d.get("pos_n", [])], [float(x) for x in d.get("pos_a", [])]
+        if len(pos_n) != len(pos_a):
+            raise ValueError("pos_n and pos_a differ in length")
+        t = d.get("t")
+        return cls(float(d.get("s", 0.0)), float(d.get("f", 0.0)), pos_n, pos_a, None if t is None else float(t),
+                   float(d.get("steps", 0.0)), float(d.get("drafts", 0.0)))
+
+
+def merge_stats(a: Mapping, b: Mapping) -> dict:
+    """Sum two KeyStats dicts (e.g. the counts of two proxy replicas); the later time wins."""
+    out = KeyStats.from_dict(a)
+    other = KeyStats.from_dict(b)
+    n = max(len(out.pos_n), len(other.pos_n))
+    pad = [0.0] * n
+    out.pos_n, out.pos_a = (out.pos_n + pad)[:n], (out.pos_a + pad)[:n]
+    out.add(other.s, other.f, other.pos_n, other.pos_a)
+    out.steps += other.steps
+    out.drafts += other.drafts
+    ts = [t for t in (out.t, other.t) if t is not None]
+    out.t = max(ts) if ts else None
+    return out.to_dict()
+
+
+def decay_stats(d: Mapping, factor: float) -> dict:
+    """A KeyStats dict with every count multiplied by `factor` (0..1)."""
+    st = KeyStats.from_dict(d)
+    st.scale(factor)
+    return st.to_dict()
+
+
+class AlphaTable:
+    """Online alpha per (worker, proposer, content class); implements `AlphaSource`."""
+
+    def __init__(
+        self,
+        prior: Mapping[str, Mapping[str, float]] | None = None,
+        prior_strength: float = 20.0,
+        half_life_tokens: float | None = 8192.0,
+        half_life_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+        max_positions: int = 16,
+        sampled_factor: Mapping[str, float] | None = None,
+    ) -> None:
+        if prior_strength <= 0:
+            raise ValueError("prior_strength must be > 0")
+        self.sampled_factor = {**DEFAULT_SAMPLED_FACTOR, **(sampled_factor or {})}
+        if any(not 0.0 <= f <= 1.0 for f in self.sampled_factor.values()):
+            raise ValueError(f"sampled_factor values must be in [0, 1]: {self.sampled_factor}")
+        self.prior = {p: dict(c) for p, c in (prior or {}).items()}
+        self.prior_strength = float(prior_strength)
+        self.half_life_tokens = half_life_tokens
+        self.half_life_s = half_life_s
+        self.clock = clock
+        self.max_positions = max_positions
+        self._stats: dict[tuple[str, str, str], KeyStats] = {}
+        self._prior_cache: dict[tuple[str, str], float] = {}
+        self._prior_estimates: dict[tuple[str, str], AlphaEstimate] = {}
+        self._est_cache: dict[tuple[str, str, str], tuple[float | None, AlphaEstimate]] = {}
+
+    def _invalidate(self, key: tuple[str, str, str]) -> None:
+        if key[2] == ANY_CLASS:  # the pooled estimate is the prior of every class of (worker, proposer)
+            for k in [k for k in self._est_cache if k[0] == key[0] and k[1] == key[1]]:
+                del self._est_cache[k]
+        else:
+            self._est_cache.pop(key, None)
+            if _REGIME_SEP not in key[2]:  # a greedy estimate is the prior of its sampled key
+                self._est_cache.pop((key[0], key[1], regime_key(key[2], SAMPLED)), None)
+
+    @classmethod
+    def from_config(cls, cfg, clock: Callable[[], float] = time.time) -> AlphaTable:
+        """From an `EstimatorConfig` (adaptspec.control.config)."""
+        return cls(prior=cfg.prior.alpha, prior_strength=cfg.prior.strength,
+                   half_life_tokens=cfg.half_life_tokens, half_life_s=cfg.half_life_s, clock=clock,
+                   max_positions=cfg.max_positions)
+
+    # -- updates -------------------------------------------------------------------------------------
+    def _decay_to(self, st: KeyStats, now: float, tokens: float) -> None:
+        factor = 1.0
+        if self.half_life_tokens and tokens > 0:
+            factor *= 0.5 ** (tokens / self.half_life_tokens)
+        if self.half_life_s and st.t is not None and now > st.t:
+            factor *= 0.5 ** ((now - st.t) / self.half_life_s)
+        st.scale(factor)
+
+    def observe_counts(
+        self,
+        worker: str,
+        proposer: str,
+        content_class: str,
+        successes: float,
+        failures: float,
+        pos_trials: Sequence[float] = (),
+        pos_accepted: Sequence[float] = (),
+        *,
+        draft_tokens: float | None = None,
+        now: float | None = None,
+        steps: float = 0.0,
+        drafts: float = 0.0,
+        regime: str = GREEDY,
+    ) -> None:
+        """Add Bernoulli counts to a key, after discounting its history by the tokens and time passed.
+
+        `steps` / `drafts`: verification steps of the requests counted, and how many of them drafted (for
+        the propose rate of proposers that do not always find a draft, like n-gram lookup). `regime`:
+        "greedy" or "sampled" (see the module doc)."""
+        if successes < 0 or failures < 0:
+            raise ValueError(f"negative counts: successes={successes}, failures={failures}")
+        if steps < 0 or not 0 <= drafts <= steps + 1e-9:
+            raise ValueError(f"bad step counts: steps={steps}, drafts={drafts}")
+        if successes + failures <= 0 and not any(pos_trials) and steps <= 0:
+            return
+        now = self.clock() if now is None else now
+        key = (worker, proposer, regime_key(content_class, regime))
+        self._invalidate(key)
+        st = self._stats.get(key)
+        if st is None:
+            st = self._stats[key] = KeyStats()
+        self._decay_to(st, now, successes + failures if draft_tokens is None else draft_tokens)
+        k = self.max_positions
+        st.add(successes, failures, list(pos_trials)[:k], list(pos_accepted)[:k])
+        st.steps += steps
+        st.drafts += drafts
+        st.t = now
+
+    def observe(
+        self,
+        worker: str,
+        proposer: str,
+        cls: str,
+        draft_tokens: float,
+        accepted_tokens: float,
+        per_position: Sequence[float] | None = None,
+        now: float | None = None,
+        *,
+        steps: float | None = None,
+        gamma: float | None = None,
+        num_drafts: float | None = None,
+        regime: str = GREEDY,
+    ) -> None:
+        """Add per-request stats or counter deltas for one key.
+
+        `per_position[i]`: drafts whose position i was accepted (needs `num_drafts`, else `steps`).
+        `steps`: verification steps of the request; with `gamma` (the gamma it ran with) the drafting steps
+        are draft_tokens / gamma, otherwise every step is taken to have drafted. `num_drafts`: drafting
+        steps, when known exactly (vLLM's `num_drafts`).
+        """
+        if draft_tokens < 0 or accepted_tokens < 0 or accepted_tokens > draft_tokens + 1e-9:
+            raise ValueError(f"bad stats: draft_tokens={draft_tokens}, accepted_tokens={accepted_tokens}")
+        if draft_tokens <= 0:
+            return
+        drafts = num_drafts
+        if drafts is None and gamma:
+            drafts = draft_tokens / gamma
+        if drafts is None and steps:
+            drafts = min(float(steps), draft_tokens)
+        if per_position is not None and drafts and abs(draft_tokens - drafts * len(per_position)) > 1e-6 * draft_tokens:
+            # drafts of different lengths were mixed (per-request gamma): position i was not tried by every
+            # draft that reached it, so conditional rates would read low; use the step estimator instead
+            per_position = None
+        if per_position is not None and drafts:
+            acc = [float(x) for x in per_position]
+            trials = [float(drafts)] + acc[:-1]
+            succ = sum(acc)
+            fail = max(float(drafts) - (acc[-1] if acc else 0.0), 0.0)
+            self.observe_counts(worker, proposer, cls, succ, fail, trials, acc, draft_tokens=draft_tokens,
+                                now=now, regime=regime)
+            return
+        if drafts:
+            g = draft_tokens / drafts
+            a = alpha_from_steps(accepted_tokens, drafts, g)
+            fail = drafts * (1.0 - a**g)
+        else:  # no step count: accepted / drafted (biased low when runs are truncated at gamma)
+            fail = draft_tokens - accepted_tokens
+        self.observe_counts(worker, proposer, cls, float(accepted_tokens), fail, draft_tokens=draft_tokens,
+                            now=now, regime=regime)
+
+    # -- queries -------------------------------------------------------------------------------------
+    def _age_factor(self, st: KeyStats | None, now: float | None) -> float:
+        """Discount for the time since a key's last update (1 without a seconds half-life)."""
+        if st is None or not self.half_life_s or st.t is None:
+            return 1.0
+        t = self.clock() if now is None else now
+        return 0.5 ** ((t - st.t) / self.half_life_s) if t > st.t else 1.0
+
+    def _posterior(self, st: KeyStats | None, m0: float, d: float) -> tuple[float, float, float]:
+        """Beta parameters (a, b) and the effective trials behind them."""
+        k = self.prior_strength
+        s, f = (st.s * d, st.f * d) if st is not None else (0.0, 0.0)
+        return s + m0 * k, f + (1.0 - m0) * k, s + f
+
+    def _table_prior(self, proposer: str, content_class: str) -> float:
+        key = (proposer, content_class)
+        m0 = self._prior_cache.get(key)
+        if m0 is None:
+            m0 = self._prior_cache[key] = prior_alpha(proposer, content_class, self.prior)
+        return m0
+
+    def prior_mean(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> float:
+        """Prior mean of a key: the worker's class-less (engine-wide) estimate if any, else the table."""
+        m0 = self._table_prior(proposer, content_class)
+        if content_class != ANY_CLASS:
+            pooled = self._stats.get((worker, proposer, ANY_CLASS))
+            if pooled is not None and pooled.s + pooled.f > 0:
+                a, b, _ = self._posterior(pooled, m0, self._age_factor(pooled, now))
+                m0 = a / (a + b)
+        return m0
+
+    def get(self, worker: str, proposer: str, content_class: str, now: float | None = None,
+            regime: str = GREEDY) -> AlphaEstimate:
+        if regime != GREEDY:
+            return self._get_regime(worker, proposer, content_class, now, regime)
+        st = self._stats.get((worker, proposer, content_class))
+        if st is None and (worker, proposer, ANY_CLASS) not in self._stats:  # fast path: prior only
+            est = self._prior_estimates.get((proposer, content_class))
+            if est is None:
+                m0, k = self._table_prior(proposer, content_class), self.prior_strength
+                est = AlphaEstimate(m0, math.sqrt(m0 * (1.0 - m0) / (k + 1.0)), 0.0)
+                self._prior_estimates[(proposer, content_class)] = est
+            return est
+        key = (worker, proposer, content_class)
+        t = None
+        if self.half_life_s:
+            t = self.clock() if now is None else now
+        hit = self._est_cache.get(key)
+        # a cached estimate stays valid until the key (or its pooled prior) gets data, or ~0.1% decay
+        if hit is not None and (t is None or abs(t - hit[0]) < 1e-3 * self.half_life_s):
+            return hit[1]
+        est = self._estimate(st, worker, proposer, content_class, t)
+        if len(self._est_cache) >= 65_536:
+            self._est_cache.clear()
+        self._est_cache[key] = (t, est)
+        return est
+
+    def _get_regime(self, worker: str, proposer: str, content_class: str, now: float | None,
+                    regime: str) -> AlphaEstimate:
+        """A non-greedy key: its own counts, with the greedy estimate x sampled_factor as the prior mean."""
+        key = (worker, proposer, regime_key(content_class, regime))
+        t = (self.clock() if now is None else now) if self.half_life_s else None
+        hit = self._est_cache.get(key)
+        if hit is not None and (t is None or abs(t - hit[0]) < 1e-3 * self.half_life_s):
+            return hit[1]
+        m0 = self.get(worker, proposer, content_class, now).mean * self.sampled_factor.get(proposer, 1.0)
+        est = self._estimate(self._stats.get(key), worker, proposer, content_class, t, m0=m0)
+        if len(self._est_cache) >= 65_536:
+            self._est_cache.clear()
+        self._est_cache[key] = (t, est)
+        return est
+
+    def view(self, regime: str) -> RegimeView:
+        """An `AlphaSource` whose `get` reads this table's `regime` keys (for a policy's decide)."""
+        regime_key("", regime)  # validates
+        return RegimeView(self, regime)
+
+    def _estimate(self, st: KeyStats | None, worker: str, proposer: str, content_class: str,
+                  now: float | None, m0: float | None = None) -> AlphaEstimate:
+        if m0 is None:
+            m0 = self.prior_mean(worker, proposer, content_class, now)
+        d = self._age_factor(st, now)
+        a, b, n = self._posterior(st, m0, d)
+        tot = a + b
+        mean = a / tot
+        std = math.sqrt(a * b / (tot * tot * (tot + 1.0)))
+        per_pos = None
+        if st is not None and st.pos_n:
+            k = self.prior_strength
+            rates = []
+            for pn, pa in zip(st.pos_n, st.pos_a, strict=True):
+                if pn * d <= 0:
+                    break
+                rates.append((pa * d + mean * k) / (pn * d + k))
+            per_pos = tuple(rates) or None
+        rate = 1.0
+        if st is not None and st.steps * d > 0:
+            # Beta(drafts + 1, misses) shrunk toward "always drafts" (1.0, the cautious side for the cost):
+            # a few steps cannot make a proposer look cheaper than the data says
+            k = _PROPOSE_PRIOR_STEPS
+            rate = (st.drafts * d + k) / (st.steps * d + k)
+        return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos, propose_rate=rate)
+
+    def keys(self) -> list[tuple[str, str, str]]:
+        return list(self._stats)
+
+    def stats(self, worker: str, proposer: str, content_class: str, regime: str = GREEDY) -> dict | None:
+        st = self._stats.get((worker, proposer, regime_key(content_class, regime)))
+        return None if st is None else st.to_dict()
+
+    def forget(self, worker: str) -> None:
+        for key in [k for k in self._stats if k[0] == worker]:
+            del self._stats[key]
+        self._est_cache.clear()
+
+    # -- sharing -------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """{worker: {proposer: {class: KeyStats dict}}}: JSON-safe sufficient statistics."""
+        out: dict[str, dict[str, dict[str, dict]]] = {}
+        for (w, p, c), st in self._stats.items():
+            out.setdefault(w, {}).setdefault(p, {})[c] = st.to_dict()
+        return out
+
+    def load_dict(self, d: Mapping, merge: bool = False) -> None:
+        """Replace (or, with merge=True, add to) this table's counts with those of a `to_dict()`."""
+        self._est_cache.clear()
+        if not merge:
+            self._stats.clear()
+        for w, by_p in d.items():
+            for p, by_c in by_p.items():
+                for c, sd in by_c.items():
+                    key = (str(w), str(p), str(c))
+                    cur = self._stats.get(key)
+                    new = KeyStats.from_dict(merge_stats(cur.to_dict(), sd) if merge and cur else sd)
+                    self._stats[key] = new
+
+    @classmethod
+    def from_dict(cls, d: Mapping, **kwargs) -> AlphaTable:
+        table = cls(**kwargs)
+        table.load_dict(d)
+        return table
+
+
+class RegimeView:
+    """`AlphaTable.get` for one sampling regime, behind the `AlphaSource` interface the policies take."""
+
+    __slots__ = ("table", "regime")
+
+    def __init__(self, table: AlphaTable, regime: str) -> None:
+        self.table, self.regime = table, regime
+
+    def get(self, worker: str, proposer: str, content_class: str) -> AlphaEstimate:
+        return self.table.get(worker, proposer, content_class, regime=self.regime)

@@ -1,0 +1,124 @@
+"""Engine counters -> alpha observations.
+
+Counters. `CounterTracker` turns cumulative engine counters into deltas; a counter that goes down means
+the engine restarted, and its new value is the delta. The first value seen is a baseline (delta 0), so a
+proxy that starts next to a long-running engine does not ingest its whole history as one burst.
+
+`ingest_vllm` reads vLLM-style speculation counters (engine-wide and the adaptspec per-class families),
+`ingest_sglang` SGLang's accept-length gauge; proxy/engines.py picks one per worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+
+from adaptspec.control import metric_names as names
+from adaptspec.control.alpha import ANY_CLASS, AlphaTable, alpha_from_accept_length
+
+
+class CounterTracker:
+    """Deltas of cumulative counters, per key; a decrease is a reset (the new value is the delta)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, float] = {}
+
+    def delta(self, key: Hashable, value: float) -> float:
+        prev = self._last.get(key)
+        self._last[key] = value
+        if prev is None:
+            return 0.0  # baseline
+        if value < prev:
+            return value  # the counter restarted from zero
+        return value - prev
+
+    def forget(self, prefix: Hashable) -> None:
+        """Drop every key whose first element is `prefix` (e.g. a worker that left the pool)."""
+        for key in [k for k in self._last if isinstance(k, tuple) and k and k[0] == prefix]:
+            del self._last[key]
+
+
+# Sample names of the families ingested here (control/metric_names.py defines them once).
+VLLM_DRAFTS = names.total(names.VLLM_SPEC_DRAFTS)
+VLLM_DRAFT_TOKENS = names.total(names.VLLM_SPEC_DRAFT_TOKENS)
+VLLM_ACCEPTED = names.total(names.VLLM_SPEC_ACCEPTED)
+VLLM_PER_POS = names.total(names.VLLM_SPEC_PER_POS)
+BY_CLASS_DRAFTS = names.total(names.CLASS_SPEC_DRAFTS)
+BY_CLASS_DRAFT_TOKENS = names.total(names.CLASS_SPEC_DRAFT_TOKENS)
+BY_CLASS_ACCEPTED = names.total(names.CLASS_SPEC_ACCEPTED)
+SGLANG_ACCEPT_LENGTH = names.SGLANG_ACCEPT_LENGTH
+SGLANG_GEN_TOKENS = names.total(names.SGLANG_GENERATION_TOKENS)
+_BY_CLASS = frozenset({BY_CLASS_DRAFTS, BY_CLASS_DRAFT_TOKENS, BY_CLASS_ACCEPTED})
+VLLM_STYLE = frozenset({VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS}) | _BY_CLASS
+SGLANG_STYLE = frozenset({SGLANG_ACCEPT_LENGTH, SGLANG_GEN_TOKENS})
+
+Sample = tuple[str, Mapping[str, str], float]  # (metric name, labels, value)
+
+
+def ingest_vllm(
+    table: AlphaTable,
+    tracker: CounterTracker,
+    worker: str,
+    samples: Iterable[Sample],
+    proposer: str,
+    now: float | None = None,
+) -> int:
+    """Feed one scrape of a vLLM-style /metrics into the table; returns the number of keys updated.
+
+    Engine-wide counters go to class `ANY_CLASS` (the per-class prior falls back to them); the
+    `adaptspec:*_by_class_total` families (adaptspec worker, vLLM plugin) go to their class and proposer.
+    Label sets other than `position` / `content_class` / `proposer` (model, engine index) are summed.
+    """
+    glob: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    by_class: dict[tuple[str, str], dict[str, float]] = {}
+    for name, labels, value in samples:
+        if name not in VLLM_STYLE:
+            continue
+        d = tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
+        if name == VLLM_PER_POS:
+            pos = int(labels.get("position", 0))
+            per_pos[pos] = per_pos.get(pos, 0.0) + d
+        elif name in _BY_CLASS:
+            key = (labels.get("content_class", ANY_CLASS), labels.get("proposer", proposer))
+            by_class.setdefault(key, {})
+            by_class[key][name] = by_class[key].get(name, 0.0) + d
+        else:
+            glob[name] = glob.get(name, 0.0) + d
+    updated = 0
+    dt, da, dn = glob.get(VLLM_DRAFT_TOKENS, 0.0), glob.get(VLLM_ACCEPTED, 0.0), glob.get(VLLM_DRAFTS, 0.0)
+    if dt > 0:
+        pos = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else None
+        table.observe(worker, proposer, ANY_CLASS, dt, min(da, dt), pos, now, num_drafts=dn or None)
+        updated += 1
+    for (cls, prop), d in by_class.items():
+        ct, ca, cn = d.get(BY_CLASS_DRAFT_TOKENS, 0.0), d.get(BY_CLASS_ACCEPTED, 0.0), d.get(BY_CLASS_DRAFTS, 0.0)
+        if ct > 0 and prop != "none":
+            table.observe(worker, prop, cls, ct, min(ca, ct), None, now, num_drafts=cn or None)
+            updated += 1
+    return updated
+
+
+def ingest_sglang(
+    table: AlphaTable,
+    tracker: CounterTracker,
+    worker: str,
+    samples: Iterable[Sample],
+    proposer: str,
+    gamma: int,
+    now: float | None = None,
+) -> int:
+    """SGLang exposes a mean accept length gauge: alpha solves E(alpha, gamma) = length; the weight is the
+    verification steps since the last scrape (generated tokens / length), so an idle engine adds nothing."""
+    length, tokens = None, 0.0
+    for name, labels, value in samples:
+        if name == SGLANG_ACCEPT_LENGTH:
+            length = float(value)
+        elif name == SGLANG_GEN_TOKENS:
+            tokens += tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
+    if length is None or length < 1.0 or tokens <= 0 or gamma <= 0:
+        return 0
+    a = alpha_from_accept_length(min(length, gamma + 1.0), gamma)
+    steps = tokens / length
+    table.observe_counts(worker, proposer, ANY_CLASS, steps * (length - 1.0), steps * (1.0 - a**gamma),
+                         draft_tokens=steps * gamma, now=now)
+    return 1

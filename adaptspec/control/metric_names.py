@@ -1,0 +1,42 @@
+"""Engine metric names, defined once: what engines expose on /metrics and the proxy scrapes.
+
+Counter families are named here by their base name (as `prometheus_client` registers them); the text
+exposition adds `_total`, which is the name a scraper sees (`total(...)`). The adaptspec worker and the
+vLLM plugin write these names; proxy/scrape.py reads them; control/estimators.py ingests the speculation
+families. Step telemetry names live with their parser in control/telemetry.py.
+"""
+
+from __future__ import annotations
+
+
+def total(counter: str) -> str:
+    """A counter family's sample name in the text exposition format."""
+    return counter + "_total"
+
+
+# occupancy gauges (vLLM, and the adaptspec worker, which speaks vLLM's dialect)
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV_USAGE = "vllm:kv_cache_usage_perc"
+VLLM_KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # vLLM before 0.7
+# request counters the adaptspec worker exposes like vLLM (not scraped by the proxy)
+VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens"
+VLLM_REQUEST_SUCCESS = "vllm:request_success"
+# engine-wide speculation counters (base names)
+VLLM_SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
+VLLM_SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+VLLM_SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+VLLM_SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label: position
+# per content class and proposer (adaptspec worker, vLLM plugin; base names)
+CLASS_SPEC_DRAFTS = "adaptspec:spec_decode_num_drafts_by_class"
+CLASS_SPEC_DRAFT_TOKENS = "adaptspec:spec_decode_num_draft_tokens_by_class"
+CLASS_SPEC_ACCEPTED = "adaptspec:spec_decode_num_accepted_tokens_by_class"
+# SGLang
+SGLANG_RUNNING = "sglang:num_running_reqs"
+SGLANG_WAITING = "sglang:num_queue_reqs"
+SGLANG_KV_USAGE = "sglang:token_usage"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"  # gauge: mean tokens per verify step
+SGLANG_GENERATION_TOKENS = "sglang:generation_tokens"  # counter (base name)
+
+PREFIXES = ("vllm:", "sglang:", "adaptspec:")  # every family the scraper looks at starts with one of these

@@ -1,0 +1,185 @@
+"""The proxy app in process: aiohttp's test client in front of `create_app`, with the test upstream
+(tests/proxy/upstream_app.py) as a real aiohttp app on the same event loop. No subprocess: planning,
+retries, relaying and feedback are checked through the real request path, one request at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from adaptspec.control.config import parse_config
+from adaptspec.proxy.app import Proxy, create_app
+
+from . import upstream_app
+from .conftest import free_port
+
+pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")  # app["proxy"]
+
+CHAT = [{"role": "user", "content": "Write a function that reverses a list in Python."}]
+
+
+class Upstream:
+    """The test upstream on loopback, with a client for its debug endpoints."""
+
+    def __init__(self, client: TestClient):
+        self.client = client
+        self.url = str(client.make_url("")).rstrip("/")
+
+    async def requests(self) -> list[dict]:
+        async with self.client.get("/_debug/requests") as r:
+            return await r.json()
+
+
+@contextlib.asynccontextmanager
+async def upstream(engine: str = "adaptspec", **kw):
+    app = upstream_app.build(name=kw.pop("name", "w0"), model="tiny", engine=engine, alpha=kw.pop("alpha", 0.75),
+                             chunks=kw.pop("chunks", 6), delay_ms=0, **kw)
+    async with TestClient(TestServer(app)) as client:
+        yield Upstream(client)
+
+
+@contextlib.asynccontextmanager
+async def proxy_for(workers: list[dict], engine: str = "adaptspec", **pool):
+    pools = [{"name": "p", "engine": engine, "profile": "cpu-tiny", "max_gamma": 8, "workers": workers, **pool}]
+    proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30}}))
+    async with TestClient(TestServer(create_app(proxy))) as client:
+        yield proxy, client
+
+
+def _count(proxy: Proxy, name: str, **labels: str) -> float:
+    value = proxy.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_plan_is_written_into_the_adaptspec_body_and_the_headers():
+    async with upstream() as up, proxy_for([{"name": "w0", "url": up.url}]) as (proxy, client):
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "max_tokens": 6})
+        assert r.status == 200
+        body = await r.json()
+        sent = (await up.requests())[-1]["body"]
+        spec = sent["speculation"]
+        assert r.headers["x-adaptspec-proposer"] == spec["proposer"]
+        assert r.headers["x-adaptspec-gamma"] == str(spec["num_speculative_tokens"])
+        assert r.headers["x-adaptspec-class"] == spec["content_class"] == "code"
+        assert r.headers["x-adaptspec-worker"] == "w0"
+        assert body["usage"]["completion_tokens"] == 6  # relayed as the upstream wrote it
+        assert sent["messages"] == CHAT and sent["max_tokens"] == 6  # the rest of the body untouched
+
+
+async def test_vllm_workers_get_the_plan_in_vllm_xargs():
+    async with upstream("vllm") as up, proxy_for([{"name": "w0", "url": up.url}], engine="vllm",
+                                                  proposers=["ngram"]) as (proxy, client):
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT,
+                                                             "vllm_xargs": {"keep": 1}})
+        assert r.status == 200
+        sent = (await up.requests())[-1]["body"]
+        xargs = sent["vllm_xargs"]
+        assert xargs["keep"] == 1 and "speculation" not in sent
+        assert xargs["adaptspec_proposer"] == r.headers["x-adaptspec-proposer"]
+        assert str(xargs["adaptspec_num_spec_tokens"]) == r.headers["x-adaptspec-gamma"]
+        bad = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "vllm_xargs": [1]})
+        assert bad.status == 422 and (await bad.json())["error"]["param"] == "vllm_xargs"
+
+
+async def test_openai_workers_get_the_clients_bytes_unchanged():
+    async with upstream("openai") as up, proxy_for([{"name": "w0", "url": up.url}], engine="openai",
+                                                    proposers=[]) as (proxy, client):
+        raw = json.dumps({"model": "tiny", "messages": CHAT, "speculation": {"proposer": "ngram"}}).encode()
+        r = await client.post("/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"})
+        assert r.status == 200 and r.headers["x-adaptspec-proposer"] == "none"
+        assert (await up.requests())[-1]["body"] == json.loads(raw)
+
+
+@contextlib.asynccontextmanager
+async def dropping_worker():
+    """A worker that answers its scrapes but drops every generation request's connection unanswered."""
+    async def drop(request: web.Request) -> web.Response:
+        request.transport.close()
+        return web.Response(status=500)  # never reaches the proxy: the connection is gone
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text="vllm:num_requests_running 0\n")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "tiny"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", drop)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/models", models)
+    async with TestClient(TestServer(app)) as client:
+        yield str(client.make_url("")).rstrip("/")
+
+
+async def test_a_failing_worker_is_retried_on_the_next_and_the_request_counted_once():
+    async with upstream() as up, dropping_worker() as flaky, proxy_for([{"name": "flaky", "url": flaky},
+                                                                        {"name": "w0", "url": up.url}]) as (proxy, client):
+        proxy.pools.workers["w0"].inflight = 5  # steer the picks to the flaky worker (least loaded)
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT})
+        proxy.pools.workers["w0"].inflight = 0
+        assert r.status == 200 and r.headers["x-adaptspec-worker"] == "w0"
+        # a dropped connection gets one more try on the same worker, then the worker is ejected
+        assert _count(proxy, "adaptspec_upstream_retries_total", worker="flaky") == 2
+        assert not proxy.pools.workers["flaky"].healthy
+        answered = sum(s.value for s in proxy.metrics.requests.collect()[0].samples if s.name.endswith("_total"))
+        assert answered == 1  # the retried request is one request, counted with the plan that answered
+        assert _count(proxy, "adaptspec_requests_total", content_class="code", proposer=r.headers[
+            "x-adaptspec-proposer"], gamma=r.headers["x-adaptspec-gamma"], worker="w0", code="200") == 1
+        assert len(await up.requests()) == 1
+
+
+async def test_all_workers_dead_is_a_503_in_openai_shape():
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with proxy_for([{"name": "dead", "url": dead}]) as (proxy, client):
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT})
+        assert r.status == 503
+        err = (await r.json())["error"]
+        assert err["type"] == "upstream_error" and "dead" in err["message"]
+
+
+async def test_stream_is_relayed_and_the_usage_the_proxy_asked_for_is_stripped():
+    async with upstream(chunks=5) as up, proxy_for([{"name": "w0", "url": up.url}]) as (proxy, client):
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "stream": True})
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        text = (await r.read()).decode()
+        events = [e for e in text.split("\n\n") if e]
+        assert len(events) == 5 + 2 and events[-1] == "data: [DONE]"  # 5 content, finish, DONE
+        assert '"usage"' not in text  # the client did not ask for usage
+        assert (await up.requests())[-1]["body"]["stream_options"] == {"include_usage": True}
+        # ... but the proxy read it: output tokens counted from the upstream's usage chunk
+        proposer = r.headers["x-adaptspec-proposer"]
+        assert _count(proxy, "adaptspec_output_tokens_total", worker="w0", proposer=proposer,
+                      content_class="code") == 5
+        asked = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "stream": True,
+                                                                 "stream_options": {"include_usage": True}})
+        assert '"usage"' in (await asked.read()).decode()
+
+
+async def test_per_request_stats_feed_the_alpha_table():
+    async with upstream(alpha=0.9, chunks=24) as up, proxy_for([{"name": "w0", "url": up.url}],
+                                                               proposers=["ngram"]) as (proxy, client):
+        before = proxy.state.alphas.get("w0", "ngram", "code")
+        for _ in range(6):
+            r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "temperature": 0})
+            assert r.status == 200
+        state = await (await up.client.get("/_debug/state")).json()
+        assert state["draft"] > 0  # the decisions speculated, so the worker reported stats
+        after = proxy.state.alphas.get("w0", "ngram", "code")
+        assert after.n > before.n
+        assert _count(proxy, "adaptspec_draft_tokens_total", worker="w0", proposer="ngram",
+                      content_class="code") == state["draft"]
+        assert _count(proxy, "adaptspec_accepted_tokens_total", worker="w0", proposer="ngram",
+                      content_class="code") == state["accepted"]
+
+
+async def test_every_state_gauge_is_exposed_with_its_help():
+    from adaptspec.proxy.metrics import GAUGE_DOCS
+
+    async with upstream() as up, proxy_for([{"name": "w0", "url": up.url}]) as (proxy, client):
+        text = await (await client.get("/metrics")).text()
+    helps = dict(line[len("# HELP "):].split(" ", 1) for line in text.splitlines() if line.startswith("# HELP "))
+    assert {name: helps.get(name) for name in GAUGE_DOCS} == GAUGE_DOCS
