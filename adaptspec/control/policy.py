@@ -392,7 +392,7 @@ class _CostModelPolicy:
             proposer, sched = self.request_schedule(w, content_class, alphas, plan)
             if sched is not None:
                 reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
-        return Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, sched)
+        return Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched)
 
     def request_schedule(self, w: WorkerState, content_class: str, alphas: AlphaSource, plan: costmodel.Plan
                          ) -> tuple[str, Schedule | None]:
