@@ -23,15 +23,6 @@ SPECS = [("none", 0), ("ngram", 1), ("ngram", 3), ("ngram", 5), ("draft", 1), ("
 MAX_NEW = 20
 
 
-@pytest.fixture(scope="module")
-def engine():
-    e = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=8, max_model_len=512,
-                         num_threads=1)
-    e.start()
-    yield e
-    e.stop()
-
-
 req = functools.partial(greedy_request, max_tokens=MAX_NEW)
 
 

@@ -21,15 +21,6 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    e = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=8, max_model_len=512,
-                         num_threads=1)
-    e.start()
-    yield e
-    e.stop()
-
-
 def run(engine: Engine, reqs) -> dict[str, tuple[list[int], StepOutput]]:
     """Submit `reqs` together; -> {id: (tokens, last StepOutput)}."""
     got: dict[str, list] = {r.request_id: [[], None] for r in reqs}

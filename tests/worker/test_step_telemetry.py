@@ -18,15 +18,6 @@ from adaptspec.worker.engine import Engine
 ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
 
 
-@pytest.fixture(scope="module")
-def engine():
-    e = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=8, max_model_len=512,
-                         num_threads=1)
-    e.start()
-    yield e
-    e.stop()
-
-
 def _delta(engine: Engine, run) -> tuple[telemetry.StepCounters, float]:
     before = engine.metrics().step_counters
     t0 = time.perf_counter()
