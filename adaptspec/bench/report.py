@@ -205,6 +205,13 @@ def plot_sweep(rows: Sequence[dict], out: str | Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return _save(fig, out)
+
+
+def _save(fig, out: str | Path) -> Path:
+    """Write `fig` as a PNG to `out` (creating its folder) and close it."""
+    import matplotlib.pyplot as plt
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -269,8 +276,4 @@ def plot_calibration(rows: Sequence[dict], out: str | Path, adaptive: str = "ada
     axes[0].set_ylabel("throughput / adaptive with the right belief (calibrated)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
