@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import torch
+
 from adaptspec.worker.engine import Engine, GenRequest
+from adaptspec.worker.model import LlamaConfig, TinyLlama
+
+V_SMALL = 12  # vocabulary of the random models the exact-distribution tests use
+
+
+def random_model(seed: int = 1, scale: float = 3.0) -> TinyLlama:
+    """A one-layer random TinyLlama over V_SMALL tokens; `scale` on the tied embedding makes its next-token
+    distributions peaky (closed-form laws for the distribution tests are computed from it)."""
+    cfg = LlamaConfig(vocab_size=V_SMALL, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=1, head_dim=32, max_position_embeddings=16)
+    m = TinyLlama(cfg)
+    m.init_weights(seed)
+    with torch.no_grad():
+        m.embed.weight.mul_(scale)  # tied with lm_head: peaky next-token distributions
+    return m.eval()
 
 
 def chat_ids(engine: Engine, text: str) -> list[int]:

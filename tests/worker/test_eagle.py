@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_requests import chat_ids, greedy_request
+from engine_requests import V_SMALL, chat_ids, greedy_request, random_model
 
 from adaptspec.errors import ModelLoadError
 from adaptspec.worker.engine import Engine, GenRequest
@@ -18,18 +18,12 @@ from adaptspec.worker.sampling import logits_to_probs
 from adaptspec.worker.tokenizer import Tokenizer
 
 ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
-V = 12
+V = V_SMALL
 N = 65_536
 
 
 def random_target(seed: int = 1, scale: float = 3.0) -> TinyLlama:
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=1, head_dim=32, max_position_embeddings=16)
-    m = TinyLlama(cfg)
-    m.init_weights(seed)
-    with torch.no_grad():
-        m.embed.weight.mul_(scale)  # tied with lm_head: peaky next-token distributions
-    return m.eval()
+    return random_model(seed, scale)
 
 
 def random_head(target: TinyLlama, seed: int = 2) -> EagleHead:

@@ -11,24 +11,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_requests import V_SMALL, random_model
 
 from adaptspec.worker.engine import Engine, GenRequest
-from adaptspec.worker.model import LlamaConfig, TinyLlama
 from adaptspec.worker.sampling import logits_to_probs
 from adaptspec.worker.tokenizer import Tokenizer
 
-V = 12
+V = V_SMALL
 N = 65_536
-
-
-def random_model(seed: int, scale: float) -> TinyLlama:
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=1, head_dim=32, max_position_embeddings=16)
-    m = TinyLlama(cfg)
-    m.init_weights(seed)
-    with torch.no_grad():
-        m.embed.weight.mul_(scale)  # tied with lm_head: peaky next-token distributions
-    return m.eval()
 
 
 class _NoTokenizer(Tokenizer):
