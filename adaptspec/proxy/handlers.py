@@ -252,6 +252,8 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         ctx.regime = sampling_regime(ctx.body.get("temperature"), ctx.body.get("top_k"))
         decision, worker = proxy.decide(ctx.cls, ctx.candidates, regime=ctx.regime)
         proxy.metrics.decision_time.observe(time.perf_counter() - t1)
+        if log.isEnabledFor(logging.DEBUG):  # why this request speculates (or not): for tuning and bug reports
+            log.debug("decision on %s: %s", worker.name, decision.reason)
         ctx.plan = _Plan(ctx, decision, worker)
         resp, status = await _dispatch(ctx)
         return resp

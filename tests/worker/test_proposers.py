@@ -96,6 +96,35 @@ def test_draft_greedy_matches_model_and_catches_up(draft_model):
     assert sorted(prop._free) == [0, 1, 2]
 
 
+def test_draft_catch_up_splits_prompts_from_short_chunks(draft_model):
+    """A request that joins with its prompt while others catch up one token runs in a forward of its own
+    (no padding of every row to the prompt); drafts stay the model's greedy ones, in batch order."""
+    prop = DraftModelProposer(draft_model, max_slots=4, max_len=256, split_tokens=8)
+    g = torch.Generator().manual_seed(1)
+    seqs = {r: torch.randint(0, 4096, (n,), generator=g).tolist() for r, n in (("a", 6), ("b", 5), ("c", 7))}
+    greedy0 = SamplingParams(temperature=0.0)
+    prop.propose([ProposeInput(r, seqs[r], 2, greedy0) for r in ("a", "c")])  # a, c cached (short prompts)
+    for r in ("a", "c"):
+        seqs[r] = seqs[r] + [11]
+    seqs["b"] = torch.randint(0, 4096, (40,), generator=g).tolist()  # joins now: a 40-token catch-up chunk
+    batch = [ProposeInput(r, seqs[r], 3, greedy0) for r in ("a", "b", "c")]  # the long chunk in the middle
+    calls = []
+    forward = draft_model.forward
+
+    def spy(token_ids, *args, **kw):
+        calls.append(sorted(len(t) for t in token_ids))
+        return forward(token_ids, *args, **kw)
+
+    draft_model.forward = spy
+    try:
+        d = prop.propose(batch)
+    finally:
+        del draft_model.forward
+    assert calls[:2] == [[1, 1], [40]]  # step 0: short chunks together, the prompt apart
+    for r, dr in zip(("a", "b", "c"), d, strict=True):
+        assert dr.token_ids == greedy(draft_model, seqs[r], 3), r
+
+
 def test_draft_samples_from_the_probs_it_reports(draft_model):
     """Seeded drafting draws each token from exactly the returned row (same generator stream)."""
     prop = DraftModelProposer(draft_model, max_slots=2, max_len=256)

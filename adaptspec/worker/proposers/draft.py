@@ -30,8 +30,9 @@ class DraftModelProposer:
     name = "draft"
     needs_hidden_states = False
 
-    def __init__(self, model: TinyLlama, max_slots: int, max_len: int):
+    def __init__(self, model: TinyLlama, max_slots: int, max_len: int, split_tokens: int = 32):
         self.model = model
+        self.split_tokens = split_tokens  # catch-up chunks longer than this run in their own forward
         self.max_len = max_len
         self.cache = model.new_cache(max_slots, max_len)
         self._free = list(range(max_slots))  # min-heap: compact slots let attention skip a gather
@@ -83,9 +84,7 @@ class DraftModelProposer:
         probs: list[list[torch.Tensor]] = [[] for _ in batch]
         active = [i for i, k in enumerate(ks) if k > 0]
         if active:
-            lens = torch.tensor([len(chunks[i]) for i in active])
-            logits = self.model.forward([chunks[i] for i in active], [slots[i] for i in active],
-                                        [starts[i] for i in active], self.cache, logit_rows=lens.cumsum(0) - 1)
+            logits = self._catch_up(active, chunks, slots, starts)
         step = 0
         while active:
             sp = logits_to_probs(logits, [batch[i].sampling.temperature for i in active],
@@ -106,3 +105,29 @@ class DraftModelProposer:
             self._cached[it.request_id] = (len(it.token_ids), drafted[i][:-1])  # cache: seq + drafts[:-1]
             out.append(Draft(drafted[i], torch.stack(probs[i]) if probs[i] else None))
         return out
+
+    def _catch_up(self, active: list[int], chunks: list[list[int]], slots: list[int], starts: list[int]
+                  ) -> torch.Tensor:
+        """Step 0: feed each active request's catch-up chunk; -> the logits of each chunk's last token
+        `[len(active), V]`, in `active` order.
+
+        A request that joined since the last step feeds its whole prompt, the others one or a few tokens.
+        The forward pads every row's queries to the longest chunk, so one prompt in the batch would make
+        every row attend like a prefill (at 64 drafting requests, one 300-token prompt multiplied the pass
+        ~20x): chunks longer than `split_tokens` run in a forward of their own, as the engine does for the
+        target."""
+        long = [j for j, i in enumerate(active) if len(chunks[i]) > self.split_tokens]
+        groups = [list(range(len(active)))] if not long or len(long) == len(active) else \
+            [[j for j, i in enumerate(active) if len(chunks[i]) <= self.split_tokens], long]
+        parts, order = [], []
+        for g in groups:
+            idx = [active[j] for j in g]
+            lens = torch.tensor([len(chunks[i]) for i in idx])
+            parts.append(self.model.forward([chunks[i] for i in idx], [slots[i] for i in idx],
+                                            [starts[i] for i in idx], self.cache,
+                                            logit_rows=lens.cumsum(0) - 1))  # [len(g), V]
+            order += g
+        if len(parts) == 1:
+            return parts[0]
+        logits = torch.cat(parts)  # rows in `order`
+        return logits[torch.tensor(order).argsort()]  # back to `active` order
