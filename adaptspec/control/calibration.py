@@ -26,8 +26,8 @@ regressors are collinear). A slope is fitted only when its regressor per step va
 once the regressors before it are accounted for (relative residual spread >= `min_spread`); until then it
 keeps the prior's value and the intercept absorbs the level; so does a fitted slope whose standard error
 exceeds its value while the prior lies within two errors of it (the data neither determine nor contradict
-it). The model is `trusted` once `min_steps` steps were seen AND it has predicted the windows better than
-the profile did: before each window is added, both predict it (the profile at the window's per-step means, so
+it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off:
+`required_steps`) AND it has predicted the windows better than the profile did: before each window is added, both predict it (the profile at the window's per-step means, so
 a roofline keeps its max(); the fit linearly) and their discounted squared errors are compared (prequential,
 out of sample). A right profile that the linear form cannot express (a GPU roofline) keeps pricing; a wrong
 one is replaced as soon as the fit predicts better.
@@ -58,6 +58,10 @@ from adaptspec.control.telemetry import StepCounters
 MODEL_PROPOSERS: tuple[str, ...] = ("draft", "eagle")  # proposers with batched model passes
 BASE_FEATURES: tuple[str, ...] = ("overhead_s", "compute_s_per_token", "kv_s_per_token")
 _GRID = 2.0 ** (1.0 / 24.0)  # ~2.9% steps for the snapped coefficients
+_CLEAR_WIN = 4.0  # a fit whose prequential error is below 1/4 of the profile's needs proportionally fewer steps
+_MIN_EVIDENCE = 0.1  # ... down to this share of min_steps
+_MIN_WINDOWS = 8.0  # and never fewer telemetry windows than this
+_ERR_DECAY = 0.5 ** (1.0 / 16.0)  # prequential errors: half-life of 16 windows
 
 
 def feature_names(proposers: Sequence[str] = MODEL_PROPOSERS) -> tuple[str, ...]:
@@ -236,7 +240,9 @@ class StepCalibrator:
         lam = 0.5 ** (n / self.half_life_steps)
         prior_y = self._prior_seconds(w, x)
         fit_y = float(x @ np.asarray(list(self.costs().coefficients.values()))) if self.steps > 0 else prior_y
-        self._err = lam * self._err + np.array([(y - fit_y) ** 2, (y - prior_y) ** 2]) / n
+        # the comparison of fit and profile looks at recent windows (a fit's first, immature predictions are
+        # forgotten after a few dozen windows; the regression itself forgets by steps)
+        self._err = lam * _ERR_DECAY * self._err + np.array([(y - fit_y) ** 2, (y - prior_y) ** 2]) / n
         self._s = lam * self._s + np.outer(x, x) / n
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
@@ -302,6 +308,21 @@ class StepCalibrator:
             errors[idx] = sigma * np.sqrt(np.clip(np.diag(np.linalg.inv(m)), 0.0, None))
         return theta, errors, sigma
 
+    def required_steps(self) -> float:
+        """Engine steps of evidence the fit needs before it is trusted: `min_steps`, or fewer the worse the
+        profile has predicted the windows next to the fit. A fit whose prequential squared error is below a
+        quarter of the profile's needs proportionally fewer, down to a tenth of `min_steps` (a profile
+        that is several times off at the worker's load — a CPU profile measured at batch <= 64 asked about
+        batch 128 — is replaced after tens of slow steps, not hundreds)."""
+        fit_err, prof_err = self._err
+        if prof_err <= 0.0:
+            return self.min_steps
+        return self.min_steps * min(1.0, max(_MIN_EVIDENCE, _CLEAR_WIN * fit_err / prof_err))
+
+    def _trusted(self, n: float) -> bool:
+        fit_err, prof_err = self._err
+        return bool(n >= self.required_steps() and self._windows >= _MIN_WINDOWS and fit_err <= prof_err)
+
     def _fit(self) -> CalibratedCosts:
         free = self._identified()
         n = self.steps
@@ -323,7 +344,7 @@ class StepCalibrator:
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
             fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
-            steps=n, trusted=bool(n >= self.min_steps and self._err[0] <= self._err[1]), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
+            steps=n, trusted=self._trusted(n), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
             snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
             fit_mse=float(self._err[0] / n) if n > 0 else math.nan,
             prior_mse=float(self._err[1] / n) if n > 0 else math.nan)

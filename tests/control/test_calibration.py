@@ -263,3 +263,24 @@ def test_a_slope_the_data_hardly_determine_keeps_the_prior_unless_contradicted()
         cal.observe(w)
     c = cal.costs()
     assert c.fitted["draft_token_s"] and c.coefficients["draft_token_s"] < 10 * theta0[j]
+
+
+def test_a_far_off_profile_is_replaced_sooner_than_a_near_one():
+    """Evidence needed scales with how much better the fit predicts than the profile. Windows of a worker 5x
+    slower than `cpu-tiny` says (a loaded machine, a batch beyond the profile's range): the fit is trusted
+    in under half of min_steps, and once its recent predictions are >= 10x better the floor (a tenth) is
+    all it needs. Windows of exactly cpu-tiny's coefficients: the profile keeps pricing until min_steps."""
+    prof = load_profile("cpu-tiny")
+    exact = prior_coefficients(prof)
+    trusted_at, required = {}, {}
+    for name, theta in (("far", 5.0 * exact), ("near", exact)):
+        cal = StepCalibrator(prof, min_steps=300, half_life_steps=1e9)
+        for w in windows(np.random.default_rng(11), 400, theta=theta):
+            cal.observe(w)
+            if name not in trusted_at and cal.costs().trusted:
+                trusted_at[name] = cal.steps
+        required[name] = cal.required_steps()
+    assert trusted_at["far"] < 150
+    assert required["far"] == pytest.approx(30.0)
+    assert trusted_at.get("near", math.inf) >= 300
+    assert required["near"] == pytest.approx(300.0)

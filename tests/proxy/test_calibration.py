@@ -31,7 +31,7 @@ def test_wrong_profile_is_replaced_by_the_fit_of_the_workers_telemetry(upstreams
     text = px.metrics()
     # noise-free telemetry: the fit's errors are small (only the prior's pull leaves residuals); the eagle head has no data and keeps the prior (NaN error)
     assert metric(text, "adaptspec_step_model_coefficient_error", worker="w0", coefficient="overhead_s") < 0.05 * TRUTH[0]
-    assert metric(text, "adaptspec_step_model_steps", worker="w0") >= StepCalibrator.min_steps
+    assert metric(text, "adaptspec_step_model_steps", worker="w0") >= 0.1 * StepCalibrator.min_steps  # the floor
     eagle = metric(text, "adaptspec_step_model_coefficient_error", worker="w0", coefficient="eagle_pass_s")
     assert eagle != eagle  # NaN
 
