@@ -1,7 +1,8 @@
 """The reference worker's OpenAI-compatible HTTP server (FastAPI + uvicorn) around `Engine`.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (stream and not), GET /v1/models, /health,
-/metrics (vLLM names, see `_metrics.py`). Per request, the body field
+/metrics (vLLM names, see `_metrics.py`); POST /tokenize, /detokenize, /v1/embeddings (`_tokenize.py`).
+Per request, the body field
 `speculation: {"proposer", "num_speculative_tokens", "content_class", "schedule"}` picks the proposer and k for
 that request only (schedule: `[[max_running_batch, cap], ...]`, k capped by the running batch at every step);
 the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
@@ -39,7 +40,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
 from adaptspec.errors import RequestError
-from adaptspec.worker import _metrics
+from adaptspec.worker import _metrics, _tokenize
 from adaptspec.worker._openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -340,6 +341,10 @@ class _Worker:
             return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
 
+    async def run_cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in the CPU pool (model forwards outside the engine: embeddings)."""
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+
     # -- tokenizer glue
     def encode(self, text: str) -> list[int]:
         if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
@@ -591,6 +596,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
             "usage": worker.usage(job),
         })
 
+    _tokenize.add_routes(app, worker, _json)
     return _Guard(_BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
 
 
