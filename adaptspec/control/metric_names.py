@@ -23,6 +23,13 @@ VLLM_KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # vLLM before 0.7
 VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens"
 VLLM_REQUEST_SUCCESS = "vllm:request_success"
+# request latency histograms (vLLM's names; the adaptspec worker exports them too: worker/_metrics.py)
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+VLLM_ITL_OLD = "vllm:time_per_output_token_seconds"  # older vLLM (renamed to the one above)
+VLLM_E2E = "vllm:e2e_request_latency_seconds"
+VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
 # engine-wide speculation counters (base names)
 VLLM_SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"

@@ -440,11 +440,20 @@ class _Worker:
     async def generate(self, job: _Job) -> AsyncIterator[str]:
         """Text deltas of one job; fills job.result. Closing it early aborts the engine request."""
         res, tracker = job.result, _TextTracker(self.decode, job.stops, lazy=not job.stream)
+        arrived = last = time.monotonic()  # for the latency histograms (_metrics.py)
+        first = True
         gen = self.engine.generate(self._gen_request(job))
         try:
             async for out in gen:
                 new = list(out.new_token_ids)[: job.max_tokens - res.completion_tokens]
                 res.completion_tokens += len(new)
+                if new:
+                    now = time.monotonic()
+                    if first:
+                        self.counters.first_output(now - arrived, float(getattr(out, "queue_s", 0.0)))
+                    else:
+                        self.counters.next_output(now - last)
+                    first, last = False, now
                 res.draft_tokens, res.accepted_tokens, res.steps, res.drafts = (
                     int(out.draft_tokens), int(out.accepted_tokens), int(out.steps), int(out.drafts))
                 res.tried_per_position, res.accepted_per_position = out.tried_per_position, out.accepted_per_position
@@ -465,7 +474,8 @@ class _Worker:
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
             else:
-                self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason)
+                self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason,
+                                       time.monotonic() - arrived)
 
     def _gen_request(self, job: _Job) -> Any:
         from adaptspec.worker.engine import GenRequest
