@@ -122,6 +122,12 @@ def proxy_dashboard() -> dict:
         panel("Decisions by gamma",
               [(f"sum by (gamma) (rate(adaptspec_decisions_total[{RI}]))", "gamma={{gamma}}")],
               unit="reqps", stack=True, description="gamma=0 is speculation off."),
+        panel("Gamma schedules: engine steps by the gamma allowed",
+              [(f"sum by (gamma) (rate({names.ENGINE_STEPS_BY_GAMMA}_total[{RI}]))", "gamma={{gamma}}")],
+              stack=True,
+              description="Request-steps per second by the gamma each step allowed (reference worker): with "
+                          "gamma schedules (policy schedule: true) steps at a high running batch fall to the "
+                          "schedule's lower caps; gamma=0 is no speculation."),
         panel("Decisions by policy",
               [(f"sum by (policy) (rate(adaptspec_decisions_total[{RI}]))", "{{policy}}")], unit="reqps"),
         row("Acceptance (alpha)"),

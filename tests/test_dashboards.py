@@ -147,29 +147,35 @@ def _sample_names(text: str) -> set[str]:
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def proxy_names() -> set[str]:
-    """Every family a real proxy app's /metrics declares (samples or not), with the sample suffixes."""
-    from prometheus_client import generate_latest
+def _declared(text: str) -> set[str]:
+    """Sample names of every family an exposition declares (samples or not yet)."""
     from prometheus_client.parser import text_string_to_metric_families
+
+    out = set()
+    for fam in text_string_to_metric_families(text):
+        suffixes = {"counter": ("_total",), "histogram": HISTOGRAM_SUFFIXES}.get(fam.type, ("",))
+        out.update(fam.name + x for x in suffixes)
+    return out
+
+
+def proxy_names() -> set[str]:
+    """What a real proxy app's /metrics declares."""
+    from prometheus_client import generate_latest
 
     from adaptspec.control.config import parse_config
     from adaptspec.proxy.app import Proxy
 
     proxy = Proxy(parse_config({"pools": [{"name": "p", "engine": "adaptspec", "profile": "cpu-tiny",
                                            "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]}))
-    out = set()
-    for fam in text_string_to_metric_families(generate_latest(proxy.metrics.registry).decode()):
-        suffixes = {"counter": ("_total",), "histogram": HISTOGRAM_SUFFIXES}.get(fam.type, ("",))
-        out.update(fam.name + x for x in suffixes)
-    return out
+    return _declared(generate_latest(proxy.metrics.registry).decode())
 
 
 def worker_names() -> set[str]:
-    """What the reference worker's /metrics exporter emits (worker/_metrics.py over a real EngineMetrics)."""
+    """What the reference worker's /metrics exporter declares (worker/_metrics.py over a real EngineMetrics)."""
     from adaptspec.worker._metrics import ServerCounters, render
     from adaptspec.worker.engine import EngineMetrics
 
-    return _sample_names(render(EngineMetrics(spec_accepted_per_pos=[0, 0]), ServerCounters(), "tiny").decode())
+    return _declared(render(EngineMetrics(spec_accepted_per_pos=[0, 0]), ServerCounters(), "tiny").decode())
 
 
 def test_every_panel_metric_is_emitted_by_its_exporter():
@@ -290,6 +296,7 @@ def test_every_panel_query_runs_on_real_prometheus(tmp_path):
                           "TTFT: proxy vs engine (p50 / p99)", "Inter-token latency: engine vs proxy TPOT (p50 / p99)",
                           "End-to-end: proxy vs engine (p50 / p99)", "Engine queue time (p50 / p99)",
                           "Engine TTFT p50 / p99", "Engine inter-token latency p50 / p99",
+                          "Gamma schedules: engine steps by the gamma allowed",
                           "Occupancy per worker (running / waiting)", "Goodput: output tokens/s per worker",
                           "Request rate by status code", "Worker health", "alpha estimate vs observed"]
         assert set(must_have_data) <= with_data, set(must_have_data) - with_data

@@ -16,6 +16,10 @@ draft passes by `proposer`, from the closed set ngram / draft / eagle / hybrid) 
 step-time calibration; mean step time: rate(adaptspec:engine_step_seconds_total[1m])
 / rate(adaptspec:engine_steps_total[1m]).
 
+Gamma schedules: `adaptspec:engine_steps_by_gamma_total{gamma}` counts request-steps by the gamma each step
+allowed (the sum of the finished requests' `usage.speculative.steps_by_gamma`); the share of steps a schedule
+capped below the decision's gamma shows as steps at the lower gammas.
+
 Request latency histograms, under vLLM's names and buckets so one dashboard panel reads both engines
 (`vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` (one observation per engine output
 after the first: a step that emitted several speculated tokens counts once, as vLLM counts iterations),
@@ -83,9 +87,20 @@ class ServerCounters:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.request_success: dict[str, int] = defaultdict(int)  # finished_reason -> count
+        self.steps_by_gamma: dict[int, int] = defaultdict(int)  # gamma the step allowed -> request-steps
         self.latency = {names.VLLM_TTFT: Histogram(TTFT_BUCKETS), names.VLLM_ITL: Histogram(ITL_BUCKETS),
                         names.VLLM_E2E: Histogram(REQUEST_LATENCY_BUCKETS),
                         names.VLLM_QUEUE_TIME: Histogram(REQUEST_LATENCY_BUCKETS)}
+
+    def add_steps_by_gamma(self, steps_by_gamma: Mapping[int, int]) -> None:
+        """A request's steps by the gamma each allowed it (usage.speculative.steps_by_gamma)."""
+        with self._lock:
+            for gamma, n in steps_by_gamma.items():
+                self.steps_by_gamma[int(gamma)] += int(n)
+
+    def steps_by_gamma_rows(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return sorted(self.steps_by_gamma.items())
 
     def latency_snapshot(self) -> dict[str, tuple[list[tuple[str, float]], float]]:
         """{histogram name: (cumulative buckets, sum)}, read under the lock."""
@@ -157,6 +172,12 @@ class _Collector:
             succ.add_metric(["0", reason, self.model_name], float(c.request_success.get(reason, 0)))
         yield succ
         yield from _latency_families(c, base, labels)
+        by_gamma = CounterMetricFamily(names.ENGINE_STEPS_BY_GAMMA, "Request-steps by the gamma the step allowed "
+                                       "the request (0: none; gamma schedules cap it by the running batch).",
+                                       labels=[*base, "gamma"])
+        for gamma, n in c.steps_by_gamma_rows():
+            by_gamma.add_metric([*labels, str(gamma)], float(n))
+        yield by_gamma
 
         yield counter(names.VLLM_SPEC_DRAFTS, "Number of spec decoding drafts.",
                       _field(s, "spec_num_drafts"))

@@ -471,6 +471,7 @@ class _Worker:
         finally:
             await gen.aclose()
             res.text = tracker.text
+            self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
             else:

@@ -1,5 +1,6 @@
-"""The reference worker's request latency histograms (vLLM's names and buckets, worker/_metrics.py): bucket
-arithmetic in closed form, and the counts a known set of requests must leave on a real worker's /metrics."""
+"""The reference worker's request latency histograms (vLLM's names and buckets, worker/_metrics.py) and its
+steps-by-gamma counter: bucket arithmetic in closed form, and the counts a known set of requests must leave on a
+real worker's /metrics."""
 
 from __future__ import annotations
 
@@ -66,6 +67,16 @@ def test_a_known_workload_leaves_known_counts():
         assert h[names.VLLM_E2E]["sum"] >= h[names.VLLM_TTFT]["sum"]
         for row in h.values():
             assert row["+Inf"] == row["count"]
+
+        # a gamma schedule that caps k=3 at 2 while one request runs: every step allowed gamma 2
+        body = {"model": "tiny", "prompt": "a b a b a b a b a b", "max_tokens": 12, "ignore_eos": True,
+                "temperature": 0, "speculation": {"proposer": "ngram", "num_speculative_tokens": 3,
+                                                  "schedule": [[1, 2], [8, 1]]}}
+        usage = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120).json()["usage"]["speculative"]
+        assert usage["steps_by_gamma"] == {"2": usage["steps"]}
+        by_gamma = {s.labels["gamma"]: s.value for fam in text_string_to_metric_families(
+            httpx.get(f"{server.url}/metrics").text) if fam.name == names.ENGINE_STEPS_BY_GAMMA for s in fam.samples}
+        assert by_gamma == {"0": 2 * 5, "2": usage["steps"]}  # the two earlier requests: 5 steps each, none
     finally:
         server.stop()
         engine.stop()
