@@ -2,7 +2,9 @@
 
 The JSON files are committed; this script is their source so that every panel has the same shape
 (datasource, units, legend) and a reviewer reads the PromQL in one place. Metric names come from
-docs/INTERFACES.md ("Proxy metrics", "Worker") and the engines' own /metrics (SGLang: sglang:*);
+docs/INTERFACES.md ("Proxy metrics", "Worker") and the engines' own /metrics (SGLang: sglang:*); the engine
+latency panels read the engines' histograms (vLLM's names, which the adaptspec worker exports too:
+adaptspec/control/metric_names.py) next to the proxy's;
 tests/test_dashboards.py checks every expression against them and, with a real Prometheus, evaluates each.
 
 Derived quantities (vLLM's conventions):
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from adaptspec.control import metric_names as names
 
 HERE = Path(__file__).resolve().parent
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -88,6 +92,19 @@ def q(metric_le: str, p: float, by: str = "") -> str:
     return f"histogram_quantile({p}, sum by ({grouping}) (rate({metric_le}[{RI}])))"
 
 
+# the engines' request latency histograms (vLLM's names; the adaptspec worker exports the same ones)
+VLLM_TTFT, VLLM_E2E, VLLM_QUEUE = names.VLLM_TTFT, names.VLLM_E2E, names.VLLM_QUEUE_TIME
+VLLM_ITL, VLLM_ITL_OLD = names.VLLM_ITL, names.VLLM_ITL_OLD
+SGLANG_TTFT = names.SGLANG_TTFT
+
+
+def _itl(p: float, selector: str = "", by: str = "") -> str:
+    """Inter-token latency quantile from the current name, or the older one where that is all there is."""
+    grouping = f"le{', ' + by if by else ''}"
+    return (f"histogram_quantile({p}, sum by ({grouping}) (rate({VLLM_ITL}_bucket{selector}[{RI}]) "
+            f"or rate({VLLM_ITL_OLD}_bucket{selector}[{RI}])))")
+
+
 def proxy_dashboard() -> dict:
     w = '{worker=~"$worker"}'
     panels = [
@@ -105,6 +122,12 @@ def proxy_dashboard() -> dict:
         panel("Decisions by gamma",
               [(f"sum by (gamma) (rate(adaptspec_decisions_total[{RI}]))", "gamma={{gamma}}")],
               unit="reqps", stack=True, description="gamma=0 is speculation off."),
+        panel("Gamma schedules: engine steps by the gamma allowed",
+              [(f"sum by (gamma) (rate({names.ENGINE_STEPS_BY_GAMMA}_total[{RI}]))", "gamma={{gamma}}")],
+              stack=True,
+              description="Request-steps per second by the gamma each step allowed (reference worker): with "
+                          "gamma schedules (policy schedule: true) steps at a high running batch fall to the "
+                          "schedule's lower caps; gamma=0 is no speculation."),
         panel("Decisions by policy",
               [(f"sum by (policy) (rate(adaptspec_decisions_total[{RI}]))", "{{policy}}")], unit="reqps"),
         row("Acceptance (alpha)"),
@@ -185,6 +208,29 @@ def proxy_dashboard() -> dict:
                (q("adaptspec_proxy_overhead_seconds_bucket", 0.99), "overhead p99"),
                (q("adaptspec_decision_seconds_bucket", 0.5), "decision p50"),
                (q("adaptspec_decision_seconds_bucket", 0.99), "decision p99")], unit="s"),
+        row("Latency: proxy vs engine (the engines' own histograms)"),
+        panel("TTFT: proxy vs engine (p50 / p99)",
+              [(q("adaptspec_ttft_seconds_bucket", 0.5), "proxy p50"),
+               (q("adaptspec_ttft_seconds_bucket", 0.99), "proxy p99"),
+               (q(f"{VLLM_TTFT}_bucket", 0.5), "engine p50"),
+               (q(f"{VLLM_TTFT}_bucket", 0.99), "engine p99"),
+               (q(f"{SGLANG_TTFT}_bucket", 0.5), "SGLang p50")], unit="s",
+              description="The proxy's TTFT includes its own overhead, the network and, for non-stream requests, "
+                          "the whole answer; the engine's starts when the request reaches the engine."),
+        panel("Inter-token latency: engine vs proxy TPOT (p50 / p99)",
+              [(_itl(0.5), "engine ITL p50"), (_itl(0.99), "engine ITL p99"),
+               (q("adaptspec_tpot_seconds_bucket", 0.5), "proxy TPOT p50"),
+               (q("adaptspec_tpot_seconds_bucket", 0.99), "proxy TPOT p99")], unit="s",
+              description="Engine: time between a request's outputs (one per step; a step that emitted several "
+                          "speculated tokens counts once). Proxy: decode time per output token of streams."),
+        panel("End-to-end: proxy vs engine (p50 / p99)",
+              [(q("adaptspec_e2e_seconds_bucket", 0.5), "proxy p50"),
+               (q("adaptspec_e2e_seconds_bucket", 0.99), "proxy p99"),
+               (q(f"{VLLM_E2E}_bucket", 0.5), "engine p50"),
+               (q(f"{VLLM_E2E}_bucket", 0.99), "engine p99")], unit="s"),
+        panel("Engine queue time (p50 / p99)",
+              [(q(f"{VLLM_QUEUE}_bucket", 0.5), "p50"), (q(f"{VLLM_QUEUE}_bucket", 0.99), "p99")], unit="s",
+              description="Time a request waited in the engine's queue before joining the running batch."),
         row("Goodput"),
         panel("Goodput: output tokens/s per worker",
               [(f"sum by (worker) (rate(adaptspec_output_tokens_total{w}[{RI}]))", "{{worker}}")],
@@ -256,6 +302,20 @@ def engines_dashboard() -> dict:
               [(f"sum by (content_class, proposer) "
                 f"(rate(adaptspec:spec_decode_num_drafts_by_class_total{inst}[{RI}]))",
                 "{{content_class}} {{proposer}}")], stack=True),
+        row("vLLM / adaptspec worker latency (per instance)"),
+        panel("Engine TTFT p50 / p99",
+              [(q(f"{VLLM_TTFT}_bucket{inst}", 0.5, "instance"), "{{instance}} p50"),
+               (q(f"{VLLM_TTFT}_bucket{inst}", 0.99, "instance"), "{{instance}} p99")], unit="s"),
+        panel("Engine inter-token latency p50 / p99",
+              [(_itl(0.5, inst, "instance"), "{{instance}} p50"), (_itl(0.99, inst, "instance"), "{{instance}} p99")],
+              unit="s", description="vllm:inter_token_latency_seconds (older vLLM: "
+                                    "vllm:time_per_output_token_seconds)."),
+        panel("Engine end-to-end latency p50 / p99",
+              [(q(f"{VLLM_E2E}_bucket{inst}", 0.5, "instance"), "{{instance}} p50"),
+               (q(f"{VLLM_E2E}_bucket{inst}", 0.99, "instance"), "{{instance}} p99")], unit="s"),
+        panel("Engine queue time p50 / p99",
+              [(q(f"{VLLM_QUEUE}_bucket{inst}", 0.5, "instance"), "{{instance}} p50"),
+               (q(f"{VLLM_QUEUE}_bucket{inst}", 0.99, "instance"), "{{instance}} p99")], unit="s"),
         row("SGLang workers"),
         panel("SGLang running / queued",
               [(f"sglang:num_running_reqs{inst}", "{{instance}} running"),
@@ -265,6 +325,9 @@ def engines_dashboard() -> dict:
         panel("SGLang mean acceptance length", [(f"sglang:spec_accept_length{inst}", "{{instance}}")]),
         panel("SGLang generation throughput (tokens/s)",
               [(f"sglang:gen_throughput{inst}", "{{instance}}")]),
+        panel("SGLang TTFT p50 / p99",
+              [(q(f"{SGLANG_TTFT}_bucket{inst}", 0.5, "instance"), "{{instance}} p50"),
+               (q(f"{SGLANG_TTFT}_bucket{inst}", 0.99, "instance"), "{{instance}} p99")], unit="s"),
     ]
     return dashboard("adaptspec-engines", "adaptspec: engine workers", panels,
                      [query_var("instance", 'label_values(up{job=~"vllm-workers|sglang-workers"}, instance)',

@@ -16,6 +16,8 @@ import promql_parser
 import pytest
 import yaml
 
+from adaptspec.control import metric_names as names
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 FIXTURES = ROOT / "tests" / "integrations" / "fixtures"
@@ -31,7 +33,14 @@ REQUIRED_TOPICS = {  # what the dashboards must show -> a word every such panel 
     "errors": "Error ratio",
     "redis": "State backend (Redis)",
     "scrape health": "Scrape health",
+    "engine TTFT next to the proxy's": "TTFT: proxy vs engine",
+    "engine inter-token latency": "Inter-token latency: engine",
+    "engine end-to-end latency": "End-to-end: proxy vs engine",
+    "engine queue time": "Engine queue time",
+    "step-time calibration": "Calibrated step model",
 }
+# names a panel reads only as the fallback of an `or` for engines older than the captured vLLM
+LEGACY_ALIASES = {names.VLLM_ITL_OLD + "_bucket"}
 
 
 def panels(dash: dict):
@@ -123,13 +132,77 @@ def test_panel_ids_and_layout_are_unique():
 
 @pytest.mark.parametrize(("dash", "title", "expr"), expressions())
 def test_expression_parses_and_names_known_metrics(dash, title, expr):
-    known = documented_names() | fixture_names() | {"up"}
+    known = documented_names() | fixture_names() | LEGACY_ALIASES | {"up"}
     for name in metric_names(expr):
         base = name
         for suffix in HISTOGRAM_SUFFIXES:
             if name.endswith(suffix) and name[: -len(suffix)] in known:
                 base = name[: -len(suffix)]
         assert base in known, f"{dash} / {title}: unknown metric {name}"
+
+
+def _sample_names(text: str) -> set[str]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def _declared(text: str) -> set[str]:
+    """Sample names of every family an exposition declares (samples or not yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = set()
+    for fam in text_string_to_metric_families(text):
+        suffixes = {"counter": ("_total",), "histogram": HISTOGRAM_SUFFIXES}.get(fam.type, ("",))
+        out.update(fam.name + x for x in suffixes)
+    return out
+
+
+def proxy_names() -> set[str]:
+    """What a real proxy app's /metrics declares."""
+    from prometheus_client import generate_latest
+
+    from adaptspec.control.config import parse_config
+    from adaptspec.proxy.app import Proxy
+
+    proxy = Proxy(parse_config({"pools": [{"name": "p", "engine": "adaptspec", "profile": "cpu-tiny",
+                                           "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]}))
+    return _declared(generate_latest(proxy.metrics.registry).decode())
+
+
+def worker_names() -> set[str]:
+    """What the reference worker's /metrics exporter declares (worker/_metrics.py over a real EngineMetrics)."""
+    from adaptspec.worker._metrics import ServerCounters, render
+    from adaptspec.worker.engine import EngineMetrics
+
+    return _declared(render(EngineMetrics(spec_accepted_per_pos=[0, 0]), ServerCounters(), "tiny").decode())
+
+
+def test_every_panel_metric_is_emitted_by_its_exporter():
+    """adaptspec_* by the proxy; vllm:* by real vLLM 0.32 (captured) AND the reference worker, so each engine
+    panel has data with either engine; adaptspec:* by the worker or by the vLLM plugin; sglang:* by SGLang."""
+    vllm = _sample_names((FIXTURES / "vllm_0.32.0_ngram_metrics.txt").read_text())
+    sglang = _sample_names((FIXTURES / "sglang_metrics.txt").read_text())
+    proxy, worker = proxy_names(), worker_names()
+    plugin_source = (ROOT / "adaptspec" / "integrations" / "_vllm_patches.py").read_text()
+    for dash, title, expr in expressions():
+        for name in metric_names(expr):
+            where = f"{dash} / {title}: {name}"
+            if name.startswith("adaptspec_"):
+                assert name in proxy, f"{where} is not on the proxy's /metrics"
+            elif name.startswith("vllm:"):
+                if name in LEGACY_ALIASES:
+                    assert f"or rate({name}" in expr, f"{where}: a legacy name only as an `or` fallback"
+                    continue
+                assert name in vllm, f"{where} is not emitted by vLLM 0.32"
+                assert name in worker, f"{where} is not emitted by the reference worker"
+            elif name.startswith("adaptspec:"):
+                assert name in worker or name in vllm or f'"{name}"' in plugin_source, \
+                    f"{where} is emitted by neither the worker nor the vLLM plugin"
+            elif name.startswith("sglang:"):
+                assert name in sglang, f"{where} is not emitted by SGLang"
+            else:
+                assert name == "up", where
 
 
 # -- a real Prometheus ---------------------------------------------------------------------------------
@@ -220,6 +293,10 @@ def test_every_panel_query_runs_on_real_prometheus(tmp_path):
             if payload["data"]["result"]:
                 with_data.add(title)  # a panel has data when any of its queries has
         must_have_data = ["Decisions by class / proposer / gamma", "Speculation on / off share", "TTFT percentiles",
+                          "TTFT: proxy vs engine (p50 / p99)", "Inter-token latency: engine vs proxy TPOT (p50 / p99)",
+                          "End-to-end: proxy vs engine (p50 / p99)", "Engine queue time (p50 / p99)",
+                          "Engine TTFT p50 / p99", "Engine inter-token latency p50 / p99",
+                          "Gamma schedules: engine steps by the gamma allowed",
                           "Occupancy per worker (running / waiting)", "Goodput: output tokens/s per worker",
                           "Request rate by status code", "Worker health", "alpha estimate vs observed"]
         assert set(must_have_data) <= with_data, set(must_have_data) - with_data

@@ -23,11 +23,21 @@ VLLM_KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # vLLM before 0.7
 VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens"
 VLLM_REQUEST_SUCCESS = "vllm:request_success"
+# request latency histograms (vLLM's names; the adaptspec worker exports them too: worker/_metrics.py)
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+VLLM_ITL_OLD = "vllm:time_per_output_token_seconds"  # older vLLM (renamed to the one above)
+VLLM_E2E = "vllm:e2e_request_latency_seconds"
+VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
 # engine-wide speculation counters (base names)
 VLLM_SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label: position
+# request-steps by the gamma the step allowed the request (label gamma; 0: none; gamma schedules cap it by the
+# running batch): the adaptspec worker (counter base name)
+ENGINE_STEPS_BY_GAMMA = "adaptspec:engine_steps_by_gamma"
 # per content class and proposer (adaptspec worker, vLLM plugin; base names)
 CLASS_SPEC_DRAFTS = "adaptspec:spec_decode_num_drafts_by_class"
 CLASS_SPEC_DRAFT_TOKENS = "adaptspec:spec_decode_num_draft_tokens_by_class"

@@ -20,7 +20,7 @@ from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
-from adaptspec.proxy import accesslog, handlers, health, report
+from adaptspec.proxy import accesslog, handlers, health, modelcards, passthrough, report
 from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
 from adaptspec.proxy.feedback import Feedback
@@ -188,7 +188,8 @@ def create_app(proxy: Proxy) -> web.Application:
     r = app.router
     r.add_post("/v1/chat/completions", handlers.chat_completions)
     r.add_post("/v1/completions", handlers.completions)
-    r.add_get("/v1/models", handlers.models)
+    r.add_get("/v1/models", modelcards.models)  # the workers' model cards, merged
+    passthrough.add_routes(app)  # /v1/embeddings, /v1/responses, /tokenize, /detokenize: no decision
     r.add_get("/health", handlers.health)
     r.add_get("/metrics", handlers.metrics)
     health.add_routes(app)  # /health/live, /health/ready, /version

@@ -8,7 +8,9 @@ One adapter per engine (`adaptspec`, `vllm`, `sglang`, `openai`), looked up once
 * whether its responses carry usage / speculation stats worth parsing (`scan`), and whether those are
   always the feedback source (`own_feedback`: the adaptspec worker);
 * whether it exposes Prometheus metrics (`scraped`) and how scraped speculation families become alpha
-  observations (`ingest`: counters for vLLM-style engines, the accept-length gauge for SGLang).
+  observations (`ingest`: counters for vLLM-style engines, the accept-length gauge for SGLang);
+* which of the pass-through endpoints (proxy/passthrough.py: `/v1/embeddings`, `/v1/responses`, `/tokenize`,
+  `/detokenize`) it serves (`passthrough`).
 
 Nothing outside this module compares engine names: the request path, feedback and the scraper ask the
 adapter. The metric names live in adaptspec.control.metric_names.
@@ -20,6 +22,9 @@ from adaptspec.control.counters import ingest_sglang, ingest_vllm
 from adaptspec.control.types import ENGINES
 from adaptspec.errors import ConfigError, RequestError
 
+EMBEDDINGS, RESPONSES, TOKENIZE, DETOKENIZE = "/v1/embeddings", "/v1/responses", "/tokenize", "/detokenize"
+PASSTHROUGH = (EMBEDDINGS, RESPONSES, TOKENIZE, DETOKENIZE)  # every endpoint proxy/passthrough.py routes
+
 
 class Engine:
     """Defaults: an OpenAI-compatible server we can only route to (no speculation control, no metrics)."""
@@ -29,6 +34,8 @@ class Engine:
     scan = False  # responses carry usage / speculation stats the proxy parses
     own_feedback = False  # per-request stats are always the alpha source (never the scraped counters)
     scraped = False  # exposes Prometheus /metrics with occupancy (and speculation) families
+    # pass-through endpoints it serves (proxy/passthrough.py): OpenAI's API has embeddings and responses
+    passthrough: frozenset[str] = frozenset({EMBEDDINGS, RESPONSES})
 
     def client_speculation(self, body: dict) -> object | None:
         """The client's own `speculation` field, for engines that understand one (else None)."""
@@ -51,6 +58,7 @@ class Engine:
 class AdaptspecEngine(Engine):
     name = "adaptspec"
     per_request = scan = own_feedback = scraped = True
+    passthrough = frozenset({EMBEDDINGS, TOKENIZE, DETOKENIZE})  # the reference worker (worker/_tokenize.py)
 
     def client_speculation(self, body: dict) -> object | None:
         return body.get("speculation")
@@ -72,6 +80,8 @@ class AdaptspecEngine(Engine):
 class VllmEngine(Engine):
     name = "vllm"
     per_request = scan = scraped = True
+    # /v1/embeddings only answers for a pooling model (`--runner pooling`); others 404 upstream, relayed as is
+    passthrough = frozenset({EMBEDDINGS, RESPONSES, TOKENIZE, DETOKENIZE})
 
     def rewrite(self, body, per_request, proposer, gamma, content_class, schedule=None):
         if not per_request:
@@ -93,6 +103,7 @@ class VllmEngine(Engine):
 class SglangEngine(Engine):
     name = "sglang"
     scan = scraped = True
+    passthrough = frozenset({EMBEDDINGS, RESPONSES, TOKENIZE, DETOKENIZE})  # its native /tokenize, /detokenize
 
     def ingest(self, table, tracker, worker, samples, proposer, gamma):
         return ingest_sglang(table, tracker, worker, samples, proposer, gamma)

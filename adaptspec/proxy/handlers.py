@@ -1,4 +1,4 @@
-"""HTTP handlers: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics.
+"""HTTP handlers: /v1/chat/completions, /v1/completions, /health, /metrics (/v1/models: modelcards.py).
 
 The generation path, in order: auth -> read body (decompressed while read; size cap and timeout) ->
 parse + validate (JSON depth / number limits) -> workers serving the model (404) -> classify -> decide
@@ -555,14 +555,6 @@ def _take_usage(complete: bytes, sink: list[dict], strip: bool) -> bytes:
                     event = b"data: " + json.dumps(payload, separators=(",", ":")).encode()
         kept.append(event + b"\n\n")
     return b"".join(kept)
-
-
-async def models(request: web.Request) -> web.Response:
-    proxy = request.app["proxy"]
-    proxy.check_auth(request)
-    data = [{"id": m, "object": "model", "created": proxy.started, "owned_by": "adaptspec"}
-            for m in proxy.pools.model_ids()]
-    return web.json_response({"object": "list", "data": data})
 
 
 async def health(request: web.Request) -> web.Response:

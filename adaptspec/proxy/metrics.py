@@ -41,6 +41,9 @@ Derived quantities (PromQL):
     sum by (worker) (rate(adaptspec_upstream_retries_total[5m]))
     min(adaptspec_state_backend_up)
 
+    # pass-through traffic (proxy/passthrough.py) by endpoint; not in adaptspec_requests_total
+    sum by (endpoint, code) (rate(adaptspec_passthrough_requests_total[5m]))
+
 `adaptspec_proxy_overhead_seconds` is the time from the handler's start (request read) to the
 upstream request being sent: body parsing, auth, classification, decision, body rewrite.
 """
@@ -91,6 +94,9 @@ class ProxyMetrics:
         self.state_errors = Counter("adaptspec_state_backend_errors", "State backend (Redis) operation failures",
                                     ["backend"], registry=r)
         self.config_reloads = Counter("adaptspec_config_reloads", "Config reload attempts", ["result"], registry=r)
+        self.passthrough = Counter("adaptspec_passthrough_requests", "Pass-through requests (embeddings, responses, "
+                                   "tokenize, detokenize: no decision), by HTTP status",
+                                   ["endpoint", "worker", "code"], registry=r)
 
         self._children: dict[tuple, object] = {}
 

@@ -161,7 +161,7 @@ class Scraper:
             if not worker.healthy:
                 self.proxy.pools.probe_failed(worker)
                 return
-        if worker.models is None:
+        if worker.models is None or worker.cards is None:
             await self._learn_models(worker, session, timeout)
         if not worker.adapter.scraped:
             return
@@ -201,14 +201,18 @@ class Scraper:
                 return
 
     async def _learn_models(self, worker, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
+        """The worker's /v1/models cards (for the proxy's /v1/models), and its model ids when the config
+        names none. Asked again next round only after a connection failure or bad JSON."""
         try:
             async with session.get(worker.url + "/v1/models", headers=worker.auth_headers, timeout=timeout) as resp:
                 if resp.status != 200:
+                    worker.cards = {}  # it has no model list to give (the ids stay unknown: routed any model)
                     return
                 data = await resp.json(content_type=None)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return
-        ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
-        if ids:
-            worker.models = frozenset(str(i) for i in ids if i)
+        found = data.get("data") if isinstance(data, dict) else None
+        worker.cards = {str(m["id"]): m for m in found or () if isinstance(m, dict) and m.get("id")}
+        if worker.models is None and worker.cards:
+            worker.models = frozenset(worker.cards)
             self.proxy.pools.models_changed()

@@ -43,6 +43,7 @@ class Worker:
     max_gamma: int = 8
     profile: str | None = None
     models: frozenset[str] | None = None  # None: not known yet -> accepts any model
+    cards: dict[str, dict] | None = None  # its /v1/models cards by id (None: not read yet; modelcards.py)
     api_key: str | None = field(default=None, repr=False)  # never logged or echoed
     healthy: bool = True
     inflight: int = 0

@@ -16,8 +16,20 @@ draft passes by `proposer`, from the closed set ngram / draft / eagle / hybrid) 
 step-time calibration; mean step time: rate(adaptspec:engine_step_seconds_total[1m])
 / rate(adaptspec:engine_steps_total[1m]).
 
+Gamma schedules: `adaptspec:engine_steps_by_gamma_total{gamma}` counts request-steps by the gamma each step
+allowed (the sum of the finished requests' `usage.speculative.steps_by_gamma`); the share of steps a schedule
+capped below the decision's gamma shows as steps at the lower gammas.
+
+Request latency histograms, under vLLM's names and buckets so one dashboard panel reads both engines
+(`vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` (one observation per engine output
+after the first: a step that emitted several speculated tokens counts once, as vLLM counts iterations),
+`vllm:e2e_request_latency_seconds` (finished requests), `vllm:request_queue_time_seconds` (queued before
+joining the running batch)); times from the request's arrival at the engine (parsed and tokenised), e.g.
+
+    histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m])))
+
 The gauges and speculation counters come from the engine's own snapshot (`Engine.metrics()`); token and
-request counters are counted by the server as responses finish.
+request counters and the latency histograms are kept by the server as responses stream and finish.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
@@ -36,6 +48,35 @@ from adaptspec.control import telemetry
 STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")  # the closed label set of the per-proposer counters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# vLLM's default buckets (vllm/v1/metrics/buckets.py), so quantiles match across the two engines
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                           240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class Histogram:
+    """Bucket counts and sum of one unlabelled histogram (the caller holds the lock)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        i = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, acc = [], 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            acc += n
+            out.append((bound, float(acc)))
+        return out
 
 
 class ServerCounters:
@@ -46,9 +87,40 @@ class ServerCounters:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.request_success: dict[str, int] = defaultdict(int)  # finished_reason -> count
+        self.steps_by_gamma: dict[int, int] = defaultdict(int)  # gamma the step allowed -> request-steps
+        self.latency = {names.VLLM_TTFT: Histogram(TTFT_BUCKETS), names.VLLM_ITL: Histogram(ITL_BUCKETS),
+                        names.VLLM_E2E: Histogram(REQUEST_LATENCY_BUCKETS),
+                        names.VLLM_QUEUE_TIME: Histogram(REQUEST_LATENCY_BUCKETS)}
 
-    def finished(self, prompt_tokens: int, generation_tokens: int, finish_reason: str | None) -> None:
+    def add_steps_by_gamma(self, steps_by_gamma: Mapping[int, int]) -> None:
+        """A request's steps by the gamma each allowed it (usage.speculative.steps_by_gamma)."""
         with self._lock:
+            for gamma, n in steps_by_gamma.items():
+                self.steps_by_gamma[int(gamma)] += int(n)
+
+    def steps_by_gamma_rows(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return sorted(self.steps_by_gamma.items())
+
+    def latency_snapshot(self) -> dict[str, tuple[list[tuple[str, float]], float]]:
+        """{histogram name: (cumulative buckets, sum)}, read under the lock."""
+        with self._lock:
+            return {name: (h.cumulative(), h.sum) for name, h in self.latency.items()}
+
+    def first_output(self, ttft_s: float, queue_s: float) -> None:
+        with self._lock:
+            self.latency[names.VLLM_TTFT].observe(ttft_s)
+            self.latency[names.VLLM_QUEUE_TIME].observe(queue_s)
+
+    def next_output(self, gap_s: float) -> None:
+        with self._lock:
+            self.latency[names.VLLM_ITL].observe(gap_s)
+
+    def finished(self, prompt_tokens: int, generation_tokens: int, finish_reason: str | None,
+                 e2e_s: float | None = None) -> None:
+        with self._lock:
+            if e2e_s is not None:
+                self.latency[names.VLLM_E2E].observe(e2e_s)
             self.prompt_tokens += prompt_tokens
             self.generation_tokens += generation_tokens
             if finish_reason in ("stop", "length"):
@@ -99,6 +171,13 @@ class _Collector:
         for reason in ("stop", "length"):
             succ.add_metric(["0", reason, self.model_name], float(c.request_success.get(reason, 0)))
         yield succ
+        yield from _latency_families(c, base, labels)
+        by_gamma = CounterMetricFamily(names.ENGINE_STEPS_BY_GAMMA, "Request-steps by the gamma the step allowed "
+                                       "the request (0: none; gamma schedules cap it by the running batch).",
+                                       labels=[*base, "gamma"])
+        for gamma, n in c.steps_by_gamma_rows():
+            by_gamma.add_metric([*labels, str(gamma)], float(n))
+        yield by_gamma
 
         yield counter(names.VLLM_SPEC_DRAFTS, "Number of spec decoding drafts.",
                       _field(s, "spec_num_drafts"))
@@ -125,6 +204,21 @@ class _Collector:
                 family.add_metric(["0", self.model_name, cls or "unknown", proposer], float(value))
         yield from families
         yield from _step_families(_field(s, "step_counters", None), base, labels)
+
+
+_LATENCY_DOCS = {
+    names.VLLM_TTFT: "Histogram of time to first token in seconds.",
+    names.VLLM_ITL: "Histogram of inter-token latency in seconds (one observation per engine output).",
+    names.VLLM_E2E: "Histogram of e2e request latency in seconds.",
+    names.VLLM_QUEUE_TIME: "Histogram of time spent in WAITING phase for request.",
+}
+
+
+def _latency_families(counters: ServerCounters, base: list[str], labels: list[str]) -> Iterator[Metric]:
+    for name, (buckets, total) in counters.latency_snapshot().items():
+        h = HistogramMetricFamily(name, _LATENCY_DOCS[name], labels=base)
+        h.add_metric(labels, buckets, total)
+        yield h
 
 
 def _step_families(steps: telemetry.StepCounters | None, base: list[str], labels: list[str]) -> Iterator[Metric]:

@@ -33,6 +33,7 @@ API (docs/INTERFACES.md, "Worker"):
         out.new_token_ids, out.finished, out.finish_reason   # "stop" | "length" | "abort"
         out.draft_tokens, out.accepted_tokens, out.steps     # cumulative for the request
         out.steps_by_gamma                                   # {gamma the step allowed: steps}
+        out.queue_s                                          # seconds queued before joining the batch
     engine.abort("r1"); engine.metrics(); engine.stop()
 
 - `generate` is an async generator; closing it early (client gone) aborts the request and frees its slot.
@@ -127,6 +128,8 @@ class StepOutput:
     accepted_per_position: tuple[int, ...] = ()
     # steps by the gamma the step allowed the request (min(k, schedule cap at the running batch); 0: none)
     steps_by_gamma: dict[int, int] = field(default_factory=dict)
+    # seconds the request waited in the queue before it joined the running batch (vLLM's queue time)
+    queue_s: float = 0.0
 
 
 @dataclass
@@ -169,7 +172,8 @@ def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) 
 class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
-                 "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma")
+                 "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma", "queued_at",
+                 "queue_s")
 
     def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
                  schedule: Schedule | None = None):
@@ -194,10 +198,13 @@ class _Seq:
         self.schedule = schedule
         self.step_k = k  # this step's gamma: min(k, the schedule's cap at the running batch)
         self.by_gamma: dict[int, int] = {}
+        self.queued_at = time.monotonic()  # built when submitted; admission sets queue_s
+        self.queue_s = 0.0
 
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
-                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma))
+                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma),
+                          self.queue_s)
 
 
 def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
@@ -511,6 +518,7 @@ class Engine:
             if admitted and n > budget:
                 break
             s = self._waiting.popleft()
+            s.queue_s = time.monotonic() - s.queued_at
             s.slot = heapq.heappop(self._free_slots)
             s.kv_len = 0
             self._running.append(s)

@@ -1,7 +1,8 @@
 """The reference worker's OpenAI-compatible HTTP server (FastAPI + uvicorn) around `Engine`.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (stream and not), GET /v1/models, /health,
-/metrics (vLLM names, see `_metrics.py`). Per request, the body field
+/metrics (vLLM names, see `_metrics.py`); POST /tokenize, /detokenize, /v1/embeddings (`_tokenize.py`).
+Per request, the body field
 `speculation: {"proposer", "num_speculative_tokens", "content_class", "schedule"}` picks the proposer and k for
 that request only (schedule: `[[max_running_batch, cap], ...]`, k capped by the running batch at every step);
 the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
@@ -39,7 +40,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
 from adaptspec.errors import RequestError
-from adaptspec.worker import _metrics
+from adaptspec.worker import _metrics, _tokenize
 from adaptspec.worker._openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -340,6 +341,10 @@ class _Worker:
             return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
 
+    async def run_cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in the CPU pool (model forwards outside the engine: embeddings)."""
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+
     # -- tokenizer glue
     def encode(self, text: str) -> list[int]:
         if self.max_prompt_chars is not None and len(text) > self.max_prompt_chars:
@@ -435,11 +440,20 @@ class _Worker:
     async def generate(self, job: _Job) -> AsyncIterator[str]:
         """Text deltas of one job; fills job.result. Closing it early aborts the engine request."""
         res, tracker = job.result, _TextTracker(self.decode, job.stops, lazy=not job.stream)
+        arrived = last = time.monotonic()  # for the latency histograms (_metrics.py)
+        first = True
         gen = self.engine.generate(self._gen_request(job))
         try:
             async for out in gen:
                 new = list(out.new_token_ids)[: job.max_tokens - res.completion_tokens]
                 res.completion_tokens += len(new)
+                if new:
+                    now = time.monotonic()
+                    if first:
+                        self.counters.first_output(now - arrived, float(getattr(out, "queue_s", 0.0)))
+                    else:
+                        self.counters.next_output(now - last)
+                    first, last = False, now
                 res.draft_tokens, res.accepted_tokens, res.steps, res.drafts = (
                     int(out.draft_tokens), int(out.accepted_tokens), int(out.steps), int(out.drafts))
                 res.tried_per_position, res.accepted_per_position = out.tried_per_position, out.accepted_per_position
@@ -457,10 +471,12 @@ class _Worker:
         finally:
             await gen.aclose()
             res.text = tracker.text
+            self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
             else:
-                self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason)
+                self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason,
+                                       time.monotonic() - arrived)
 
     def _gen_request(self, job: _Job) -> Any:
         from adaptspec.worker.engine import GenRequest
@@ -591,6 +607,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
             "usage": worker.usage(job),
         })
 
+    _tokenize.add_routes(app, worker, _json)
     return _Guard(_BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
 
 

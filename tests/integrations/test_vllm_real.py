@@ -170,6 +170,36 @@ def test_through_the_proxy(vllm_server, tmp_path):
         proxy.stop()
 
 
+def test_tokenize_and_detokenize_pass_through_the_proxy(vllm_server, tmp_path):
+    """/tokenize and /detokenize (vLLM's own endpoints) through `adaptspec serve`: relayed unchanged, no decision."""
+    config = yaml.safe_load(Path(vllm_server["config"]).read_text())
+    port = free_port()
+    config["server"] = {"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.5}
+    path = tmp_path / "proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proxy = Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(path)],
+                   env={**os.environ}, log=tmp_path / "proxy.log", cwd=ROOT)
+    try:
+        base, url = f"http://127.0.0.1:{port}", vllm_server["url"]
+        proxy.wait_http(f"{base}/health/ready", timeout_s=60)
+        body = {"model": "tiny", "prompt": PROMPT, "return_token_strs": True}
+        r = httpx.post(f"{base}/tokenize", json=body, headers={"X-Request-Id": "vllm-tok-1"}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-request-id"] == "vllm-tok-1" and "x-adaptspec-class" not in r.headers
+        direct = httpx.post(f"{url}/tokenize", json=body, timeout=60).json()
+        assert r.json() == direct and direct["count"] == len(direct["tokens"]) > 0
+        back = httpx.post(f"{base}/detokenize", json={"model": "tiny", "tokens": direct["tokens"]}, timeout=60)
+        assert back.status_code == 200
+        assert back.json() == httpx.post(f"{url}/detokenize", json={"model": "tiny", "tokens": direct["tokens"]},
+                                         timeout=60).json()
+        assert PROMPT.strip() in back.json()["prompt"]
+        chat = httpx.post(f"{base}/tokenize", json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]},
+                          timeout=60)
+        assert chat.status_code == 200 and chat.json()["count"] > 0
+    finally:
+        proxy.stop()
+
+
 def test_launch_flags_exist_in_installed_vllm(vllm_server):
     import subprocess
 

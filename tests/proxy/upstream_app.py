@@ -3,7 +3,8 @@
     python tests/proxy/upstream_app.py --port P [--name w0] [--model m] [--engine adaptspec|openai]
                                        [--alpha 0.75] [--chunks 8] [--delay-ms 0]
 
-Answers /v1/chat/completions and /v1/completions (stream and non-stream). --engine vllm: fixed n-gram
+Answers /v1/chat/completions and /v1/completions (stream and non-stream); echoes the pass-through
+endpoints' bodies (/v1/embeddings, /v1/responses, /tokenize, /detokenize; `"stream": true`: three SSE events). --engine vllm: fixed n-gram
 speculation at --fixed-gamma, counters on /metrics only (no per-request stats). With --engine adaptspec it
 behaves like the reference worker's protocol: it honours the body's `speculation` field, reports
 `usage.speculative` with accepted = round(alpha * draft_tokens), and exposes vLLM-named /metrics with
@@ -25,7 +26,8 @@ from aiohttp import web
 
 
 def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_ms: float,
-          fixed_gamma: int = 0, step_model: tuple[float, float, float] | None = None) -> web.Application:
+          fixed_gamma: int = 0, step_model: tuple[float, float, float] | None = None,
+          max_model_len: int = 2048) -> web.Application:
     app = web.Application()
     st = {"running": 0, "running_offset": 0.0, "waiting": 0.0, "kv": 0.0, "cancelled": 0, "completed": 0,
           "requests": [], "draft": 0, "accepted": 0, "drafts": 0, "by_class": {}}
@@ -130,7 +132,26 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
         return await generate(request, "completions")
 
     async def models(request):
-        return web.json_response({"object": "list", "data": [{"id": model, "object": "model", "owned_by": name}]})
+        card = {"id": model, "object": "model", "created": 1700000000, "owned_by": name, "root": f"/models/{model}",
+                "parent": None, "max_model_len": max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def passthrough(request):
+        """/v1/embeddings, /v1/responses, /tokenize, /detokenize: echo what came, as JSON or (stream) 3 SSE events."""
+        body = await request.json()
+        st["requests"].append({"path": request.path, "body": body,
+                               "authorization": request.headers.get("Authorization"),
+                               **{h: request.headers.get(h) for h in ("x-request-id", "traceparent", "tracestate")}})
+        if not body.get("stream"):
+            return web.json_response({"worker": name, "path": request.path, "echo": body},
+                                     headers={"x-upstream-worker": name})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(3):
+            await resp.write(f"event: response.output_text.delta\ndata: {json.dumps({'delta': f't{i}'})}\n\n"
+                             .encode())
+        await resp.write_eof()
+        return resp
 
     async def health(request):
         return web.json_response({"status": "ok"})
@@ -170,6 +191,8 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
+    for path in ("/v1/embeddings", "/v1/responses", "/tokenize", "/detokenize"):
+        app.router.add_post(path, passthrough)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/_debug/set", dbg_set)

@@ -195,7 +195,7 @@ def test_max_tokens_gives_length(url):
     ("/v1/completions", b'{"prompt": "\\ud800 lone surrogate"}', 400, "not valid Unicode"),
     ("/v1/completions", {"prompt": "x", "speculation": {"num_speculative_tokens": 2.5}}, 400,
      "num_speculative_tokens"),
-    ("/v1/embeddings", {"input": "x"}, 404, "Not found"),
+    ("/v1/audio/speech", {"input": "x"}, 404, "Not found"),  # an endpoint the worker does not have
 ])
 def test_bad_requests_get_openai_errors(url, path, body, status, needle):
     r = _post(url, path, body)
