@@ -26,8 +26,8 @@ regressors are collinear). A slope is fitted only when its regressor per step va
 once the regressors before it are accounted for (relative residual spread >= `min_spread`); until then it
 keeps the prior's value and the intercept absorbs the level; so does a fitted slope whose standard error
 exceeds its value while the prior lies within two errors of it (the data neither determine nor contradict
-it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off:
-`required_steps`) AND it has predicted the windows better than the profile did: before each window is added, both predict it (the profile at the window's per-step means, so
+it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off or
+systematically biased: `required_steps`) AND it has predicted the windows better than the profile did: before each window is added, both predict it (the profile at the window's per-step means, so
 a roofline keeps its max(); the fit linearly) and their discounted squared errors are compared (prequential,
 out of sample). A right profile that the linear form cannot express (a GPU roofline) keeps pricing; a wrong
 one is replaced as soon as the fit predicts better.
@@ -62,6 +62,8 @@ _CLEAR_WIN = 4.0  # a fit whose prequential error is below 1/4 of the profile's 
 _MIN_EVIDENCE = 0.1  # ... down to this share of min_steps
 _MIN_WINDOWS = 8.0  # and never fewer telemetry windows than this
 _ERR_DECAY = 0.5 ** (1.0 / 16.0)  # prequential errors: half-life of 16 windows
+_BIAS_T = 4.0  # a profile whose mean error is this many standard errors from 0 ...
+_BIAS_REL = 0.2  # ... and at least this share of the measured step time is systematically off
 
 
 def feature_names(proposers: Sequence[str] = MODEL_PROPOSERS) -> tuple[str, ...]:
@@ -214,6 +216,10 @@ class StepCalibrator:
         self._q = 0.0  # sum y^2 / steps
         self._windows = 0.0  # discounted number of windows
         self._err = np.zeros(2)  # discounted prequential squared errors per step: [fit, profile]
+        self._err_windows = 0.0  # the windows behind them (discounted alike)
+        # the profile's residual per step r = (y - profile) / steps, weighted by steps (discounted alike):
+        # [sum n, sum n^2, sum n r, sum n r^2, sum y] -> its bias and the bias's standard error
+        self._bias = np.zeros(5)
         self._last: StepCounters | None = None
         self._cached: CalibratedCosts | None = None
 
@@ -243,6 +249,9 @@ class StepCalibrator:
         # the comparison of fit and profile looks at recent windows (a fit's first, immature predictions are
         # forgotten after a few dozen windows; the regression itself forgets by steps)
         self._err = lam * _ERR_DECAY * self._err + np.array([(y - fit_y) ** 2, (y - prior_y) ** 2]) / n
+        self._err_windows = lam * _ERR_DECAY * self._err_windows + 1.0
+        r = (y - prior_y) / n
+        self._bias = lam * _ERR_DECAY * self._bias + np.array([n, n * n, n * r, n * r * r, y])
         self._s = lam * self._s + np.outer(x, x) / n
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
@@ -310,14 +319,35 @@ class StepCalibrator:
 
     def required_steps(self) -> float:
         """Engine steps of evidence the fit needs before it is trusted: `min_steps`, or fewer the worse the
-        profile has predicted the windows next to the fit. A fit whose prequential squared error is below a
-        quarter of the profile's needs proportionally fewer, down to a tenth of `min_steps` (a profile
-        that is several times off at the worker's load — a CPU profile measured at batch <= 64 asked about
-        batch 128 — is replaced after tens of slow steps, not hundreds)."""
+        profile has predicted the recent windows. A profile that is systematically off (its mean error per
+        step beyond 4 standard errors and beyond 20% of the mean step: a CPU profile measured at batch <= 64
+        asked about batch 128 on a loaded machine) is replaced after a tenth of `min_steps`; otherwise a fit
+        whose prequential squared error is below a quarter of the profile's needs proportionally fewer, down
+        to the same tenth."""
+        if self.profile_bias_t() >= _BIAS_T and abs(self.profile_bias()) >= _BIAS_REL:
+            return self.min_steps * _MIN_EVIDENCE
         fit_err, prof_err = self._err
         if prof_err <= 0.0:
             return self.min_steps
         return self.min_steps * min(1.0, max(_MIN_EVIDENCE, _CLEAR_WIN * fit_err / prof_err))
+
+    def profile_bias(self) -> float:
+        """The profile's recent mean error, relative: (seconds measured - predicted) / seconds measured."""
+        sn, _, snr, _, sy = self._bias
+        return float(snr / sy) if sy > 0 else 0.0
+
+    def profile_bias_t(self) -> float:
+        """|mean error per step| of the profile over its standard error (windows as weighted samples)."""
+        sn, sn2, snr, snr2, _ = self._bias
+        if sn <= 0 or sn2 <= 0:
+            return 0.0
+        m = snr / sn
+        var = max(snr2 / sn - m * m, 0.0)
+        n_eff = sn * sn / sn2
+        if n_eff < _MIN_WINDOWS:
+            return 0.0
+        se = math.sqrt(var / n_eff)
+        return math.inf if se == 0.0 else abs(m) / se
 
     def _trusted(self, n: float) -> bool:
         fit_err, prof_err = self._err
@@ -346,5 +376,5 @@ class StepCalibrator:
             fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
             steps=n, trusted=self._trusted(n), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
             snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
-            fit_mse=float(self._err[0] / n) if n > 0 else math.nan,
-            prior_mse=float(self._err[1] / n) if n > 0 else math.nan)
+            fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
+            prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan)

@@ -205,7 +205,7 @@ class Feedback:
                 if p != "none":
                     sampled += [((w.name, p, c), alphas.get(w.name, p, c, regime=SAMPLED).mean)
                                 for c in CONTENT_CLASSES]
-        coef, err, trusted, steps = [], [], [], []
+        coef, err, trusted, steps, need, mse = [], [], [], [], [], []
         for name, cal in self._calibrators.items():
             c = cal.costs()
             for k, v in c.coefficients.items():
@@ -213,12 +213,16 @@ class Feedback:
                 err.append(((name, k), c.errors[k]))
             trusted.append(((name,), float(c.trusted)))
             steps.append(((name,), c.steps))
+            need.append(((name,), cal.required_steps()))
+            mse += [((name, "fit"), c.fit_mse), ((name, "profile"), c.prior_mse)]
         labels = ("worker", "coefficient")
         return {mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
                 mn.STEP_MODEL_COEFFICIENT: (labels, coef),
                 mn.STEP_MODEL_COEFFICIENT_ERROR: (labels, err),
                 mn.STEP_MODEL_TRUSTED: (("worker",), trusted),
-                mn.STEP_MODEL_STEPS: (("worker",), steps)}
+                mn.STEP_MODEL_STEPS: (("worker",), steps),
+                mn.STEP_MODEL_REQUIRED_STEPS: (("worker",), need),
+                mn.STEP_MODEL_PREDICTION_MSE: (("worker", "model"), mse)}
 
     def forget(self, worker_name: str) -> None:
         self._trackers.pop(worker_name, None)

@@ -128,6 +128,8 @@ STEP_MODEL_COEFFICIENT = "adaptspec_step_model_coefficient"
 STEP_MODEL_COEFFICIENT_ERROR = "adaptspec_step_model_coefficient_error"
 STEP_MODEL_TRUSTED = "adaptspec_step_model_trusted"
 STEP_MODEL_STEPS = "adaptspec_step_model_steps"
+STEP_MODEL_REQUIRED_STEPS = "adaptspec_step_model_required_steps"
+STEP_MODEL_PREDICTION_MSE = "adaptspec_step_model_prediction_mse"
 
 GAUGE_DOCS = {
     WORKER_RUNNING: "Requests in the worker's running batch (scraped)",
@@ -147,6 +149,9 @@ GAUGE_DOCS = {
     STEP_MODEL_COEFFICIENT_ERROR: "Standard error of the fitted coefficient (NaN: held at the prior)",
     STEP_MODEL_TRUSTED: "1 when the policy prices this worker's steps with the fitted model",
     STEP_MODEL_STEPS: "Engine steps behind the fit (discounted)",
+    STEP_MODEL_REQUIRED_STEPS: "Engine steps the fit needs before it is trusted (fewer the worse the profile predicts)",
+    STEP_MODEL_PREDICTION_MSE: "Recent out-of-sample squared error per step of the telemetry windows' seconds, "
+                               "by the fit and by the profile (model=fit|profile)",
 }
 
 GaugeRows = Iterable[tuple[tuple[str, ...], float]]

@@ -284,3 +284,23 @@ def test_a_far_off_profile_is_replaced_sooner_than_a_near_one():
     assert required["far"] == pytest.approx(30.0)
     assert trusted_at.get("near", math.inf) >= 300
     assert required["near"] == pytest.approx(300.0)
+
+
+def test_a_biased_profile_is_replaced_after_the_floor_even_when_steps_are_noisy():
+    """Per-step noise as large as the step itself (prefill steps among decodes) hides a 5x error from the
+    squared-error comparison for hundreds of steps; the profile's mean error is still many standard errors
+    from 0, so the fit is trusted at the floor. An unbiased profile under the same noise is not."""
+    prof = load_profile("cpu-tiny")
+    exact = prior_coefficients(prof)
+    trusted_at = {}
+    for name, theta in (("biased", 5.0 * exact), ("unbiased", exact)):
+        cal = StepCalibrator(prof, min_steps=300, half_life_steps=1e9)
+        sigma = 0.05 if name == "biased" else 0.01  # about the mean step time of each
+        for w in windows(np.random.default_rng(3), 300, theta=theta, sigma=sigma):
+            cal.observe(w)
+            if name not in trusted_at and cal.costs().trusted:
+                trusted_at[name] = cal.steps
+        if name == "biased":
+            assert cal.profile_bias() > 0.7  # the profile predicts a fifth of the time: bias ~0.8
+    assert trusted_at["biased"] < 150  # 8 effective windows (of 3..15 steps) are the floor here
+    assert trusted_at.get("unbiased", math.inf) >= 300
