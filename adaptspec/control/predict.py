@@ -45,9 +45,10 @@ from typing import NamedTuple
 import numpy as np
 
 from adaptspec.control.estimators import alpha_from_steps, prior_alpha
-from adaptspec.control.types import CONTENT_CLASSES
+from adaptspec.control.types import CONTENT_CLASSES, AlphaEstimate, AlphaSource
 
-__all__ = ["FEATURE_NAMES", "AcceptancePredictor", "OnlineLogistic", "Prediction", "RequestFeatures"]
+__all__ = ["FEATURE_NAMES", "AcceptancePredictor", "Gate", "OnlineLogistic", "Prediction", "RequestAlphas",
+           "RequestFeatures"]
 
 # verbs of a request to reuse or edit given text, looked up as the instruction's lower-cased words (str
 # methods in C: a case-insensitive alternation regex over the same text costs ~10x more)
@@ -204,6 +205,9 @@ class Prediction(NamedTuple):
 _LOOKUP_PROPOSERS = frozenset({"ngram"})
 _PRIOR_PROPOSE_RATE = 0.6
 _CLASS_MEAN_WINDOW = 256  # the class's mean features follow its last few hundred requests
+SHIFT_STEP = 0.05  # logit shifts are rounded to this (alpha moves < 1.3% per step): cacheable plans
+GATE_PRIOR = 0.05  # pseudo-evidence for "no correction" (sum of weight * squared shift in alpha)
+GATE_DECAY = 1.0 / 1024.0  # per observation: a gate's evidence follows its last ~thousand requests
 
 
 class AcceptancePredictor:
@@ -222,6 +226,10 @@ class AcceptancePredictor:
         # per top class: running mean of the observed requests' features [d] and their count
         self._class_mean: dict[str, np.ndarray] = {}
         self._class_n: dict[str, int] = {}
+        self._class_index = frozenset(CONTENT_CLASSES)
+        # per (proposer, class): how much the shifts of alpha / of the propose rate have earned (see Gate)
+        self._gate_alpha: dict[tuple[str, str], Gate] = {}
+        self._gate_rate: dict[tuple[str, str], Gate] = {}
 
     def _model(self, table: dict[str, OnlineLogistic], proposer: str) -> OnlineLogistic:
         m = table.get(proposer)
@@ -250,27 +258,53 @@ class AcceptancePredictor:
             rate = pm.predict(feats.x, _logit(_PRIOR_PROPOSE_RATE))[0] if pm is not None else _PRIOR_PROPOSE_RATE
         return Prediction(alpha, rate, n_eff)
 
-    def adjust(self, feats: RequestFeatures, proposer: str, alpha: float, propose_rate: float = 1.0,
-               ) -> tuple[float, float]:
-        """A class-level (alpha, propose_rate) — e.g. the live `AlphaTable` estimate of this worker, proposer
-        and class — moved by how far this request's features put it from the average observed request of
-        its class: logit shift = weights . (x - mean x of the class). Untrained (or a class not seen yet):
-        returned unchanged. This keeps the table's per-worker level and drift, and adds the per-request part."""
-        top = CONTENT_CLASSES[int(np.argmax(feats.class_scores))]
+    def _top(self, feats: RequestFeatures, content_class: str | None) -> str:
+        return content_class if content_class in self._class_index else \
+            CONTENT_CLASSES[int(np.argmax(feats.class_scores))]
+
+    def shift(self, feats: RequestFeatures, proposer: str, content_class: str | None = None) -> tuple[float, float]:
+        """(alpha, propose rate) logit shifts of this request from the average observed request of its class,
+        gated by what the shifts have earned so far (`Gate`) and rounded to `SHIFT_STEP` (so the plan caches,
+        keyed by alpha buckets, still hit). (0, 0) untrained or for a class not seen yet."""
+        top = self._top(feats, content_class)
         mean = self._class_mean.get(top)
         if mean is None:
-            return alpha, propose_rate
+            return 0.0, 0.0
         dx = feats.x - mean  # [d]
-        model = self._alpha.get(proposer)
-        if model is not None and 0.0 < alpha < 1.0:
-            alpha = _sigmoid(_logit(alpha) + float(model.m @ dx))
-        pm = self._propose.get(proposer)
-        if pm is not None and 0.0 < propose_rate < 1.0:
-            propose_rate = _sigmoid(_logit(propose_rate) + float(pm.m @ dx))
-        return alpha, propose_rate
+        out = []
+        for table, gate in ((self._alpha, self._gate_alpha), (self._propose, self._gate_rate)):
+            model, g = table.get(proposer), gate.get((proposer, top))
+            lam = 0.0 if g is None else g.weight
+            z = lam * float(model.m @ dx) if model is not None and lam > 0.0 else 0.0
+            out.append(round(z / SHIFT_STEP) * SHIFT_STEP)
+        return out[0], out[1]
 
-    def _note_class_mean(self, feats: RequestFeatures) -> None:
-        top = CONTENT_CLASSES[int(np.argmax(feats.class_scores))]
+    def adjust(self, feats: RequestFeatures, proposer: str, alpha: float, propose_rate: float = 1.0,
+               content_class: str | None = None, gated: bool = False) -> tuple[float, float]:
+        """A class-level (alpha, propose_rate) — e.g. the live `AlphaTable` estimate of this worker, proposer
+        and class — moved by how far this request's features put it from the average observed request of
+        its class (`content_class`, default the top class score): logit shift = weights . (x - mean x of the
+        class). Untrained (or a class not seen yet): returned unchanged. This keeps the table's per-worker
+        level and drift, and adds the per-request part. `gated`: the shift as `shift` gives it (what a policy
+        plans with); else the model's raw shift."""
+        if gated:
+            za, zr = self.shift(feats, proposer, content_class)
+        else:
+            mean = self._class_mean.get(self._top(feats, content_class))
+            if mean is None:
+                return alpha, propose_rate
+            dx = feats.x - mean  # [d]
+            model, pm = self._alpha.get(proposer), self._propose.get(proposer)
+            za = float(model.m @ dx) if model is not None else 0.0
+            zr = float(pm.m @ dx) if pm is not None else 0.0
+        return _shifted(alpha, za), _shifted(propose_rate, zr)
+
+    def view(self, alphas: AlphaSource, feats: RequestFeatures, content_class: str) -> RequestAlphas:
+        """`alphas` as one request sees them: its own class's estimates moved by its gated shift (`shift`)."""
+        return RequestAlphas(alphas, self, feats, content_class)
+
+    def _note_class_mean(self, feats: RequestFeatures, content_class: str | None = None) -> None:
+        top = self._top(feats, content_class)
         n = self._class_n.get(top, 0) + 1
         self._class_n[top] = n
         mean = self._class_mean.get(top)
@@ -280,13 +314,18 @@ class AcceptancePredictor:
             mean += (feats.x - mean) * max(1.0 / n, 1.0 / _CLASS_MEAN_WINDOW)
 
     def observe(self, feats: RequestFeatures, proposer: str, draft_tokens: int, accepted_tokens: int, steps: int,
-                drafts: int | None = None, tried_per_position: Sequence[int] | None = None,
-                accepted_per_position: Sequence[int] | None = None) -> None:
+                drafts: int | None = None, tried_per_position: Sequence[float] | None = None,
+                accepted_per_position: Sequence[float] | None = None, *, content_class: str | None = None,
+                class_alpha: float | None = None, class_rate: float | None = None) -> None:
         """Learn from one finished request's `usage.speculative` (cumulative for the request).
 
         Trials for alpha: the draft positions verified (sum of `tried_per_position`, when given: exact);
         else `drafts` steps of gamma = draft_tokens / drafts, with the failures the truncated-geometric
-        moment fit implies (as `estimators.AlphaTable.observe` does)."""
+        moment fit implies (as `estimators.AlphaTable.observe` does). `content_class`: the class the request
+        was decided in (default: its top class score). `class_alpha` / `class_rate`: the class-level estimates
+        the request's decision was moved from (the live table's, read before this request is counted in it):
+        they score the shift against the outcome before the model learns from it, which is what the `Gate`
+        weighs."""
         if draft_tokens < 0 or accepted_tokens < 0 or steps < 0 or accepted_tokens > draft_tokens:
             raise ValueError(f"bad speculative usage: draft_tokens={draft_tokens} accepted_tokens={accepted_tokens} "
                              f"steps={steps}")
@@ -300,23 +339,117 @@ class AcceptancePredictor:
             trials = succ + n_drafts * (1.0 - a**gamma)
         else:
             trials = succ = 0.0
-        self._note_class_mean(feats)
+        rate_obs = proposer in _LOOKUP_PROPOSERS and drafts is not None and steps > 0
+        # prequential: score the raw shifts on this outcome first, then learn from it
+        key = (proposer, self._top(feats, content_class))
+        if trials > 0 and class_alpha is not None and 0.0 < class_alpha < 1.0:
+            moved = self.adjust(feats, proposer, class_alpha, content_class=content_class)[0]
+            self._gate(self._gate_alpha, key).update(class_alpha, moved, succ / trials, trials / self.max_trials)
+        if rate_obs and class_rate is not None and 0.0 < class_rate < 1.0:
+            moved = self.adjust(feats, proposer, 0.5, class_rate, content_class=content_class)[1]
+            self._gate(self._gate_rate, key).update(class_rate, moved, min(drafts, steps) / steps,
+                                                    steps / self.max_trials)
+        self._note_class_mean(feats, content_class)
         if trials > 0:
             scale = min(1.0, self.max_trials / trials)
             self._model(self._alpha, proposer).update(feats.x, self._offset(feats, proposer), succ * scale,
                                                       trials * scale)
-        if proposer in _LOOKUP_PROPOSERS and drafts is not None and steps > 0:
+        if rate_obs:
             scale = min(1.0, self.max_trials / steps)
             self._model(self._propose, proposer).update(feats.x, _logit(_PRIOR_PROPOSE_RATE),
                                                         min(drafts, steps) * scale, steps * scale)
 
+    @staticmethod
+    def _gate(table: dict[tuple[str, str], Gate], key: tuple[str, str]) -> Gate:
+        g = table.get(key)
+        if g is None:
+            g = table[key] = Gate()
+        return g
+
     def to_dict(self) -> dict:
         return {"alpha": {p: m.to_dict() for p, m in self._alpha.items()},
                 "propose": {p: m.to_dict() for p, m in self._propose.items()},
-                "class_mean": {c: [m.tolist(), self._class_n[c]] for c, m in self._class_mean.items()}}
+                "class_mean": {c: [m.tolist(), self._class_n[c]] for c, m in self._class_mean.items()},
+                "gate": {"alpha": [[p, c, g.to_dict()] for (p, c), g in self._gate_alpha.items()],
+                         "propose": [[p, c, g.to_dict()] for (p, c), g in self._gate_rate.items()]}}
 
     def load_dict(self, d: Mapping) -> None:
         self._alpha = {p: OnlineLogistic.from_dict(v) for p, v in d.get("alpha", {}).items()}
         self._propose = {p: OnlineLogistic.from_dict(v) for p, v in d.get("propose", {}).items()}
         self._class_mean = {c: np.asarray(v[0], dtype=float) for c, v in d.get("class_mean", {}).items()}
         self._class_n = {c: int(v[1]) for c, v in d.get("class_mean", {}).items()}
+        gates = d.get("gate", {})
+        self._gate_alpha = {(p, c): Gate.from_dict(v) for p, c, v in gates.get("alpha", [])}
+        self._gate_rate = {(p, c): Gate.from_dict(v) for p, c, v in gates.get("propose", [])}
+
+
+def _shifted(p: float, z: float) -> float:
+    """p moved by z on the logit scale (0 and 1 stay)."""
+    if z == 0.0 or not 0.0 < p < 1.0:
+        return p
+    return _sigmoid(_logit(p) + z)
+
+
+class Gate:
+    """How much of a correction to trust: the online least-squares weight w in [0, 1] of
+    `estimate = c + w (a - c)`, c the class-level estimate, a the corrected one, y the outcome, each scored
+    before the model learnt from it (prequential). w minimises the weighted squared error of the estimate
+    over the outcomes seen (shrunk towards 0 by `prior`, and clipped), so on those outcomes the gated
+    estimate is never worse than the class level: at w = 0 it *is* the class level. Old evidence fades with
+    `decay` per observation (the model and the traffic drift)."""
+
+    __slots__ = ("sxy", "sxx", "n", "prior", "decay")
+
+    def __init__(self, prior: float = GATE_PRIOR, decay: float = GATE_DECAY) -> None:
+        self.sxy = self.sxx = self.n = 0.0
+        self.prior, self.decay = prior, decay
+
+    @property
+    def weight(self) -> float:
+        return min(max(self.sxy / (self.sxx + self.prior), 0.0), 1.0)
+
+    def update(self, c: float, a: float, y: float, weight: float = 1.0) -> None:
+        """One outcome y of a request whose class-level estimate was c and corrected estimate a; `weight`
+        (capped at 1): how much the outcome tells (a request of few draft tokens tells little)."""
+        w, keep = min(max(weight, 0.0), 1.0), 1.0 - self.decay
+        d = a - c
+        self.sxx = self.sxx * keep + w * d * d
+        self.sxy = self.sxy * keep + w * d * (y - c)
+        self.n = self.n * keep + w
+
+    def to_dict(self) -> dict:
+        return {"sxy": self.sxy, "sxx": self.sxx, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Gate:
+        g = cls()
+        g.sxy, g.sxx, g.n = float(d["sxy"]), float(d["sxx"]), float(d.get("n", 0.0))
+        return g
+
+
+class RequestAlphas:
+    """An `AlphaSource` for one request's decision: `base` (the live table, or its regime view), with the
+    estimates of the request's own class moved by the predictor's gated shift (alpha, its per-position
+    rates and the propose rate alike). Other classes (a batch's class mix) read through unchanged."""
+
+    __slots__ = ("base", "predictor", "feats", "content_class", "_shifts")
+
+    def __init__(self, base: AlphaSource, predictor: AcceptancePredictor, feats: RequestFeatures,
+                 content_class: str) -> None:
+        self.base, self.predictor, self.feats, self.content_class = base, predictor, feats, content_class
+        self._shifts: dict[str, tuple[float, float]] = {}
+
+    def get(self, worker: str, proposer: str, content_class: str) -> AlphaEstimate:
+        est = self.base.get(worker, proposer, content_class)
+        if content_class != self.content_class:
+            return est
+        z = self._shifts.get(proposer)
+        if z is None:
+            z = self._shifts[proposer] = self.predictor.shift(self.feats, proposer, content_class)
+        za, zr = z
+        if za == 0.0 and zr == 0.0:
+            return est
+        per_pos = est.per_position
+        if per_pos is not None and za:
+            per_pos = tuple(_shifted(a, za) for a in per_pos)
+        return AlphaEstimate(_shifted(est.mean, za), est.std, est.n, per_pos, _shifted(est.propose_rate, zr))
