@@ -322,6 +322,9 @@ class _CostModelPolicy:
         proposer when the mix's total goodput without it beats the total with it (everyone paying its
         passes) by the margin.
         """
+        # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
+        # for every request of the mix): a per-request view (control/predict.py) names its class-level source
+        alphas = getattr(alphas, "class_level", alphas)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
         key = (w.name, prof.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))

@@ -156,13 +156,13 @@ class Proxy:
                regime: str = GREEDY, features: RequestFeatures | None = None):
         """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory.
         `regime`: the request's sampling regime (estimators.sampling_regime), whose alpha estimates it reads.
-        `features`: the request's (`classify_body`): a greedy request is then decided on its own predicted
-        alphas (`AcceptancePredictor.view`)."""
+        `features`: the request's (`classify_body`): it is then decided on its own predicted alphas
+        (`AcceptancePredictor.view` of its regime's estimates)."""
         eligible = Pools.eligible(candidates, exclude)
         remote = self.state.remote_inflight
         states = [w.state(remote.get(w.name, 0)) for w in eligible]
         alphas = self.state.alphas if regime == GREEDY else self.state.alphas.view(regime)
-        if features is not None and regime == GREEDY:
+        if features is not None:
             alphas = self.predictor.view(alphas, features, content_class)
         decision = self.policy.decide(content_class, states, alphas)
         worker = self.pools.workers.get(decision.worker)

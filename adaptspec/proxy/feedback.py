@@ -137,8 +137,8 @@ class Feedback:
             return
         m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
         m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
-        if features is not None and regime == GREEDY:
-            self._teach(worker, content_class, proposer, features, draft, accepted, steps, positions)
+        if features is not None:
+            self._teach(worker, content_class, proposer, features, draft, accepted, steps, positions, regime)
         if positions is not None and abs(sum(positions[1]) - accepted) < 0.5:
             # exact conditional rates per position, whatever length each draft had (n-gram drafts vary)
             tried, acc = positions
@@ -159,10 +159,10 @@ class Feedback:
         self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
 
     def _teach(self, worker, content_class: str, proposer: str, features, draft: float, accepted: float,
-               steps: float | None, positions: tuple[list[float], list[float]] | None) -> None:
+               steps: float | None, positions: tuple[list[float], list[float]] | None, regime: str) -> None:
         """The request's outcome to the acceptance predictor (estimator.predict), scored against the class-level
-        estimate its decision was moved from: read here, before the table counts this request."""
-        est = self.proxy.state.alphas.get(worker.name, proposer, content_class)
+        estimate (of its sampling regime) its decision was moved from: read here, before the table counts it."""
+        est = self.proxy.state.alphas.get(worker.name, proposer, content_class, regime=regime)
         tried, acc = positions if positions is not None and abs(sum(positions[1]) - accepted) < 0.5 else (None, None)
         n_steps = int(steps) if steps else 0
         # position 0 is tried by every drafting step: the propose rate's numerator (with the step count)
