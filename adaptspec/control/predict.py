@@ -29,10 +29,22 @@ positions of one request are not independent (one request's many steps must not 
                       tried_per_position=tried, accepted_per_position=acc)   # from usage.speculative
 
 `n_eff` is the prediction's weight in pseudo-trials (alpha(1-alpha) / its posterior variance), comparable to
-the Beta posteriors of `estimators.AlphaTable`; a caller can blend the two with it. Or keep the table's
-per-worker, per-class level and add only the per-request part:
+the Beta posteriors of `estimators.AlphaTable`. Or keep the table's per-worker, per-class level and add only
+the per-request part:
 
     alpha, propose_rate = predictor.adjust(feats, "ngram", table_alpha, table_propose_rate)
+
+How the proxy and the simulator use it (estimator.predict, default on): the request's features are computed
+once, its decision reads `predictor.view(alphas, feats, cls)` (an AlphaSource: the request's own class's
+estimates, per-position rates and propose rate moved on the logit scale by `shift`; other classes unchanged,
+and batch-wide draft gammas read `view.class_level`), and the finished request's feedback goes to
+`observe(..., content_class=cls, class_alpha=..., class_rate=...)` with the class-level estimate read before
+the table counts it. `shift` = gate weight x weights . (x - the class's mean x), temperature left out (the
+sampling regime already picks the class-level key), rounded to 0.05 so the plan caches still hit. The gate
+(`Gate`, one per proposer and class) is the online least-squares weight in [0, 1] of the shift against the
+outcomes, each scored before the model learnt from it: where the features tell nothing about a class, the
+weight stays ~0 and its requests are planned exactly as the class level; a request never gets a worse
+estimate than the class level on average over the outcomes seen.
 """
 
 from __future__ import annotations
@@ -67,11 +79,10 @@ _INSTR_CHARS = 240  # the instruction sits at the head or the tail of a long pro
 _SAMPLE_CHARS = 2048  # a long prompt is read at its head and tail only
 _SHINGLE = 8  # bytes per shingle: about two tokens, the shortest span an n-gram lookup copies
 _SHINGLE_BYTES = 1024  # repetition is measured on the first 1 KB (sorting the shingles is the costly part)
-# byte -> 0 other, 1 digit, 2 non-ASCII (UTF-8 lead or continuation byte), 3 code punctuation
-_BYTE_KIND = np.zeros(256, dtype=np.int64)
-_BYTE_KIND[ord("0"): ord("9") + 1] = 1
-_BYTE_KIND[128:] = 2
-_BYTE_KIND[list(b"{}()[];:=<>\"'`,.")] = 3
+# byte kinds counted as len(b) - len(b.translate(None, kind)): one C pass each, no array
+_DIGITS = b"0123456789"
+_NON_ASCII = bytes(range(128, 256))  # UTF-8 lead and continuation bytes
+_PUNCT = b"{}()[];:=<>\"'`,."
 
 FEATURE_NAMES: tuple[str, ...] = (
     "bias", *(f"class_{c}" for c in CONTENT_CLASSES), "repeat_8bytes", "repeat_lines", "code_lines",
@@ -121,7 +132,8 @@ class RequestFeatures:
         # every scan below reads at most _SAMPLE_CHARS (head and tail): the cost does not grow with the prompt
         sample = text if n_chars <= _SAMPLE_CHARS else text[: _SAMPLE_CHARS // 2] + text[-_SAMPLE_CHARS // 2:]
         n_words = (sample.count(" ") + sample.count("\n") + 1) * n_chars / len(sample) if text else 0.0
-        raw = np.frombuffer(sample.encode("utf-8", "replace"), dtype=np.uint8)  # [bytes]
+        data = sample.encode("utf-8", "replace")
+        raw = np.frombuffer(data, dtype=np.uint8)  # [bytes]
         repeat_8 = _repeated_shingle_share(raw[:_SHINGLE_BYTES])
         lines = [ln for ln in sample.splitlines() if ln.strip()]
         repeat_lines = 1.0 - len(set(lines)) / len(lines) if len(lines) > 1 else 0.0
@@ -134,8 +146,10 @@ class RequestFeatures:
         instr = text[:_INSTR_CHARS] + " " + text[-_INSTR_CHARS:] if n_chars > 2 * _INSTR_CHARS else text
         edit = not _EDIT_WORDS.isdisjoint(instr.encode("utf-8", "replace").translate(_WORD_BYTES).split())
         long_context = min(1.0, n_chars / 2000.0) if len(lines) > 2 or n_chars > 600 else 0.0
-        if raw.size:
-            digits, non_ascii, punct = np.bincount(_BYTE_KIND[raw], minlength=4)[1:] / raw.size
+        if data:
+            n = len(data)
+            digits, non_ascii, punct = ((n - len(data.translate(None, kind))) / n
+                                        for kind in (_DIGITS, _NON_ASCII, _PUNCT))
         else:
             digits = non_ascii = punct = 0.0
         mt = 256 if max_tokens is None else max(1, int(max_tokens))
