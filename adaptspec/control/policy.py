@@ -153,6 +153,8 @@ class PlanCache:
 class Static:
     """Always `proposer` with `gamma` (or off), on the least-loaded worker that can run it."""
 
+    uses_alphas = False  # the proxy skips per-request acceptance prediction for policies that ignore alphas
+
     def __init__(self, cfg: StaticPolicy) -> None:
         self.name = "static"
         self.proposer, self.gamma = cfg.proposer, cfg.gamma
@@ -179,6 +181,8 @@ class Static:
 
 class Threshold:
     """gamma by the load of the least-loaded worker offering the proposer (per class override)."""
+
+    uses_alphas = False
 
     def __init__(self, cfg: ThresholdPolicy) -> None:
         self.name = "threshold"
@@ -218,6 +222,7 @@ class _CostModelPolicy:
     """Shared machinery of goodput and bandit: score every (worker, proposer) option by the cost model."""
 
     name = "goodput"
+    uses_alphas = True
 
     explore = 0.0  # probe probability (goodput); the bandit explores through its posterior draws instead
     explore_below = 0.0

@@ -129,8 +129,9 @@ class Proxy:
 
     @property
     def predicting(self) -> bool:
+        """Per-request acceptance prediction: `estimator.predict`, for a policy that reads alpha estimates."""
         est = getattr(self.config, "estimator", None)
-        return est is None or est.predict
+        return (est is None or est.predict) and getattr(self.policy, "uses_alphas", True)
 
     def classify_body(self, body: dict) -> tuple[str, RequestFeatures | None]:
         """(content class, the request's features for acceptance prediction or None when it is off).

@@ -63,3 +63,15 @@ async def test_edits_and_questions_of_one_class_get_their_own_plans(predict):
             assert e[1] == "ngram" and (q[1] == "none" or q[2] < e[2])
         else:
             assert learnt == {} and e[1:] == q[1:]
+
+
+def test_features_only_for_policies_that_read_alphas():
+    body = {"model": "tiny", "messages": [{"role": "user", "content": edit(1)}], "max_tokens": 8}
+    pools = [{"name": "p", "engine": "adaptspec", "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]
+    for policy, on in (({"kind": "goodput"}, True), ({"kind": "static", "proposer": "ngram", "gamma": 4}, False),
+                       ({"kind": "goodput", "holdout": {"share": 0.1}}, True)):
+        proxy = Proxy(parse_config({"policy": policy, "pools": pools}))
+        cls, feats = proxy.classify_body(body)
+        assert cls == "code" and (feats is not None) == on
+    off = Proxy(parse_config({"estimator": {"predict": False}, "pools": pools}))
+    assert off.classify_body(body) == ("code", None)
