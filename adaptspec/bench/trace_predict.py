@@ -19,23 +19,26 @@ from adaptspec.control.types import AlphaSource
 
 
 class TracePredictor:
-    """An `AcceptancePredictor` with the features of the trace requests it has seen, keyed by request id."""
+    """An `AcceptancePredictor` with the features of the trace requests it has seen."""
 
     def __init__(self, predictor: AcceptancePredictor | None = None) -> None:
         self.predictor = predictor or AcceptancePredictor()
-        self._feats: dict[str, RequestFeatures | None] = {}
+        # by object: ids are unique within a file only, and a replay mixes files; the workload holds the
+        # requests (and a reference is kept here), so an object's id is never reused while cached
+        self._feats: dict[int, tuple[TraceRequest, RequestFeatures | None]] = {}
 
     def features(self, req: TraceRequest) -> RequestFeatures | None:
         """The request's features (None without a prompt); the classifier scores its prompt once."""
-        if req.id in self._feats:
-            return self._feats[req.id]
+        hit = self._feats.get(id(req))
+        if hit is not None:
+            return hit[1]
         feats = None
         if req.prompt is not None:
             from adaptspec.control.classify import Classifier
 
             scores = Classifier.default().predict(req.prompt)[1]
             feats = RequestFeatures.from_prompt(req.prompt, None, req.temperature, scores)
-        self._feats[req.id] = feats
+        self._feats[id(req)] = (req, feats)
         return feats
 
     def view(self, alphas: AlphaSource, feats: RequestFeatures | None, content_class: str) -> AlphaSource:

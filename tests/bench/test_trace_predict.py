@@ -74,3 +74,12 @@ def test_policy_names():
     assert parse_policy("adaptive+predict", "cpu-tiny").predicting()
     assert not parse_policy("adaptive-class", "cpu-tiny").predicting()
     assert parse_policy("adaptive", "cpu-tiny").predicting()  # estimator.predict defaults on
+
+
+def test_requests_of_two_files_with_the_same_id_keep_their_own_features():
+    a, b = _trace(2)
+    twin = TraceRequest(a.id, "code", 60, N_OUT, 8, b.accept_runs, prompt=b.prompt)  # same id, other prompt
+    tp = TracePredictor()
+    fa, fb = tp.features(a), tp.features(twin)
+    assert fa is not None and fb is not None and not (fa.x == fb.x).all()
+    assert tp.features(a) is fa and tp.features(TraceRequest(a.id, "code", 60, N_OUT, 8, a.accept_runs)) is None
