@@ -43,6 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from adaptspec.bench.oracle import LiveBatch, Oracle
+from adaptspec.bench.trace_predict import TracePredictor
 from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
 from adaptspec.control.calibration import (
@@ -289,6 +290,7 @@ def simulate(
     counters: StepCounters | None = None,
     calibrator: StepCalibrator | None = None,
     on_finish: Callable[[object, int, float, int, float | None], None] | None = None,
+    predictor: TracePredictor | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
 
@@ -306,6 +308,9 @@ def simulate(
 
     `on_finish(decision, request id, now, output tokens, decode seconds per token after the first or None)`:
     every completion, with the policy's Decision for it (the holdout / switchback experiment's feedback).
+
+    `predictor`: per-request acceptance prediction on trace replays (bench/trace_predict.py): each traced
+    request with a prompt is decided on its own predicted alphas and teaches the predictor when it finishes.
     """
     truth = truth or AlphaModel()
     replay = workload if isinstance(workload, TraceWorkload) else None
@@ -366,6 +371,7 @@ def simulate(
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
     pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     decisions: list = [None] * slots  # the Decision of the request in each slot (for on_finish)
+    feats_of: list = [None] * slots  # the features of the request in each slot (with a predictor)
     # with a schedule the draft length varies: per position, the drafts that reached it (the worker's
     # tried_per_position), for exact conditional rates as the proxy counts them from usage.speculative
     pos_try = np.zeros((slots, G), dtype=np.int64)
@@ -424,13 +430,17 @@ def simulate(
             req = replay.request(r) if replay is not None else None
             if req is not None:
                 state = _offering(state, req)
+            feats_of[s] = None
             if hindsight is not None:
                 on = np.flatnonzero(active)
                 live = LiveBatch([replay.request(int(x)) for x in rid[on]], [PROPOSERS[x] for x in prop[on]],
                                  [int(x) for x in gamma[on]], float(ctx.sum()))
                 d = hindsight(req, state, live)
             else:
-                d = policy.decide(cname, [state], alphas)
+                if predictor is not None and req is not None:
+                    feats_of[s] = predictor.features(req)
+                seen = predictor.view(alphas, feats_of[s], cname) if feats_of[s] is not None else alphas
+                d = policy.decide(cname, [state], seen)
             g = min(d.max_k, G) if d.proposer != "none" else 0
             decisions[s] = d
             p = d.proposer if g > 0 else "none"
@@ -577,6 +587,11 @@ def simulate(
             pname = PROPOSERS[prop[s]]
             cname = CONTENT_CLASSES[cls_of[s]]
             uniform = np.count_nonzero(step_gamma[s, 1:]) == 1  # drafted at one gamma only (maybe off at times)
+            if predictor is not None and feats_of[s] is not None and d_tok[s] > 0:
+                # before the table counts it: the class-level estimate its decision was moved from
+                predictor.observe(feats_of[s], pname, cname, alphas.get(base_worker.name, pname, cname),
+                                  int(d_tok[s]), int(a_tok[s]), int(nstep[s]), int(pos_drf[s, 0]),
+                                  [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]])
             if observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
                 tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
                 alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried, got,
@@ -691,11 +706,21 @@ class PolicySpec:
     policy: object  # adaptspec.control.config.PolicyConfig (None for the oracle)
     estimator: object | None = None  # adaptspec.control.config.EstimatorConfig
     hindsight: bool = False  # the bench-only oracle (adaptspec.bench.oracle), needs a trace
+    predict: bool | None = None  # per-request acceptance prediction on traces (None: the estimator's `predict`)
+
+    def predicting(self) -> bool:
+        if self.predict is not None:
+            return self.predict
+        from adaptspec.control.config import EstimatorConfig
+
+        return (self.estimator or EstimatorConfig()).predict
 
 
 def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
     """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `adaptive-schedule` (goodput
-    with per-request gamma schedules), `bandit` (= `explore`), `oracle` (hindsight, trace replay only)."""
+    with per-request gamma schedules), `bandit` (= `explore`), `oracle` (hindsight, trace replay only).
+    On traces with prompts `adaptive` predicts per request as `estimator.predict` says (default on);
+    `adaptive+predict` / `adaptive-class` force the prediction on / off (class-level alphas only)."""
     from adaptspec.control.config import (
         BanditPolicy,
         GoodputPolicy,
@@ -719,14 +744,16 @@ def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
                                              table=[ThresholdRow(max_load=m, gamma=g) for m, g in THRESHOLD_TABLE]))
     if s in ("adaptive", "goodput"):
         return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile))
+    if s in ("adaptive+predict", "adaptive-class"):
+        return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile), predict=s == "adaptive+predict")
     if s in ("adaptive-schedule", "goodput-schedule"):
         return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile, schedule=True))
     if s in ("bandit", "explore"):
         return PolicySpec(s, BanditPolicy(kind="bandit", default_profile=profile, seed=seed))
     if s == "oracle":
         return PolicySpec(s, None, hindsight=True)
-    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, adaptive-schedule, "
-                      "bandit, oracle "
+    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, adaptive+predict, "
+                      "adaptive-class, adaptive-schedule, bandit, oracle "
                       "(or --policy-file)", key="--policies", value=s)
 
 
@@ -797,6 +824,8 @@ def sweep(
             clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
             alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
             oracle = Oracle(cost, max_gamma) if spec.hindsight else None  # stateless: one per sweep
+            predicting = not spec.hindsight and isinstance(workload, TraceWorkload) and spec.predicting()
+            predictor = TracePredictor() if predicting else None  # learns on, point to point, like the table
             counters = None
             calibrator = StepCalibrator(belief) if calibrate else None
             for kind, value in loads:
@@ -810,9 +839,10 @@ def sweep(
                     clock = _SimClock()
                     alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
                     calibrator = StepCalibrator(belief) if calibrate else None
+                    predictor = TracePredictor() if predicting else None
                 res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
                                on_step=clock.set, t0=clock.t, telemetry=telemetry, counters=counters,
-                               calibrator=calibrator)
+                               calibrator=calibrator, predictor=predictor)
                 point = res.counters.since(counters or StepCounters()) if res.counters is not None else None
                 counters = res.counters
                 row = {"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,

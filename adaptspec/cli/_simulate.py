@@ -7,7 +7,9 @@
     adaptspec simulate --trace measured.jsonl --profile h100-llama3-8b-measured \\
         --policies off,static:eagle:3,static:ngram:8,adaptive,oracle --concurrency 1,8,32,128
 
-Policies: `off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (the goodput policy), `bandit` (the
+Policies: `off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (the goodput policy; on traces with
+prompts it predicts each request's acceptance as `estimator.predict` says, default on; `adaptive+predict` /
+`adaptive-class` force that on / off), `bandit` (the
 exploring one), `oracle` (per-request hindsight optimum; needs `--trace`), plus any policy YAML via
 `--policy-file` (named after the file). `--trace FILE` (repeatable, mixed in file order) replays measured
 acceptance, classes and lengths from acceptance traces (format: adaptspec/bench/traces.py) instead of the

@@ -3,7 +3,8 @@
     policy:    {kind: goodput|static|threshold|bandit, ...kind-specific,
                 holdout: {share, seed, confidence, min_samples, max_samples, guard, max_cost},
                 switchback: {share, window_s, washout_s, cooldown_s, settle_s, seed, min_windows, guard}}
-    estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s}
+    estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s,
+                max_positions, predict}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
     state:     {backend: memory|redis, url, key_prefix}
     server:    {host, port, api_keys_env, max_body_bytes, scrape_interval_s, request_timeout_s,
@@ -156,6 +157,9 @@ class EstimatorConfig(_Strict):
     half_life_tokens: float | None = Field(default=8192.0, gt=0)
     half_life_s: float | None = Field(default=600.0, gt=0)
     max_positions: int = Field(default=16, ge=1, le=64)
+    # per-request acceptance prediction (control/predict.py): each request's own class estimates moved by
+    # what its prompt's features predict, learnt online from the per-request feedback
+    predict: bool = True
 
 
 # -- pools ---------------------------------------------------------------------------------------------

@@ -153,6 +153,8 @@ class PlanCache:
 class Static:
     """Always `proposer` with `gamma` (or off), on the least-loaded worker that can run it."""
 
+    uses_alphas = False  # the proxy skips per-request acceptance prediction for policies that ignore alphas
+
     def __init__(self, cfg: StaticPolicy) -> None:
         self.name = "static"
         self.proposer, self.gamma = cfg.proposer, cfg.gamma
@@ -179,6 +181,8 @@ class Static:
 
 class Threshold:
     """gamma by the load of the least-loaded worker offering the proposer (per class override)."""
+
+    uses_alphas = False
 
     def __init__(self, cfg: ThresholdPolicy) -> None:
         self.name = "threshold"
@@ -218,6 +222,7 @@ class _CostModelPolicy:
     """Shared machinery of goodput and bandit: score every (worker, proposer) option by the cost model."""
 
     name = "goodput"
+    uses_alphas = True
 
     explore = 0.0  # probe probability (goodput); the bandit explores through its posterior draws instead
     explore_below = 0.0
@@ -322,6 +327,9 @@ class _CostModelPolicy:
         proposer when the mix's total goodput without it beats the total with it (everyone paying its
         passes) by the margin.
         """
+        # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
+        # for every request of the mix): a per-request view (control/predict.py) names its class-level source
+        alphas = getattr(alphas, "class_level", alphas)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
         key = (w.name, prof.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from adaptspec.control.classify import classify_request
+from adaptspec.control.classify import Classifier, classify_request, request_text
 from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
+from adaptspec.control.predict import AcceptancePredictor, RequestFeatures
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import accesslog, handlers, health, modelcards, passthrough, report
@@ -59,6 +60,8 @@ class Proxy:
         self.scraper = None
         self.apply_config(config)
         self.state = self._make_state(config)
+        # per-request acceptance prediction (estimator.predict); learnt online, kept across reloads
+        self.predictor = AcceptancePredictor(prior_table=config.estimator.prior.alpha if config.estimator else None)
         self.feedback = Feedback(self)
         self.scraper = Scraper(self, self.scrape_interval_s)
         self.metrics.add_collector(StateCollector(self._gauges))
@@ -124,14 +127,44 @@ class Proxy:
             raise RequestError("Incorrect or missing API key (send 'Authorization: Bearer <key>').", status=401,
                                type="authentication_error", code="invalid_api_key")
 
+    @property
+    def predicting(self) -> bool:
+        """Per-request acceptance prediction: `estimator.predict`, for a policy that reads alpha estimates."""
+        est = getattr(self.config, "estimator", None)
+        return (est is None or est.predict) and getattr(self.policy, "uses_alphas", True)
+
+    def classify_body(self, body: dict) -> tuple[str, RequestFeatures | None]:
+        """(content class, the request's features for acceptance prediction or None when it is off).
+
+        With prediction on and the shipped classifier, one classifier pass gives both the class and the class
+        scores the features carry; a custom `classify` gives the class, whose score is then 1."""
+        if not self.predicting:
+            return self.classify(body), None
+        if self.classify is classify_request:
+            cls, scores, _ = Classifier.default().predict_request(body)
+        else:
+            cls = self.classify(body)
+            scores = {cls: 1.0}
+        last, context = request_text(body)
+        text = f"{context}\n\n{last}" if context else last
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        temperature = body.get("temperature")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != temperature:
+            temperature = 0.0  # absent or not a number: the engine's default (greedy here)
+        return cls, RequestFeatures.from_prompt(text, max_tokens, float(temperature), scores)
+
     def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset(),
-               regime: str = GREEDY):
+               regime: str = GREEDY, features: RequestFeatures | None = None):
         """Policy decision over the healthy candidates -> (Decision, Worker). Synchronous, in memory.
-        `regime`: the request's sampling regime (estimators.sampling_regime), whose alpha estimates it reads."""
+        `regime`: the request's sampling regime (estimators.sampling_regime), whose alpha estimates it reads.
+        `features`: the request's (`classify_body`): it is then decided on its own predicted alphas
+        (`AcceptancePredictor.view` of its regime's estimates)."""
         eligible = Pools.eligible(candidates, exclude)
         remote = self.state.remote_inflight
         states = [w.state(remote.get(w.name, 0)) for w in eligible]
         alphas = self.state.alphas if regime == GREEDY else self.state.alphas.view(regime)
+        if features is not None:
+            alphas = self.predictor.view(alphas, features, content_class)
         decision = self.policy.decide(content_class, states, alphas)
         worker = self.pools.workers.get(decision.worker)
         if worker is None or worker not in eligible:

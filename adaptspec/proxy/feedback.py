@@ -119,7 +119,7 @@ class Feedback:
     def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
-                    prompt: float | None = None, regime: str = GREEDY) -> None:
+                    prompt: float | None = None, regime: str = GREEDY, features=None) -> None:
         m = self.proxy.metrics
         if output_tokens > 0:
             m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
@@ -137,6 +137,8 @@ class Feedback:
             return
         m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
         m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
+        if features is not None:
+            self._teach(worker, content_class, proposer, features, draft, accepted, steps, positions, regime)
         if positions is not None and abs(sum(positions[1]) - accepted) < 0.5:
             # exact conditional rates per position, whatever length each draft had (n-gram drafts vary)
             tried, acc = positions
@@ -155,6 +157,19 @@ class Feedback:
         if steps:
             kwargs["steps"] = steps
         self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
+
+    def _teach(self, worker, content_class: str, proposer: str, features, draft: float, accepted: float,
+               steps: float | None, positions: tuple[list[float], list[float]] | None, regime: str) -> None:
+        """The request's outcome to the acceptance predictor (estimator.predict), scored against the class-level
+        estimate (of its sampling regime) its decision was moved from: read here, before the table counts it."""
+        est = self.proxy.state.alphas.get(worker.name, proposer, content_class, regime=regime)
+        tried, acc = positions if positions is not None and abs(sum(positions[1]) - accepted) < 0.5 else (None, None)
+        n_steps = int(steps) if steps else 0
+        # position 0 is tried by every drafting step: the propose rate's numerator (with the step count)
+        drafts = int(tried[0]) if tried and n_steps >= tried[0] else None
+        self.proxy.predictor.observe(features, proposer, int(draft), int(accepted), n_steps, drafts, tried, acc,
+                                     content_class=content_class, class_alpha=est.mean,
+                                     class_rate=est.propose_rate)
 
     def on_sample(self, worker, sample) -> None:
         if sample.steps is not None:

@@ -134,7 +134,7 @@ class _Attempt:
     use, the failures so far and the current plan. Built once by `_generate`, passed to every step."""
 
     __slots__ = ("request", "proxy", "path", "t0", "body", "raw", "stream", "model", "candidates", "cls",
-                 "regime", "failed", "plan")
+                 "regime", "failed", "plan", "features")
 
     def __init__(self, request: web.Request, proxy, path: str, t0: float):
         self.request, self.proxy, self.path, self.t0 = request, proxy, path, t0
@@ -144,6 +144,7 @@ class _Attempt:
         self.cls, self.regime = "unknown", GREEDY
         self.failed: dict[str, int] = {}
         self.plan: _Plan | None = None
+        self.features = None  # control.predict.RequestFeatures, when acceptance prediction is on
 
 
 class _Plan:
@@ -248,9 +249,9 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         ctx.body, ctx.model, ctx.stream = _parse(ctx.raw, kind)
         ctx.candidates = proxy.pools.serving(ctx.model)
         t1 = time.perf_counter()
-        ctx.cls = proxy.classify(ctx.body)
+        ctx.cls, ctx.features = proxy.classify_body(ctx.body)
         ctx.regime = sampling_regime(ctx.body.get("temperature"), ctx.body.get("top_k"))
-        decision, worker = proxy.decide(ctx.cls, ctx.candidates, regime=ctx.regime)
+        decision, worker = proxy.decide(ctx.cls, ctx.candidates, regime=ctx.regime, features=ctx.features)
         proxy.metrics.decision_time.observe(time.perf_counter() - t1)
         if log.isEnabledFor(logging.DEBUG):  # why this request speculates (or not): for tuning and bug reports
             log.debug("decision on %s: %s", worker.name, decision.reason)
@@ -350,7 +351,7 @@ def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
     exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
     try:
-        decision, nxt = proxy.decide(ctx.cls, ctx.candidates, exclude, ctx.regime)
+        decision, nxt = proxy.decide(ctx.cls, ctx.candidates, exclude, ctx.regime, ctx.features)
     except UpstreamError:
         raise UpstreamError(f"All workers for this model failed before answering (last: {worker.name}: "
                             f"{exc.__class__.__name__}); retry shortly.", status=503) from None
@@ -395,7 +396,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     plan, m, cls = ctx.plan, ctx.proxy.metrics, ctx.cls
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
-                                   out.positions, out.prompt, plan.regime)
+                                   out.positions, out.prompt, plan.regime, ctx.features)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,

@@ -8,8 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from adaptspec.control.estimators import prior_alpha
-from adaptspec.control.predict import FEATURE_NAMES, AcceptancePredictor, Prediction, RequestFeatures
+from adaptspec.control.config import GoodputPolicy
+from adaptspec.control.estimators import AlphaTable, prior_alpha
+from adaptspec.control.policy import Goodput
+from adaptspec.control.predict import FEATURE_NAMES, AcceptancePredictor, Gate, Prediction, RequestFeatures
+from adaptspec.control.types import WorkerState
 
 CODE = "def add(a, b):\n    total = a + b\n    return total\n\nclass Box:\n    size = 3\n"
 EDIT = f"Rewrite this function with clearer names:\n\n```python\n{CODE}```"
@@ -224,3 +227,116 @@ def test_predict_latency(benchmark):
 
     out = benchmark(one)
     assert 0.0 < out.alpha < 1.0
+
+
+# ------------------------------------------------------------------------ the gate, the view, the policy
+
+def test_gate_weight_is_the_least_squares_share_of_the_correction():
+    """y = c + 0.4 (a - c) + noise: the weight converges to 0.4 (sd of the estimate ~0.1 / sqrt(sum d^2) ~0.01);
+    an outcome unrelated to the correction gives ~0; one against it is clipped to 0; beyond it to 1."""
+    rng = np.random.default_rng(5)
+    gates = {k: Gate(decay=0.0) for k in ("share", "unrelated", "against", "beyond")}
+    for _ in range(4000):
+        c, d = 0.5, float(rng.uniform(-0.3, 0.3))
+        noise = float(rng.normal(0.0, 0.1))
+        gates["share"].update(c, c + d, c + 0.4 * d + noise)
+        gates["unrelated"].update(c, c + d, c + noise)
+        gates["against"].update(c, c + d, c - d + noise)
+        gates["beyond"].update(c, c + d, c + 2.0 * d + noise)
+    assert gates["share"].weight == pytest.approx(0.4, abs=0.03)
+    assert gates["unrelated"].weight == pytest.approx(0.0, abs=0.03)
+    assert gates["against"].weight == 0.0 and gates["beyond"].weight == 1.0
+    assert Gate().weight == 0.0  # no evidence: no correction
+
+
+def _feature_prompt(k: int) -> str:
+    """A code-edit prompt of 10 lines of which k repeat the first: its repeat features grow with k."""
+    body = ["    total = a + b"] * k + [f"    v{j} = f{j}(a, b)" for j in range(10 - k)]
+    return "Fix this function:\n```python\ndef g(a, b):\n" + "\n".join(body) + "\n    return total\n```"
+
+
+def _truth(f: RequestFeatures) -> float:
+    """The synthetic acceptance: a logistic function of one feature (the share of repeated lines)."""
+    return 1.0 / (1.0 + math.exp(-(-1.5 + 4.0 * col(f, "repeat_lines"))))
+
+
+def _serve(p: AcceptancePredictor, rng: np.random.Generator, f: RequestFeatures, alpha: float, class_alpha: float,
+           proposer: str = "ngram") -> None:
+    d, a, tried, accp = served(rng, alpha, gamma=4, steps=12)
+    p.observe(f, proposer, d, a, 12, 12, tried, accp, content_class="code", class_alpha=class_alpha)
+
+
+def test_prediction_converges_to_a_function_of_a_feature():
+    """alpha = f(x) for a feature x (closed form above): after 1,500 requests over 11 values of x the
+    prediction is within 0.05 of f at every value (the posterior sd of the logit of a value is ~0.06
+    here, times alpha (1 - alpha) <= 0.25, plus the bias of the capped, forgetting update), and the view
+    of a class-level estimate at the mean of f moves every request towards its own f: within 0.06."""
+    rng = np.random.default_rng(6)
+    feats = [feat(_feature_prompt(k)) for k in range(11)]
+    truths = [_truth(f) for f in feats]
+    level = float(np.mean(truths))
+    p = AcceptancePredictor()
+    for _ in range(1500):
+        k = int(rng.integers(0, 11))
+        _serve(p, rng, feats[k], truths[k], level)
+    table = AlphaTable(prior={"ngram": {"code": level}})
+    for f, t in zip(feats, truths, strict=True):
+        assert p.predict(f, "ngram").alpha == pytest.approx(t, abs=0.05)
+        assert p.view(table, f, "code").get("w", "ngram", "code").mean == pytest.approx(t, abs=0.06)
+    assert max(truths) - min(truths) > 0.5  # the feature matters a lot
+
+
+def test_uninformative_features_leave_the_class_mean():
+    """Every request accepts 0.6 whatever its features: the shifts earn nothing, the gate stays shut and every
+    request is planned with the class-level estimate (within one shift step, 0.05 logit)."""
+    rng = np.random.default_rng(7)
+    texts = [_feature_prompt(k) for k in range(11)] + [QUESTION, EDIT, CODE]
+    p = AcceptancePredictor()
+    for i in range(1500):
+        _serve(p, rng, feat(texts[i % len(texts)]), 0.6, 0.6)
+    table = AlphaTable(prior={"ngram": {"code": 0.6}})
+    for text in texts:
+        got = p.view(table, feat(text), "code").get("w", "ngram", "code").mean
+        assert got == pytest.approx(0.6, abs=0.6 * 0.4 * 0.05)
+
+
+def test_a_copy_heavy_request_gets_ngram_where_the_class_mean_says_off():
+    """Code requests: edits accept 0.9 of n-gram drafts, questions 0.1; the class-level estimate is 0.3, at
+    which the goodput policy keeps n-gram off at batch 16. Planned on their own predicted alphas, the edit
+    gets n-gram and the question stays off; other classes and the batch's class mix are untouched."""
+    rng = np.random.default_rng(8)
+    p = AcceptancePredictor()
+    for i in range(400):
+        edit = bool(i % 2)
+        _serve(p, rng, feat(EDIT.replace("add", f"f{i}") if edit else f"{QUESTION} Case {i}."), 0.9 if edit else 0.1,
+               0.3)
+    table = AlphaTable(prior={"ngram": {"code": 0.3, "chat": 0.3}})
+    policy = Goodput(GoodputPolicy(kind="goodput", default_profile="cpu-tiny"))
+    w = WorkerState(name="w", proposers=("ngram",), profile="cpu-tiny", running=15)
+    assert policy.decide("code", [w], table).proposer == "none"
+    edit = p.view(table, feat(EDIT.replace("add", "h")), "code")
+    d = policy.decide("code", [w], edit)
+    assert d.proposer == "ngram" and d.gamma >= 2
+    assert policy.decide("code", [w], p.view(table, feat(f"{QUESTION} Case x."), "code")).proposer == "none"
+    assert edit.get("w", "ngram", "chat") == table.get("w", "ngram", "chat")
+    assert edit.class_level is table
+
+
+def test_per_position_rates_and_propose_rate_move_with_the_shift():
+    rng = np.random.default_rng(9)
+    p = AcceptancePredictor()
+    for i in range(300):
+        edit = bool(i % 2)
+        f = feat(EDIT if edit else QUESTION)
+        d, a, tried, accp = served(rng, 0.9 if edit else 0.2, gamma=4, steps=12)
+        p.observe(f, "ngram", d, a, steps=40, drafts=36 if edit else 8, tried_per_position=tried,
+                  accepted_per_position=accp, content_class="code", class_alpha=0.5, class_rate=0.55)
+    table = AlphaTable()
+    table.observe_counts("w", "ngram", "code", 50.0, 50.0, [60.0, 40.0], [30.0, 20.0], steps=100.0, drafts=55.0)
+    base = table.get("w", "ngram", "code")
+    up = p.view(table, feat(EDIT), "code").get("w", "ngram", "code")
+    down = p.view(table, feat(QUESTION), "code").get("w", "ngram", "code")
+    assert down.mean < base.mean < up.mean
+    assert all(lo < b < hi for lo, b, hi in zip(down.per_position, base.per_position, up.per_position, strict=True))
+    assert down.propose_rate < base.propose_rate < up.propose_rate
+    assert (up.std, up.n) == (base.std, base.n)

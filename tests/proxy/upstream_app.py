@@ -7,7 +7,7 @@ Answers /v1/chat/completions and /v1/completions (stream and non-stream); echoes
 endpoints' bodies (/v1/embeddings, /v1/responses, /tokenize, /detokenize; `"stream": true`: three SSE events). --engine vllm: fixed n-gram
 speculation at --fixed-gamma, counters on /metrics only (no per-request stats). With --engine adaptspec it
 behaves like the reference worker's protocol: it honours the body's `speculation` field, reports
-`usage.speculative` with accepted = round(alpha * draft_tokens), and exposes vLLM-named /metrics with
+`usage.speculative` with accepted = round(alpha * draft_tokens) (a body's `test_alpha` overrides --alpha), and exposes vLLM-named /metrics with
 its live running count (plus a `running_offset` set via POST /_debug/set to simulate load). The debug
 endpoints expose what it received (`GET /_debug/requests`) and how many requests were abandoned by
 their client (`GET /_debug/state`). `--step-model O,C,K` adds step telemetry (control/telemetry.py): every
@@ -69,7 +69,8 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
         proposer, k, cls = spec_of(body)
         steps = -(-n // (k + 1)) if k else n
         draft = steps * k
-        accepted = min(round(alpha * draft), max(0, n - steps))
+        a = float(body.get("test_alpha", alpha))  # a body may set its own acceptance (per-request prediction)
+        accepted = min(round(a * draft), max(0, n - steps))
         usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
         if engine == "adaptspec":
             usage["speculative"] = {"draft_tokens": draft, "accepted_tokens": accepted, "steps": steps}
