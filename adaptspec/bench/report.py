@@ -161,6 +161,38 @@ def targets_text(t: dict) -> str:
     return "\n".join(lines)
 
 
+def round_spread(rows: Sequence[dict], adaptive: str = "adaptive") -> dict:
+    """Per load point: adaptive / best static in each round of an interleaved comparison (`bench compare
+    --rounds`), the best static being the one with the highest merged throughput at that point.
+    {load: {"best": label, "ratios": [per round], "merged": ratio}}; empty without per-round data."""
+    loads, policies, tab = pivot(rows)
+    key = load_key(rows)
+    per = {(r[key], r["policy"]): r.get("round_output_tokens_per_s") for r in rows}
+    out = {}
+    for load in loads:
+        statics = [p for p in policies if is_static(p) and tab.get((load, p))]
+        a_rounds = per.get((load, adaptive))
+        if not statics or not a_rounds or not tab.get((load, adaptive)):
+            continue
+        best = max(statics, key=lambda p: tab[(load, p)])
+        b_rounds = per.get((load, best)) or []
+        ratios = [a / b for a, b in zip(a_rounds, b_rounds, strict=False) if b]
+        out[load] = {"best": best, "ratios": ratios, "merged": tab[(load, adaptive)] / tab[(load, best)]}
+    return out
+
+
+def round_spread_text(rows: Sequence[dict], adaptive: str = "adaptive") -> str:
+    """One line per load point: the merged ratio and the per-round ratios with their range (the spread)."""
+    lines = []
+    for load, s in round_spread(rows, adaptive).items():
+        if len(s["ratios"]) < 2:
+            continue
+        per = ", ".join(f"{r:.2f}" for r in s["ratios"])
+        lines.append(f"- {load_key(rows)} {load:g}: adaptive / {s['best']} {s['merged']:.2f}x merged; "
+                     f"per round {per} (spread {min(s['ratios']):.2f}-{max(s['ratios']):.2f})")
+    return "\n".join(lines)
+
+
 def plot_sweep(rows: Sequence[dict], out: str | Path, title: str = "") -> Path:
     """Three panels against load: output tokens/s, speedup over `off`, and TPOT p50 (log-2 x axis)."""
     try:

@@ -106,6 +106,9 @@ def write_outputs(args, rows: list[dict], title: str) -> None:
     multi = len({r["policy"] for r in rows}) > 1
     if multi and any(report.is_static(r["policy"]) for r in rows):
         text += "\n\n" + report.targets_text(report.check_targets(rows, tolerance=args.tolerance))
+        spread = report.round_spread_text(rows)
+        if spread:
+            text += "\n\nRun-to-run spread (rounds of this run):\n" + spread
     if args.md:
         Path(args.md).parent.mkdir(parents=True, exist_ok=True)
         Path(args.md).write_text(f"## {title}\n\n{text}\n")
