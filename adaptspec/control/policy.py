@@ -315,7 +315,8 @@ class _CostModelPolicy:
                     bound: int) -> int:
         """One gamma for every request a draft model / head drafts for on this worker (0: do not use it).
 
-        Its passes are shared by the batch (a step runs max(gamma) of them), so per-class gammas make the
+        Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
+        the requests whose lookup missed, priced at their hit rate), so per-class gammas make the
         requests with short drafts wait for the long ones. Pick the gamma with the highest total goodput
         over the worker's recent class mix (posterior-mean alphas), replanned when the mix is refreshed.
         The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
@@ -341,7 +342,10 @@ class _CostModelPolicy:
                 best_g, best_v = g, v
         cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
                  and prof.draft(q).kind == "ngram"]
-        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g, 1.0, rho).draft_time_s
+        # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
+        # (draft models and heads run theirs whatever the rate)
+        mix_rate = sum(n * rate[c] for c, n in mix.items()) / sum(mix.values())
+        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g, mix_rate, rho).draft_time_s
         with_v = without_v = 0.0
         for c, n in mix.items():
             alts = [self.cache.off(prof, batch, rho)]

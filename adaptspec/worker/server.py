@@ -533,7 +533,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
         alive = getattr(engine, "is_alive", None)
         if alive is not None and not (alive() if callable(alive) else alive):
             return _json(error_body(503, "engine loop is not running"), 503)
-        return _json({"status": "ok"})
+        return _json({"status": "ok", "proposers": list(worker.proposers)})  # the proxy offers these
 
     @app.get("/v1/models")
     async def models() -> Response:
