@@ -174,7 +174,8 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
 
     On a shared machine the speed drifts over minutes; interleaving puts every policy under the same
     drift, so their ratios at a point are fair. A policy's row merges its rounds (tokens over the summed
-    measured windows). Warm-up requests run in the first round of each point only.
+    measured windows) and lists each round's tokens/s (`round_output_tokens_per_s`: in round r every policy
+    ran the same prompts, so per-round ratios show the spread). Warm-up requests run in the first round of each point only.
     """
     from adaptspec.bench._progress import progress_bar
 
@@ -187,6 +188,7 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
         for kind, value in loads:
             records: dict[str, list] = {label: [] for label, _, _ in targets}
             windows = dict.fromkeys(records, 0.0)
+            by_round: dict[str, list[float]] = {label: [] for label in records}  # output tokens/s per round
             for r in range(rounds):
                 order = list(targets[r % len(targets):]) + list(targets[:r % len(targets)])
                 for label, proxy, _ in order:
@@ -199,10 +201,11 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
                     recs, window = asyncio.run(run_point(cfg, streams[label]))
                     records[label] += recs
                     windows[label] += window
+                    by_round[label].append(summarize(recs, window)["output_tokens_per_s"])
                     bar.update(1)
             for label, _, f in targets:
                 row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
-                       "policy_file": str(f), "rounds": rounds}
+                       "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": by_round[label]}
                 if row["errors"]:
                     log.warning("%s %s=%g: %d of %d requests failed (%s)", label, kind, value, row["errors"],
                                 row["requests"], row["error_kinds"])
