@@ -44,6 +44,19 @@ def _healthy(workers: Sequence[WorkerState]) -> list[WorkerState]:
     return ws
 
 
+def estimate(alphas: AlphaSource, worker: str, proposer: str, content_class: str) -> AlphaEstimate:
+    """The key's estimate; for a hybrid without evidence of its own, with the lookup hit rate of the worker's
+    n-gram key for the class when that has evidence (the same lookup on the same text; otherwise the hybrid's
+    cautious prior, 0: its model drafts every step). Without it a hybrid would be priced as its model plus a
+    lookup that never hits, lose to its parts, and never be tried."""
+    est = alphas.get(worker, proposer, content_class)
+    if proposer == "hybrid" and est.n <= 0:
+        lookup = alphas.get(worker, "ngram", content_class)
+        if lookup.n > 0:
+            return replace(est, propose_rate=lookup.propose_rate)
+    return est
+
+
 def _least_loaded(workers: Sequence[WorkerState]) -> WorkerState:
     return min(workers, key=lambda w: w.load)
 
@@ -281,7 +294,7 @@ class _CostModelPolicy:
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
-                est = alphas.get(w.name, p, content_class)
+                est = estimate(alphas, w.name, p, content_class)
                 a, shown = self.alpha(est)
                 choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
             return choice, shown, None, None
@@ -289,7 +302,7 @@ class _CostModelPolicy:
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
-            est = alphas.get(w.name, p, content_class)
+            est = estimate(alphas, w.name, p, content_class)
             a, shown_p = self.alpha(est)
             rate = est.propose_rate
             if rate < 0.995:
@@ -331,7 +344,7 @@ class _CostModelPolicy:
             return hit[0]
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
-        ests = {c: alphas.get(w.name, proposer, c) for c in mix}
+        ests = {c: estimate(alphas, w.name, proposer, c) for c in mix}
         alpha = {c: e.per_position or e.mean for c, e in ests.items()}
         rate = {c: e.propose_rate for c, e in ests.items()}
         best_g, best_v = 1, -1.0
@@ -350,7 +363,7 @@ class _CostModelPolicy:
         for c, n in mix.items():
             alts = [self.cache.off(prof, batch, rho)]
             for q in cheap:
-                e = alphas.get(w.name, q, c)
+                e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate, rho))
             without_v += n * max(p.goodput for p in alts)
             mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
@@ -412,10 +425,11 @@ class _CostModelPolicy:
             proposer = plan.proposer
         else:
             def alone(p: str) -> float:
-                est = alphas.get(w.name, p, content_class)
+                est = estimate(alphas, w.name, p, content_class)
                 return self.cache.best(prof, p, self.alpha(est)[0], 1.0, bound, est.propose_rate, rho).goodput
             proposer = max(offered, key=alone)
-        rows = self.schedule_for(w, prof, proposer, alphas.get(w.name, proposer, content_class), alphas, bound)
+        rows = self.schedule_for(w, prof, proposer, estimate(alphas, w.name, proposer, content_class), alphas,
+                                 bound)
         # at the load it is admitted at, the request runs exactly the admission plan (a steady load then
         # sees no change); the other levels follow the cost model
         here = next((i for i, (b, _) in enumerate(rows) if b >= w.load + 1.0), len(rows) - 1)

@@ -12,7 +12,7 @@ from adaptspec.control import costmodel
 from adaptspec.control.alpha import _PROPOSE_PRIOR_STEPS, AlphaTable, prior_alpha
 from adaptspec.control.calibration import CalibratedCosts
 from adaptspec.control.config import parse_config, pool_proposers
-from adaptspec.control.policy import build_policy
+from adaptspec.control.policy import build_policy, estimate
 from adaptspec.control.profiles import load_profile, parse_profile
 from adaptspec.control.types import PROPOSERS, AlphaEstimate, WorkerState
 from adaptspec.errors import ConfigError
@@ -178,3 +178,15 @@ def test_a_busy_worker_gives_a_hybrid_one_gamma_priced_at_its_lookup_rate(rate):
     best = costmodel.best_gamma(TINY, "hybrid", 0.8, 4.0, 8, propose_rate=rate)
     assert best.speedup >= 1.05 and (d.proposer, d.gamma) == ("hybrid", best.gamma)
     assert d.expected_speedup == pytest.approx(best.speedup, rel=1e-2)
+
+
+def test_a_hybrid_without_evidence_borrows_the_lookup_rate_of_the_ngram_key():
+    table = AlphaTable()
+    assert estimate(table, "w", "hybrid", "code").propose_rate == 0.0  # nothing known: the cautious prior
+    table.observe_counts("w", "ngram", "code", 30.0, 10.0, steps=20.0, drafts=16.0)
+    lookup = (16.0 + _PROPOSE_PRIOR_STEPS) / (20.0 + _PROPOSE_PRIOR_STEPS)
+    e = estimate(table, "w", "hybrid", "code")
+    assert e.propose_rate == pytest.approx(lookup) and e.mean == table.get("w", "hybrid", "code").mean
+    assert estimate(table, "w", "hybrid", "chat").propose_rate == 0.0  # another class: no lookup evidence
+    table.observe_counts("w", "hybrid", "code", 10.0, 5.0, steps=10.0, drafts=2.0)  # its own evidence wins
+    assert estimate(table, "w", "hybrid", "code").propose_rate == pytest.approx(2.0 / (10.0 + _PROPOSE_PRIOR_STEPS))
