@@ -190,3 +190,23 @@ def test_a_hybrid_without_evidence_borrows_the_lookup_rate_of_the_ngram_key():
     assert estimate(table, "w", "hybrid", "chat").propose_rate == 0.0  # another class: no lookup evidence
     table.observe_counts("w", "hybrid", "code", 10.0, 5.0, steps=10.0, drafts=2.0)  # its own evidence wins
     assert estimate(table, "w", "hybrid", "code").propose_rate == pytest.approx(2.0 / (10.0 + _PROPOSE_PRIOR_STEPS))
+
+
+def test_a_calibrated_profile_file_keeps_the_hybrid_priced_from_its_refitted_parts():
+    import yaml
+
+    from adaptspec.cli._calibrate import profile_yaml
+
+    fit = {"overhead_s": 0.02, "compute_s_per_token": 1e-4, "kv_s_per_token": 0.0, "draft_pass_s": 0.004,
+           "draft_token_s": 2e-5, "eagle_pass_s": 0.002, "eagle_token_s": 1e-5}
+    costs = CalibratedCosts(fit, dict.fromkeys(fit, math.nan), dict.fromkeys(fit, True), 1000.0, True, key="k",
+                            snapped=fit)
+    prof = parse_profile(yaml.safe_load(profile_yaml(costs, TINY, "fitted", "http://w", 10.0)), "fitted.yaml")
+    assert prof.draft("hybrid").parts == ("ngram", "eagle-tiny")
+    assert prof.draft("hybrid").fallback.time(1, 1, 0.0, prof.target) == pytest.approx(0.002 + 1e-5)
+
+
+def test_the_simulator_offers_no_hybrid_it_has_no_acceptance_model_for():
+    from adaptspec.bench.simulator import ProfileCost
+
+    assert ProfileCost(TINY).worker().proposers == ("ngram", "draft", "eagle")
