@@ -33,6 +33,7 @@ API (docs/INTERFACES.md, "Worker"):
         out.new_token_ids, out.finished, out.finish_reason   # "stop" | "length" | "abort"
         out.draft_tokens, out.accepted_tokens, out.steps     # cumulative for the request
         out.steps_by_gamma                                   # {gamma the step allowed: steps}
+        out.lookup_drafts                                    # hybrid: drafting steps n-gram lookup served
     engine.abort("r1"); engine.metrics(); engine.stop()
 
 - `generate` is an async generator; closing it early (client gone) aborts the request and frees its slot.
