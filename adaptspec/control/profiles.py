@@ -20,7 +20,8 @@ Draft options (`proposers:`) are `kind: draft` (a model, same two forms, default
 `{overhead_s, per_token_s, kv_s_per_token}` = overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV
 tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a share of the verify step), or
 `kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>}`: lookup where it matches,
-the model elsewhere, priced from its two parts, see costmodel.DraftCost). `aliases:` maps the generic proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
+the model elsewhere, priced from its two parts, see costmodel.DraftCost). `aliases:` maps the generic
+proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
 """
 
 from __future__ import annotations
