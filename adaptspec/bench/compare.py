@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -30,6 +31,7 @@ import yaml
 
 from adaptspec.bench.loadgen import LoadConfig, free_port, run_point, summarize
 from adaptspec.bench.prompts import PromptItem
+from adaptspec.control.config import pool_proposers
 from adaptspec.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class Server:
         self.argv, self.port, self.log_path, self.name = list(argv), port, log_path, name
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen | None = None
+        self.health: object = None  # the /health body once healthy (a worker's reports its proposers)
 
     @property
     def url(self) -> str:
@@ -79,6 +82,8 @@ class Server:
             with contextlib.suppress(urllib.error.URLError, OSError), \
                     urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
                 if resp.status == 200:
+                    with contextlib.suppress(ValueError):
+                        self.health = json.loads(resp.read())
                     return self
             time.sleep(0.3)
         self._stop()
@@ -111,14 +116,16 @@ def _policy_files(spec: str | None) -> list[Path]:
     return files
 
 
-def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int, profile: str = "cpu-tiny") -> dict:
-    """The proxy config for one run: the file's policy + estimator, our workers as the only pool."""
+def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int, profile: str = "cpu-tiny",
+                 proposers: Sequence[str] = ("ngram", "draft")) -> dict:
+    """The proxy config for one run: the file's policy + estimator, our workers as the only pool, offering
+    `proposers` per request."""
     from adaptspec.control.config import load_config
 
     load_config(policy_file)  # validates; errors name file, key and value
     raw = yaml.safe_load(policy_file.read_text()) or {}
     cfg = {k: raw[k] for k in ("policy", "estimator") if k in raw}
-    cfg["pools"] = [{"name": "tiny", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
+    cfg["pools"] = [{"name": "tiny", "engine": "adaptspec", "per_request": True, "proposers": list(proposers),
                      "max_gamma": 8, "profile": profile,
                      "workers": [{"name": f"w{i}", "url": u} for i, u in enumerate(worker_urls)]}]
     cfg["server"] = {"host": "127.0.0.1", "port": port}
@@ -143,12 +150,17 @@ def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Itera
             port = free_port()
             argv = [*py, "worker", "--port", str(port), *shlex.split(args.worker_args or "")]
             workers.append(stack.enter_context(Server(argv, port, logs / f"worker{i}.log", f"worker {i}")))
-        log.info("workers up: %s (logs in %s)", ", ".join(w.url for w in workers), logs)
+        profile = getattr(args, "profile", None) or "cpu-tiny"
+        # what every worker reports (the same command line: the same models) and the profile prices
+        offered = [p for p in pool_proposers(workers[0].health, profile)
+                   if all(p in pool_proposers(w.health, profile) for w in workers)]
+        log.info("workers up: %s (proposers %s; logs in %s)", ", ".join(w.url for w in workers),
+                 ", ".join(offered), logs)
         proxies = []
         for f in files:
             port = free_port()
             cfg_path = logs / f"proxy-{f.stem}.yaml"
-            cfg = proxy_config(f, [w.url for w in workers], port, getattr(args, "profile", None) or "cpu-tiny")
+            cfg = proxy_config(f, [w.url for w in workers], port, profile, offered)
             cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             argv = [*py, "serve", "--config", str(cfg_path), "--port", str(port), "--watch", "0"]
             proxies.append(stack.enter_context(Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})")))

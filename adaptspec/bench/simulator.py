@@ -83,7 +83,9 @@ class ProfileCost:
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        self._drafts = {p: profile.draft(p) for p in PROPOSERS[1:] if profile.offers(p)}
+        # no hybrid: the simulated workloads have no acceptance model for a lookup / model mix
+        self._drafts = {p: profile.draft(p) for p in PROPOSERS[1:] if profile.offers(p)
+                        and profile.draft(p).kind != "hybrid"}
 
     def verify_time(self, tokens: int, kv_tokens: int) -> float:
         return self.profile.target.time(tokens, kv_tokens)

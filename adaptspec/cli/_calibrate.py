@@ -117,6 +117,9 @@ def profile_yaml(costs, prior, name: str, url: str, seconds: float) -> str:
                              "kv_s_per_token": 0.0, "compute_s_per_token": c[f"{p}_token_s"]}
         if option != p:
             aliases[p] = option
+    for option, cost in prior.drafts.items():  # hybrids are priced from their parts: keep those that still exist
+        if cost.kind == "hybrid" and all(part in proposers for part in cost.parts):
+            proposers[option] = {"kind": "hybrid", "lookup": cost.parts[0], "fallback": cost.parts[1]}
     spec = {
         "name": name,
         "description": f"fitted by adaptspec calibrate from {url} (prior {prior.name})",

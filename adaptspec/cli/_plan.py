@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--class", dest="content_class", default="chat", help="content class for the prior")
     p.add_argument("--margin", type=float, default=1.0, help="a plan must beat off by this factor")
     p.add_argument("--propose-rate", type=float, default=1.0,
-                   help="share of steps on which n-gram lookup finds a draft (n-gram options only; default 1)")
+                   help="share of steps on which n-gram lookup finds a draft (n-gram and hybrid options only; "
+                        "default 1)")
     p.add_argument("--prefill-ratio", type=float, default=0.0,
                    help="prompt tokens prefilled per generated token in the traffic (default 0)")
     p.add_argument("--prompt-tokens", type=float, default=0.0,
@@ -105,7 +106,7 @@ def run(args) -> int:
     alphas = {n: alpha if alpha is not None else prior_alpha(profile.draft(n).kind, args.content_class)
               for n in names}
     traffic = {"prefill_ratio": args.prefill_ratio, "prefill_chunk": args.prompt_tokens}
-    rates = {n: args.propose_rate if profile.draft(n).kind == "ngram" else 1.0 for n in names}
+    rates = {n: args.propose_rate if profile.draft(n).kind in ("ngram", "hybrid") else 1.0 for n in names}
     out = []
     for b in batches:
         plan = costmodel.best_plan(alphas, profile, b, args.max_gamma, args.margin, rates, **traffic)

@@ -57,7 +57,15 @@ DEFAULT_PRIOR_ALPHA: dict[str, dict[str, float]] = {
               "math": 0.80, "chat": 0.72},
     "ngram": {"default": 0.30, "code": 0.50, "structured": 0.45, "summarize": 0.60, "translate": 0.10,
               "math": 0.30, "chat": 0.15},
+    # lookup where the text repeats, the model elsewhere: per drafted token about the model's rate, a little
+    # above it where lookup serves long accepted runs (measured on the tiny pair: hybrid 0.51-0.63 vs EAGLE
+    # 0.45-0.55 and n-gram 0.56-0.66 at gamma 4, docs/results/eagle-hybrid.md)
+    "hybrid": {"default": 0.75, "code": 0.80, "structured": 0.85, "summarize": 0.78, "translate": 0.65,
+               "math": 0.80, "chat": 0.72},
 }
+# propose-rate priors, the cautious side for the cost: n-gram lookup drafts (pays its verify tokens) every
+# step; a hybrid's lookup serves no step (its model drafts, and runs its passes, every step)
+_PROPOSE_PRIOR_RATE: dict[str, float] = {"hybrid": 0.0}
 
 
 GREEDY, SAMPLED = "greedy", "sampled"
@@ -65,7 +73,7 @@ REGIMES: tuple[str, ...] = (GREEDY, SAMPLED)
 _REGIME_SEP = "@"
 # sampled-regime prior = greedy estimate x factor (model drafts: min(1, p/q) < argmax agreement; n-gram
 # point-mass drafts: accepted with the target's probability of the token)
-DEFAULT_SAMPLED_FACTOR: dict[str, float] = {"draft": 0.85, "eagle": 0.85, "ngram": 0.75}
+DEFAULT_SAMPLED_FACTOR: dict[str, float] = {"draft": 0.85, "eagle": 0.85, "ngram": 0.75, "hybrid": 0.8}
 
 
 def sampling_regime(temperature: object = None, top_k: object = None) -> str:
@@ -383,7 +391,8 @@ class AlphaTable:
             est = self._prior_estimates.get((proposer, content_class))
             if est is None:
                 m0, k = self._table_prior(proposer, content_class), self.prior_strength
-                est = AlphaEstimate(m0, math.sqrt(m0 * (1.0 - m0) / (k + 1.0)), 0.0)
+                est = AlphaEstimate(m0, math.sqrt(m0 * (1.0 - m0) / (k + 1.0)), 0.0,
+                                    propose_rate=_PROPOSE_PRIOR_RATE.get(proposer, 1.0))
                 self._prior_estimates[(proposer, content_class)] = est
             return est
         key = (worker, proposer, content_class)
@@ -438,12 +447,12 @@ class AlphaTable:
                     break
                 rates.append((pa * d + mean * k) / (pn * d + k))
             per_pos = tuple(rates) or None
-        rate = 1.0
+        rate = r0 = _PROPOSE_PRIOR_RATE.get(proposer, 1.0)
         if st is not None and st.steps * d > 0:
-            # Beta(drafts + 1, misses) shrunk toward "always drafts" (1.0, the cautious side for the cost):
-            # a few steps cannot make a proposer look cheaper than the data says
+            # shrunk toward the prior rate ("always drafts", or for a hybrid "never looked up": the cautious
+            # side for the cost): a few steps cannot make a proposer look cheaper than the data says
             k = _PROPOSE_PRIOR_STEPS
-            rate = (st.drafts * d + k) / (st.steps * d + k)
+            rate = (st.drafts * d + k * r0) / (st.steps * d + k)
         return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos, propose_rate=rate)
 
     def keys(self) -> list[tuple[str, str, str]]:

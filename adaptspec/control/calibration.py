@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from adaptspec.control.costmodel import DraftCost, StepTimeModel
-from adaptspec.control.profiles import Profile
+from adaptspec.control.profiles import Profile, compose_hybrids
 from adaptspec.control.telemetry import StepCounters
 
 MODEL_PROPOSERS: tuple[str, ...] = ("draft", "eagle")  # proposers with batched model passes
@@ -175,11 +175,13 @@ class CalibratedCosts:
 
     def apply(self, profile: Profile) -> Profile:
         """The profile priced with this fit: its target model and mean context replaced, and the model
-        proposers it offers replaced where their coefficients were fitted (the others keep the profile's)."""
+        proposers it offers replaced where their coefficients were fitted (the others keep the profile's); a
+        hybrid option follows its parts (the engine counts its steps as n-gram tokens or model passes)."""
         drafts = dict(profile.drafts)
         for p in self.proposers:
             if profile.offers(p) and self.fitted.get(f"{p}_pass_s") and profile.draft(p).kind != "ngram":
                 drafts[profile.resolve(p)] = self.draft_cost(p)
+        drafts = compose_hybrids(drafts)  # a hybrid is priced from its (re-priced) parts
         ctx = self.context_tokens or profile.context_tokens
         return replace(profile, name=f"{profile.name}@{self.key}", target=self.target, drafts=drafts,
                        context_tokens=ctx, description=f"{profile.description} (calibrated online over {self.steps:.0f} steps)")

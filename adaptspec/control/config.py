@@ -28,8 +28,8 @@ from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
 
 POLICY_KINDS = ("static", "threshold", "goodput", "bandit")
-SpecProposer = Literal["ngram", "draft", "eagle"]
-AnyProposer = Literal["none", "ngram", "draft", "eagle"]
+SpecProposer = Literal["ngram", "draft", "eagle", "hybrid"]
+AnyProposer = Literal["none", "ngram", "draft", "eagle", "hybrid"]
 ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
 
 
@@ -373,6 +373,21 @@ def load_config(path: str | Path, text_filter: Callable[[str], str] | None = Non
     return parse_config(data, str(path), path.resolve().parent)
 
 
+DEFAULT_POOL_PROPOSERS = ("ngram", "draft")  # what a reference worker offered before it reported its own
+
+
+def pool_proposers(health: object, profile: str) -> list[str]:
+    """The proposers a pool of reference workers offers per request: those a worker reports in its /health
+    body (`{"proposers": [...]}`; absent: DEFAULT_POOL_PROPOSERS) that `profile` has a cost for, in the
+    worker protocol's order (ngram, draft, eagle, hybrid)."""
+    from adaptspec.control.profiles import load_profile
+
+    reported = health.get("proposers") if isinstance(health, dict) else None
+    names = set(reported) if isinstance(reported, list) else set(DEFAULT_POOL_PROPOSERS)
+    prof = load_profile(profile)
+    return [p for p in SpecProposer.__args__ if p in names and prof.offers(p)]
+
+
 __all__ = ["Config", "PolicyConfig", "HoldoutConfig", "SwitchbackConfig", "StaticPolicy", "ThresholdPolicy", "GoodputPolicy", "BanditPolicy",
            "EstimatorConfig", "PriorConfig", "PoolConfig", "WorkerConfig", "StateConfig", "ServerConfig",
-           "load_config", "parse_config"]
+           "load_config", "parse_config", "pool_proposers"]

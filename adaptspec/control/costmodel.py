@@ -214,7 +214,18 @@ class DraftCost:
       `overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV tokens` (the additive per-step draft
       cost that measurement studies of vLLM publish);
     kind "ngram": one lookup per verification step, `step_s + request_s * batch`, plus `verify_fraction` of
-      the verify step (its cost as a share of the step it feeds, as measured on real engines).
+      the verify step (its cost as a share of the step it feeds, as measured on real engines);
+    kind "hybrid": n-gram lookup (`lookup`, an "ngram" cost) every step, and the model proposer (`fallback`,
+      a "draft" or "eagle" cost) for the requests whose lookup found nothing. With `lookup_rate` pi (the share
+      of steps whose lookup matches: the propose rate of the n-gram part) each of the batch's B requests misses
+      with probability 1 - pi, independently; the model runs (one batched call) when at least one misses, and
+      then drafts for m requests on average:
+
+          t = lookup(gamma, B) + (1 - pi^B) * fallback(gamma, m, kv * m / B),    m = (1 - pi) B / (1 - pi^B)
+
+      (at B = 1: lookup + (1 - pi) * fallback(gamma, 1); exact in expectation for fallbacks linear in the
+      batch, as both model forms are here). `parts` names the two options in the profile, so a profile whose
+      parts are re-priced (online calibration) re-prices the hybrid (`profiles.compose_hybrids`).
     """
 
     kind: str
@@ -226,6 +237,9 @@ class DraftCost:
     per_token_s: float = 0.0
     kv_s_per_token: float = 0.0
     verify_fraction: float = 0.0
+    lookup: DraftCost | None = None
+    fallback: DraftCost | None = None
+    parts: tuple[str, str] = ()
 
     @property
     def per_step(self) -> bool:
@@ -233,13 +247,24 @@ class DraftCost:
         return self.kind == "eagle" and self.fraction == 0.0
 
     def time(self, gamma: int, batch: float, kv_tokens: float, target: StepTimeModel,
-             verify_s: float | None = None) -> float:
+             verify_s: float | None = None, lookup_rate: float = 0.0) -> float:
         """Seconds to draft gamma tokens for each of `batch` requests holding `kv_tokens` of context.
 
         `verify_s`: the verify step this drafting feeds (for `verify_fraction`); default the target's time
-        over batch * (gamma + 1) tokens."""
+        over batch * (gamma + 1) tokens. `lookup_rate`: a hybrid's n-gram hit rate (default 0: the model
+        drafts every step, the cautious price)."""
         if gamma <= 0:
             return 0.0
+        if self.kind == "hybrid":
+            assert self.lookup is not None and self.fallback is not None
+            t = self.lookup.time(gamma, batch, kv_tokens, target, verify_s)
+            hit = _clip01(lookup_rate)
+            if hit < 1.0:
+                b = max(float(batch), 1e-9)
+                runs = 1.0 - hit**b  # P(some request of the batch misses its lookup)
+                m = (1.0 - hit) * b / runs  # requests the model drafts for when it runs
+                t += runs * self.fallback.time(gamma, m, kv_tokens * m / b, target)
+            return t
         if self.kind == "draft":
             assert self.model is not None
             return gamma * self.model.time(batch, kv_tokens)
@@ -295,7 +320,9 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
 
     `propose_rate` (pi): the share of steps that find a draft at all (n-gram lookup needs the context to
     repeat). A step without one verifies and emits a single token, so E = 1 + pi * (E(alpha, gamma) - 1) and
-    a step verifies batch * (1 + pi * gamma) tokens; the proposer's own cost is paid every step.
+    a step verifies batch * (1 + pi * gamma) tokens; the proposer's own cost is paid every step. For a
+    hybrid (kind "hybrid") pi is the share its lookup serves: it drafts every step (the model covers the
+    misses), so E and the verified tokens are those of pi = 1, and pi prices its drafting (`DraftCost`).
     `prefill_ratio` (rho): prompt tokens prefilled per generated token on the worker (its recent traffic).
     Prompts are prefilled in the same steps as decodes (continuous batching, chunked prefill): amortised,
     a step that emits E tokens per request also prefills batch * rho * E tokens, in chunks of
@@ -313,10 +340,13 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     cost = profile.draft(proposer)
     pi = _clip01(propose_rate)
     e = expected_tokens_any(alpha, gamma)
-    if pi < 1.0:
-        e = 1.0 + pi * (e - 1.0)
-    draft = cost.time(gamma, batch, kv, profile.target)
-    verify = step_time_with_prefill(profile.target, batch * (1.0 + pi * gamma), kv, batch * rho * e, chunk)
+    if cost.kind == "hybrid":
+        draft, drafting = cost.time(gamma, batch, kv, profile.target, lookup_rate=pi), 1.0
+    else:
+        draft, drafting = cost.time(gamma, batch, kv, profile.target), pi
+        if pi < 1.0:
+            e = 1.0 + pi * (e - 1.0)
+    verify = step_time_with_prefill(profile.target, batch * (1.0 + drafting * gamma), kv, batch * rho * e, chunk)
     goodput = e / (draft + verify)
     a = scalar_alpha(alpha, gamma) if summarise or isinstance(alpha, (int, float)) else 0.0
     return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)

@@ -44,6 +44,19 @@ def _healthy(workers: Sequence[WorkerState]) -> list[WorkerState]:
     return ws
 
 
+def estimate(alphas: AlphaSource, worker: str, proposer: str, content_class: str) -> AlphaEstimate:
+    """The key's estimate; for a hybrid without evidence of its own, with the lookup hit rate of the worker's
+    n-gram key for the class when that has evidence (the same lookup on the same text; otherwise the hybrid's
+    cautious prior, 0: its model drafts every step). Without it a hybrid would be priced as its model plus a
+    lookup that never hits, lose to its parts, and never be tried."""
+    est = alphas.get(worker, proposer, content_class)
+    if proposer == "hybrid" and est.n <= 0:
+        lookup = alphas.get(worker, "ngram", content_class)
+        if lookup.n > 0:
+            return replace(est, propose_rate=lookup.propose_rate)
+    return est
+
+
 def _least_loaded(workers: Sequence[WorkerState]) -> WorkerState:
     return min(workers, key=lambda w: w.load)
 
@@ -286,7 +299,7 @@ class _CostModelPolicy:
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
-                est = alphas.get(w.name, p, content_class)
+                est = estimate(alphas, w.name, p, content_class)
                 a, shown = self.alpha(est)
                 choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
             return choice, shown, None, None
@@ -294,7 +307,7 @@ class _CostModelPolicy:
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
-            est = alphas.get(w.name, p, content_class)
+            est = estimate(alphas, w.name, p, content_class)
             a, shown_p = self.alpha(est)
             rate = est.propose_rate
             if rate < 0.995:
@@ -320,7 +333,8 @@ class _CostModelPolicy:
                     bound: int) -> int:
         """One gamma for every request a draft model / head drafts for on this worker (0: do not use it).
 
-        Its passes are shared by the batch (a step runs max(gamma) of them), so per-class gammas make the
+        Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
+        the requests whose lookup missed, priced at their hit rate), so per-class gammas make the
         requests with short drafts wait for the long ones. Pick the gamma with the highest total goodput
         over the worker's recent class mix (posterior-mean alphas), replanned when the mix is refreshed.
         The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
@@ -338,7 +352,7 @@ class _CostModelPolicy:
             return hit[0]
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
-        ests = {c: alphas.get(w.name, proposer, c) for c in mix}
+        ests = {c: estimate(alphas, w.name, proposer, c) for c in mix}
         alpha = {c: e.per_position or e.mean for c, e in ests.items()}
         rate = {c: e.propose_rate for c, e in ests.items()}
         best_g, best_v = 1, -1.0
@@ -349,12 +363,15 @@ class _CostModelPolicy:
                 best_g, best_v = g, v
         cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
                  and prof.draft(q).kind == "ngram"]
-        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g, 1.0, rho).draft_time_s
+        # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
+        # (draft models and heads run theirs whatever the rate)
+        mix_rate = sum(n * rate[c] for c, n in mix.items()) / sum(mix.values())
+        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g, mix_rate, rho).draft_time_s
         with_v = without_v = 0.0
         for c, n in mix.items():
             alts = [self.cache.off(prof, batch, rho)]
             for q in cheap:
-                e = alphas.get(w.name, q, c)
+                e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate, rho))
             without_v += n * max(p.goodput for p in alts)
             mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
@@ -416,10 +433,11 @@ class _CostModelPolicy:
             proposer = plan.proposer
         else:
             def alone(p: str) -> float:
-                est = alphas.get(w.name, p, content_class)
+                est = estimate(alphas, w.name, p, content_class)
                 return self.cache.best(prof, p, self.alpha(est)[0], 1.0, bound, est.propose_rate, rho).goodput
             proposer = max(offered, key=alone)
-        rows = self.schedule_for(w, prof, proposer, alphas.get(w.name, proposer, content_class), alphas, bound)
+        rows = self.schedule_for(w, prof, proposer, estimate(alphas, w.name, proposer, content_class), alphas,
+                                 bound)
         # at the load it is admitted at, the request runs exactly the admission plan (a steady load then
         # sees no change); the other levels follow the cost model
         here = next((i for i, (b, _) in enumerate(rows) if b >= w.load + 1.0), len(rows) - 1)

@@ -18,14 +18,16 @@ the cache is arithmetic on the same cores as the matmuls.)
 Draft options (`proposers:`) are `kind: draft` (a model, same two forms, defaults from `hardware`),
 `kind: eagle` (`fraction` of a target step per drafted token, or the measured per-step form
 `{overhead_s, per_token_s, kv_s_per_token}` = overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV
-tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a share of the verify step).
-`aliases:` maps the generic proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
+tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a share of the verify step), or
+`kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>}`: lookup where it matches,
+the model elsewhere, priced from its two parts, see costmodel.DraftCost). `aliases:` maps the generic
+proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -106,15 +108,25 @@ class ModelSpec(_Strict):
 
 
 class DraftSpec(ModelSpec):
-    kind: Literal["draft", "eagle", "ngram"]
+    kind: Literal["draft", "eagle", "ngram", "hybrid"]
     fraction: float = Field(default=0.0, ge=0)
     step_s: float = Field(default=0.0, ge=0)
     request_s: float = Field(default=0.0, ge=0)
     per_token_s: float | None = Field(default=None, ge=0)  # eagle, measured form: seconds per drafted token
     verify_fraction: float = Field(default=0.0, ge=0, le=1)  # ngram: cost as a share of the verify step
+    lookup: str | None = None  # hybrid: its n-gram option
+    fallback: str | None = None  # hybrid: its model option (draft / eagle)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> DraftSpec:
+        if self.kind == "hybrid":
+            if not self.lookup or not self.fallback:
+                raise ValueError("kind 'hybrid' needs lookup (an ngram option) and fallback (a draft/eagle option)")
+            if set(self.model_fields_set) - {"kind", "lookup", "fallback"}:
+                raise ValueError("kind 'hybrid' takes only lookup and fallback (it is priced from those options)")
+            return self
+        if self.lookup is not None or self.fallback is not None:
+            raise ValueError("lookup / fallback are for kind 'hybrid'")
         if self.kind == "draft":
             self._check_form()
         elif self.params is not None or self.memory_floor_s is not None:
@@ -150,6 +162,13 @@ class ProfileSpec(_Strict):
         for alias, target in self.aliases.items():
             if target not in self.proposers:
                 raise ValueError(f"alias {alias!r} -> {target!r}: no such proposer option")
+        for name, d in self.proposers.items():
+            if d.kind != "hybrid":
+                continue
+            for role, ref, kinds in (("lookup", d.lookup, ("ngram",)), ("fallback", d.fallback, ("draft", "eagle"))):
+                part = self.proposers.get(self.aliases.get(ref, ref))
+                if part is None or part.kind not in kinds:
+                    raise ValueError(f"hybrid {name!r}: {role} {ref!r} is not a {' or '.join(kinds)} option")
         return self
 
 
@@ -200,11 +219,21 @@ class Profile:
                                          kv_s_per_token=d.kv_s_per_token or 0.0)
             elif d.kind == "eagle":
                 drafts[name] = DraftCost("eagle", fraction=d.fraction)
+            elif d.kind == "hybrid":
+                assert d.lookup is not None and d.fallback is not None
+                drafts[name] = DraftCost("hybrid", parts=(spec.aliases.get(d.lookup, d.lookup),
+                                                          spec.aliases.get(d.fallback, d.fallback)))
             else:
                 drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s,
                                          verify_fraction=d.verify_fraction)
-        return cls(spec.name, target, spec.context_tokens, drafts, dict(spec.aliases), spec.description,
-                   spec.provisional)
+        return cls(spec.name, target, spec.context_tokens, compose_hybrids(drafts), dict(spec.aliases),
+                   spec.description, spec.provisional)
+
+
+def compose_hybrids(drafts: dict[str, DraftCost]) -> dict[str, DraftCost]:
+    """`drafts` with every hybrid option priced from its parts as `drafts` prices them now."""
+    return {name: replace(d, lookup=drafts[d.parts[0]], fallback=drafts[d.parts[1]]) if d.kind == "hybrid" else d
+            for name, d in drafts.items()}
 
 
 def list_profiles() -> list[str]:

@@ -10,11 +10,11 @@ if TYPE_CHECKING:
     from adaptspec.control.calibration import CalibratedCosts
 
 CONTENT_CLASSES: tuple[str, ...] = ("code", "structured", "summarize", "translate", "math", "chat")
-PROPOSERS: tuple[str, ...] = ("none", "ngram", "draft", "eagle")
+PROPOSERS: tuple[str, ...] = ("none", "ngram", "draft", "eagle", "hybrid")
 ENGINES: tuple[str, ...] = ("adaptspec", "vllm", "sglang", "openai")
 
 ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
-Proposer = Literal["none", "ngram", "draft", "eagle"]
+Proposer = Literal["none", "ngram", "draft", "eagle", "hybrid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,8 @@ class AlphaEstimate:
     n: float  # effective number of draft tokens behind the estimate (0 = prior only)
     per_position: tuple[float, ...] | None = None  # conditional rates alpha_1..alpha_k when known
     # share of verification steps that had a draft at all: an n-gram lookup proposes only when the context
-    # repeats; the steps without a match verify one token and emit one (1.0 = every step drafts)
+    # repeats; the steps without a match verify one token and emit one (1.0 = every step drafts). For
+    # "hybrid" (which always drafts): the share of its drafting steps its n-gram lookup served
     propose_rate: float = 1.0
 
 

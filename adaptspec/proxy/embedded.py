@@ -1,12 +1,15 @@
 """The embedded default worker: `adaptspec worker` on a free loopback port, as a child process.
 
-`adaptspec serve` without pools starts one, waits for its /health, routes to it, and stops it on exit
+`adaptspec serve` without pools starts one, waits for its /health, routes to it (offering per request the
+proposers its /health reports that the `cpu-tiny` profile prices: ngram, draft, eagle, hybrid with the
+built-in models), and stops it on exit
 (SIGTERM, then SIGKILL after a grace period). Its output goes to the proxy's stderr, prefixed by the
 worker's own logging.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -16,11 +19,20 @@ import time
 import urllib.error
 import urllib.request
 
+from adaptspec.control.config import pool_proposers
 from adaptspec.proxy.upstream import Worker
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_POOL = "embedded"
+PROFILE = "cpu-tiny"  # the built-in tiny pair on this kind of CPU
+
+
+def _json_or_none(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except ValueError:  # an older worker's plain body: the default proposers
+        return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -49,10 +61,10 @@ class EmbeddedWorker:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1.0) as resp:
                     if resp.status == 200:
-                        log.info("embedded worker ready at %s", self.url)
+                        proposers = tuple(pool_proposers(_json_or_none(resp.read()), PROFILE))
+                        log.info("embedded worker ready at %s (proposers %s)", self.url, ", ".join(proposers))
                         return Worker(name="embedded-0", url=self.url, pool=EMBEDDED_POOL, engine="adaptspec",
-                                      per_request=True, proposers=("ngram", "draft"), max_gamma=8,
-                                      profile="cpu-tiny")
+                                      per_request=True, proposers=proposers, max_gamma=8, profile=PROFILE)
             except (urllib.error.URLError, OSError):
                 pass  # not listening yet
             time.sleep(0.2)

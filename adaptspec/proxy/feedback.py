@@ -107,6 +107,14 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
+def lookup_drafts(payload: dict) -> float | None:
+    """A hybrid request's drafting steps that its n-gram lookup served (`usage.speculative.lookup_drafts`)."""
+    usage = payload.get("usage")
+    spec = usage.get("speculative") if isinstance(usage, dict) else None
+    n = _num(spec, "lookup_drafts") if isinstance(spec, dict) else None
+    return n if n is not None and n >= 0 else None
+
+
 _DEFAULT_PRIOR = "cpu-tiny"
 
 
@@ -119,7 +127,12 @@ class Feedback:
     def on_response(self, worker, content_class: str, proposer: str, gamma: int, output_tokens: float,
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
-                    prompt: float | None = None, regime: str = GREEDY, features=None) -> None:
+                    prompt: float | None = None, regime: str = GREEDY, features=None,
+                    lookups: float | None = None) -> None:
+        """Account one response. `features`: the request's (control/predict.py), to teach the predictor.
+        `lookups`: for proposer "hybrid", its drafting steps that n-gram lookup served; the hybrid key's
+        propose rate is then the lookup's share of its drafting steps (what the cost model prices a hybrid
+        with), not the share of steps that drafted (always all of them)."""
         m = self.proxy.metrics
         if output_tokens > 0:
             m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
@@ -146,7 +159,10 @@ class Feedback:
             kw: dict = {"draft_tokens": draft}
             if regime != GREEDY:
                 kw["regime"] = regime
-            if steps and steps >= tried[0]:  # position 0 is tried by every draft: the propose rate's numerator
+            if proposer == "hybrid":
+                if lookups is not None and lookups <= tried[0]:
+                    kw.update(steps=tried[0], drafts=lookups)
+            elif steps and steps >= tried[0]:  # position 0 is tried by every draft: the propose rate's numerator
                 kw.update(steps=steps, drafts=tried[0])
             self.proxy.state.apply("observe_counts",
                                    (worker.name, proposer, content_class, succ, sum(tried) - succ, tried, acc), kw)

@@ -30,7 +30,7 @@ from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
 from adaptspec.proxy.errors import sse_error_event
-from adaptspec.proxy.feedback import position_stats, prompt_tokens, spec_stats
+from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, spec_stats
 from adaptspec.proxy.report import record as record_experiment
 
 log = logging.getLogger(__name__)
@@ -363,13 +363,14 @@ def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:
 class _Outcome:
     """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
 
-    __slots__ = ("tokens", "prompt", "stats", "positions")
+    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups")
 
     def __init__(self) -> None:
         self.tokens: float | None = None
         self.prompt: float | None = None
         self.stats: tuple[float, float, float | None] | None = None
         self.positions: tuple[list[float], list[float]] | None = None
+        self.lookups: float | None = None  # hybrid: drafting steps its n-gram lookup served
 
     def read(self, payload: dict) -> None:
         """Take usage and speculation stats from one response body or stream chunk (later ones win)."""
@@ -379,7 +380,7 @@ class _Outcome:
             self.prompt = prompt_tokens(usage)
         stats = spec_stats(payload)
         if stats is not None:
-            self.stats, self.positions = stats, position_stats(payload)
+            self.stats, self.positions, self.lookups = stats, position_stats(payload), lookup_drafts(payload)
 
     def scan_bytes(self, data: bytes) -> None:
         """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
@@ -396,7 +397,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     plan, m, cls = ctx.plan, ctx.proxy.metrics, ctx.cls
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
-                                   out.positions, out.prompt, plan.regime, ctx.features)
+                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,

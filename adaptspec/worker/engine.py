@@ -34,6 +34,7 @@ API (docs/INTERFACES.md, "Worker"):
         out.draft_tokens, out.accepted_tokens, out.steps     # cumulative for the request
         out.steps_by_gamma                                   # {gamma the step allowed: steps}
         out.queue_s                                          # seconds queued before joining the batch
+        out.lookup_drafts                                    # hybrid: drafting steps n-gram lookup served
     engine.abort("r1"); engine.metrics(); engine.stop()
 
 - `generate` is an async generator; closing it early (client gone) aborts the request and frees its slot.
@@ -130,6 +131,7 @@ class StepOutput:
     steps_by_gamma: dict[int, int] = field(default_factory=dict)
     # seconds the request waited in the queue before it joined the running batch (vLLM's queue time)
     queue_s: float = 0.0
+    lookup_drafts: int = 0  # hybrid: drafting steps whose draft came from n-gram lookup (not the model)
 
 
 @dataclass
@@ -173,7 +175,7 @@ class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
                  "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma", "queued_at",
-                 "queue_s")
+                 "queue_s", "source", "lookup_drafts")
 
     def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
                  schedule: Schedule | None = None):
@@ -200,18 +202,25 @@ class _Seq:
         self.by_gamma: dict[int, int] = {}
         self.queued_at = time.monotonic()  # built when submitted; admission sets queue_s
         self.queue_s = 0.0
+        # the proposer that drafted this step (a hybrid's part: "ngram" or its model), and the steps a hybrid
+        # request's draft came from n-gram lookup (the propose rate of its lookup part, for the cost model)
+        self.source = proposer
+        self.lookup_drafts = 0
 
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
                           self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma),
-                          self.queue_s)
+                          self.queue_s, self.lookup_drafts)
 
 
 def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
                 ) -> tuple[float, float, dict[str, float], dict[str, float]]:
     """(batched tokens, KV tokens attended, drafted tokens per proposer, model passes per proposer) of one
     step: every uncached token and drafted token goes through the target forward and attends to the cached
-    context plus itself; a draft model runs max(k) batched passes per forward group (n-gram lookup: none)."""
+    context plus itself; a model proposer runs max(k) batched passes per call, one call per proposer per
+    forward group (n-gram lookup: none). Counted by what drafted (`_Seq.source`): a hybrid step served by
+    lookup is n-gram tokens and no pass; one served by its model is that model's tokens and passes (its
+    misses are a call of their own, apart from the requests that asked for the model directly)."""
     batched = kv = 0.0
     drafted: dict[str, float] = {}
     k_of = {id(s): k for s, k in zip(done, ks, strict=True)}
@@ -219,16 +228,17 @@ def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
         batched += len(s.tokens) - s.kv_len + k
         kv += len(s.tokens) + k
         if k:
-            drafted[s.proposer] = drafted.get(s.proposer, 0.0) + k
+            drafted[s.source] = drafted.get(s.source, 0.0) + k
     passes: dict[str, float] = {}
     for group in groups:
-        longest: dict[str, int] = {}
+        longest: dict[tuple[str, str], int] = {}  # (proposer called, model that ran) -> max k
         for s in group:
             k = k_of.get(id(s), 0)
-            if k and s.proposer != "ngram":
-                longest[s.proposer] = max(longest.get(s.proposer, 0), k)
-        for p, k in longest.items():
-            passes[p] = passes.get(p, 0.0) + k
+            if k and s.source != "ngram":
+                key = (s.proposer, s.source)
+                longest[key] = max(longest.get(key, 0), k)
+        for (_, model), k in longest.items():
+            passes[model] = passes.get(model, 0.0) + k
     return batched, kv, drafted, passes
 
 
@@ -619,6 +629,8 @@ class Engine:
                                    batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
             for i, d in zip(idx, proposer.propose(inputs), strict=True):
                 drafts[i] = d
+        for s, d in zip(batch, drafts, strict=True):
+            s.source = d.source or s.proposer
         ks = [len(d.token_ids) for d in drafts]
 
         # 2. one target forward: uncached tokens + drafts for every request
@@ -704,6 +716,8 @@ class Engine:
                     s.draft_tokens += k
                     s.accepted_tokens += accepted
                     s.drafts += 1
+                    if s.source == "ngram" and s.proposer == "hybrid":
+                        s.lookup_drafts += 1
                     reached = min(k, accepted + 1)  # positions tried: the accepted ones and the first rejection
                     if len(s.pos_tried) < k:
                         grow = k - len(s.pos_tried)

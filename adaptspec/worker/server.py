@@ -7,7 +7,8 @@ Per request, the body field
 that request only (schedule: `[[max_running_batch, cap], ...]`, k capped by the running batch at every step);
 the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
 "tried_per_position", "accepted_per_position", "steps_by_gamma"}` (drafts: steps that drafted; steps_by_gamma:
-steps per gamma the step allowed, keys as strings; per draft position j, the drafts
+steps per gamma the step allowed, keys as strings; proposer "hybrid" adds "lookup_drafts": the drafting steps
+that n-gram lookup served; per draft position j, the drafts
 that tried it and those that accepted it, so accepted[j] / tried[j] is the conditional acceptance rate)
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
 `continuous_usage_stats` too, every chunk carries the running usage).
@@ -126,12 +127,16 @@ class _Result:
     tried_per_position: tuple[int, ...] = ()
     accepted_per_position: tuple[int, ...] = ()
     steps_by_gamma: dict[int, int] = field(default_factory=dict)
+    lookup_drafts: int | None = None  # hybrid requests only
 
     def speculative(self) -> dict:
-        return {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
-                "drafts": self.drafts, "tried_per_position": list(self.tried_per_position),
-                "accepted_per_position": list(self.accepted_per_position),
-                "steps_by_gamma": {str(g): n for g, n in sorted(self.steps_by_gamma.items())}}
+        out = {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
+               "drafts": self.drafts, "tried_per_position": list(self.tried_per_position),
+               "accepted_per_position": list(self.accepted_per_position),
+               "steps_by_gamma": {str(g): n for g, n in sorted(self.steps_by_gamma.items())}}
+        if self.lookup_drafts is not None:
+            out["lookup_drafts"] = self.lookup_drafts
+        return out
 
 
 @dataclass(slots=True)
@@ -458,6 +463,8 @@ class _Worker:
                     int(out.draft_tokens), int(out.accepted_tokens), int(out.steps), int(out.drafts))
                 res.tried_per_position, res.accepted_per_position = out.tried_per_position, out.accepted_per_position
                 res.steps_by_gamma = dict(getattr(out, "steps_by_gamma", None) or {})
+                if job.spec.proposer == "hybrid" or out.lookup_drafts:  # (hybrid as the default too)
+                    res.lookup_drafts = int(out.lookup_drafts)
                 delta = tracker.add(new)
                 if tracker.stopped:
                     res.finish_reason = "stop"
@@ -542,7 +549,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
         alive = getattr(engine, "is_alive", None)
         if alive is not None and not (alive() if callable(alive) else alive):
             return _json(error_body(503, "engine loop is not running"), 503)
-        return _json({"status": "ok"})
+        return _json({"status": "ok", "proposers": list(worker.proposers)})  # the proxy offers these
 
     @app.get("/v1/models")
     async def models() -> Response:

@@ -48,7 +48,7 @@ def test_plan_per_position_alpha(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--alpha", "1.5", "--draft-cost", "0.1"], ["--alpha", "0.5"],
-                                  ["--profile", "nope"], ["--profile", "cpu-tiny", "--proposer", "eagle"],
+                                  ["--profile", "nope"], ["--profile", "h100-llama3-8b", "--proposer", "hybrid"],
                                   ["--alpha", "x", "--draft-cost", "0.1"]])
 def test_plan_bad_input(capsys, argv):
     rc, out = _plan(capsys, *argv)

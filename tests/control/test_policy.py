@@ -139,8 +139,8 @@ def test_goodput_risk_makes_thin_estimates_cautious():
 
 
 def test_goodput_skips_proposers_the_profile_cannot_cost():
-    ws = [per_request("a", proposers=("eagle", "ngram"), profile="cpu-tiny")]
-    d = policy(kind="goodput", margin=1.0).decide("summarize", ws, Fixed(eagle=0.99, ngram=0.5))
+    ws = [per_request("a", proposers=("hybrid", "ngram"), profile="h100-llama3-8b")]  # no hybrid cost there
+    d = policy(kind="goodput", margin=1.0).decide("summarize", ws, Fixed(hybrid=0.99, ngram=0.5))
     assert d.proposer in ("ngram", "none")
 
 

@@ -40,8 +40,8 @@ def test_cpu_tiny_is_measured_and_fits_its_anchor_points():
 def test_unknown_profile_and_proposer():
     with pytest.raises(ConfigError, match="unknown profile.*nope"):
         load_profile("nope")
-    with pytest.raises(KeyError, match="eagle"):
-        load_profile("cpu-tiny").resolve("eagle")
+    with pytest.raises(KeyError, match="hybrid"):
+        load_profile("h100-llama3-8b").resolve("hybrid")
 
 
 def test_profile_file_by_path(tmp_path):

@@ -234,7 +234,8 @@ def test_absurd_body_is_413(url):
 
 
 def test_models_and_health(url):
-    assert httpx.get(url + "/health").json() == {"status": "ok"}
+    # the proposers it offers besides none (target + draft model, no head: hybrid falls back on the draft model)
+    assert httpx.get(url + "/health").json() == {"status": "ok", "proposers": ["ngram", "draft", "hybrid"]}
     data = httpx.get(url + "/v1/models").json()["data"]
     assert data[0]["id"] == "tiny" and data[0]["max_model_len"] == 512
 

@@ -70,6 +70,33 @@ def test_concurrent_draft_requests_share_their_passes(engine):
     assert w.draft_passes["draft"] >= w.drafted_tokens["draft"] / 4
 
 
+def test_hybrid_counts_lookup_steps_as_ngram_and_only_model_steps_as_passes(engine):
+    """Regression: every hybrid step used to count max(k) model passes, even the steps n-gram lookup drafted."""
+    hybrid = engine._proposers["hybrid"]  # the conftest engine has no head: lookup, else the draft model
+    ids = chat_ids(engine, "Fix the typo and return the whole function.\n\ndef total(items, tax):\n"
+                           "    subtotal = sum(i.price for i in items)\n    return subtotl + subtotal * tax\n")
+    outs = []
+
+    async def collect():
+        async for o in engine.generate(greedy_request("h", ids, "hybrid", 4, max_tokens=48)):
+            outs.append(o)
+
+    by_source = dict(hybrid.drafts_by_source)
+    w, _ = _delta(engine, lambda: asyncio.run(collect()))
+    last = outs[-1]
+    lookup_steps = hybrid.drafts_by_source["ngram"] - by_source["ngram"]
+    model_steps = hybrid.drafts_by_source["draft"] - by_source["draft"]
+    assert lookup_steps > 0 and model_steps > 0  # both parts drafted in this request
+    assert last.lookup_drafts == lookup_steps and last.drafts == lookup_steps + model_steps
+    assert "hybrid" not in w.drafted_tokens and "hybrid" not in w.draft_passes  # counted by what ran
+    assert w.drafted_tokens["ngram"] + w.drafted_tokens["draft"] == last.draft_tokens
+    assert w.drafted_tokens["ngram"] >= lookup_steps  # each lookup step drafted at least one token
+    assert w.draft_passes.get("ngram", 0.0) == 0.0
+    # alone, a model step runs one pass per token it drafted; lookup steps run none
+    assert w.draft_passes["draft"] == w.drafted_tokens["draft"]
+    assert w.batched_tokens == len(ids) + last.steps - 1 + last.draft_tokens
+
+
 @pytest.mark.integration
 def test_server_exports_the_step_counters():
     from adaptspec.worker.server import ServerThread, WorkerSettings, build_app

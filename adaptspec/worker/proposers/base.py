@@ -11,7 +11,8 @@ request id, and drafts for a whole batch at once:
 drafts up to `k` tokens that would follow it. A `Draft` carries the tokens and, for proposers that sample
 (draft model, EAGLE head), the probabilities `[len(tokens), V]` they were sampled from; `probs=None` means
 point-mass drafts (the verifier then accepts x with probability p_target(x)). A proposer may return fewer
-than `k` tokens (even none): the engine verifies what it gets.
+than `k` tokens (even none): the engine verifies what it gets. A proposer made of others (hybrid) names, in
+`Draft.source`, the part that drafted, so the engine's telemetry counts what really ran.
 
 An EAGLE-style head implements the same protocol; `needs_hidden_states` tells the engine to pass, in
 `ProposeInput.hidden` (`[h]`), the target's final hidden state at the position before the request's last
@@ -49,6 +50,7 @@ class ProposeInput:
 class Draft:
     token_ids: list[int]
     probs: torch.Tensor | None = None  # [len(token_ids), V] the distribution each token was drawn from
+    source: str | None = None  # the proposer that drafted it when not the one asked (a hybrid's part)
 
 
 @runtime_checkable

@@ -7,8 +7,9 @@ distribution as the draft probs. Each step's draft comes wholly from one source,
 either point masses or the model's distributions — exact either way (the engine batches both kinds).
 
 The model proposer keeps its per-request state (a draft model's KV slot) across steps where lookup
-drafted: it catches up on the committed tokens the next time it runs. `drafts_by_source` counts the
-steps each source drafted, for the measurements and tests.
+drafted: it catches up on the committed tokens the next time it runs. Each draft names its source
+(`Draft.source`: "ngram" or the model proposer's name), so the engine counts model passes only for the steps
+the model drafted; `drafts_by_source` counts the steps each source drafted, for the measurements and tests.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ class HybridProposer:
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         out = self.ngram.propose(batch)
         misses = [i for i, d in enumerate(out) if not d.token_ids]
+        for d in out:
+            d.source = "ngram"
         if misses:
             for i, d in zip(misses, self.model.propose([batch[i] for i in misses]), strict=True):
+                d.source = self.model.name
                 out[i] = d
         self.drafts_by_source["ngram"] += len(batch) - len(misses)
         self.drafts_by_source[self.model.name] += sum(1 for i in misses if out[i].token_ids)

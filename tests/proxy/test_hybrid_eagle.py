@@ -1,0 +1,51 @@
+"""EAGLE and hybrid through the proxy, in front of the real reference worker (the embedded one): the proxy offers
+what the worker reports, a static hybrid policy sends hybrid, greedy output is byte-identical to plain
+decoding, and the hybrid's lookup share (`usage.speculative.lookup_drafts`) becomes its propose-rate estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptspec.control.alpha import _PROPOSE_PRIOR_STEPS
+
+from .conftest import metric
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# a copy-heavy prompt: the tiny target restates the function, so lookup serves some steps and the head others
+PROMPT = ("Fix the typo in this function and return the whole function.\n\n"
+          "def total_price(items, tax):\n    subtotal = sum(item.price * item.qty for item in items)\n"
+          "    taxes = subtotal * tax\n    return subtotl + taxes\n")
+
+
+def test_hybrid_and_eagle_through_the_proxy_are_greedy_identical_to_none(proxies):
+    px = proxies({"policy": {"kind": "static", "proposer": "hybrid", "gamma": 4},
+                  "server": {"allow_client_speculation": True}}, timeout=180)
+    assert "proposers ngram, draft, eagle, hybrid" in px.log()  # what the worker reported on /health
+    client = px.client(timeout=120)
+    msgs = [{"role": "user", "content": PROMPT}]
+
+    def ask(spec: dict | None):
+        extra = {"speculation": spec} if spec is not None else {}
+        r = client.chat.completions.with_raw_response.create(model="tiny", max_tokens=48, temperature=0,
+                                                             messages=msgs, extra_body=extra)
+        return r.headers, r.parse()
+
+    h, hybrid = ask(None)  # the policy's choice
+    assert (h["x-adaptspec-proposer"], h["x-adaptspec-gamma"]) == ("hybrid", "4")
+    _, plain = ask({"proposer": "none", "num_speculative_tokens": 0})
+    he, eagle = ask({"proposer": "eagle", "num_speculative_tokens": 3})
+    assert he["x-adaptspec-proposer"] == "eagle"
+    text = plain.choices[0].message.content
+    assert text and hybrid.choices[0].message.content == text and eagle.choices[0].message.content == text
+    assert "speculative" not in (plain.usage.model_extra or {}) or \
+        plain.usage.model_extra["speculative"]["draft_tokens"] == 0
+
+    spec = hybrid.usage.model_extra["speculative"]
+    lookups, drafts = spec["lookup_drafts"], spec["drafts"]
+    assert 0 < lookups < drafts  # both parts drafted
+    assert "lookup_drafts" not in eagle.usage.model_extra["speculative"]
+    # the hybrid key's propose rate: its lookup share, shrunk toward 0 by the prior's pseudo-steps
+    key = {"worker": "embedded-0", "proposer": "hybrid", "content_class": h["x-adaptspec-class"]}
+    want = lookups / (drafts + _PROPOSE_PRIOR_STEPS)
+    assert metric(px.metrics(), "adaptspec_propose_rate_estimate", **key) == pytest.approx(want, rel=1e-2)
