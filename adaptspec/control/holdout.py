@@ -224,6 +224,7 @@ class SwitchbackBook:
         self.cooldown_s = cooldown_s
         self._open: dict[tuple[str, int], _Window] = {}
         self._done: dict[str, deque] = {}  # bucket -> closed windows
+        self._last: dict[str, tuple[int, str]] = {}  # worker -> (index, regime) of its latest opened window
         self.max_windows = max_windows
 
     def index(self, now: float) -> int:
@@ -242,14 +243,25 @@ class SwitchbackBook:
         pos = int(window_uniform(self.seed, worker, window // block) * block)
         return minority if window % block == pos else majority
 
-    def note_decision(self, worker: str, window: int, regime: str, load: float, now: float) -> None:
-        """A decision in the window: opens it (with the regime it runs) and records the load."""
+    def note_decision(self, worker: str, window: int, regime: str, load: float, now: float,
+                      next_regime: str | None = None) -> None:
+        """A decision in the window: opens it (with the regime it runs) and records the load.
+
+        The washout is taken only after a switch (the worker's previous window ran the other regime, or had no
+        decisions) and the cooldown only before one (`next_regime`, the schedule's regime for the next window,
+        differs; None: assume a switch): a window between two of its own regime is measured whole.
+        """
         key = (worker, window)
         w = self._open.get(key)
         if w is None:
             start = window * self.window_s
-            w = self._open[key] = _Window(start, start + self.washout_s, start + self.window_s, regime,
-                                          start + self.window_s - self.cooldown_s)
+            prev = self._last.get(worker)
+            after_switch = prev is None or prev != (window - 1, regime)
+            before_switch = next_regime != regime
+            w = self._open[key] = _Window(start, start + (self.washout_s if after_switch else 0.0),
+                                          start + self.window_s, regime,
+                                          start + self.window_s - (self.cooldown_s if before_switch else 0.0))
+            self._last[worker] = (window, regime)
             self._close_before(now)
         elif w.regime != regime:
             w.mixed = True

@@ -68,8 +68,10 @@ class Experimented:
         if self.windows is not None:
             now = self.clock()
             window = self.windows.index(now)
-            regime = self.windows.regime(d.worker, window, guarded=bucket in self.guard.buckets)
-            self.windows.note_decision(d.worker, window, regime, load, now)
+            guarded = bucket in self.guard.buckets
+            regime = self.windows.regime(d.worker, window, guarded=guarded)
+            self.windows.note_decision(d.worker, window, regime, load, now,
+                                       next_regime=self.windows.regime(d.worker, window + 1, guarded=guarded))
             if regime == "off" and arm != "none":
                 group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
         if arm != "none" and regime != "off" and self.assigner is not None:

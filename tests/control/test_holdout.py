@@ -269,3 +269,16 @@ def test_max_cost_holds_out_less_where_the_speedup_is_large():
     assert held in (5, 6)  # the block in progress when the cap applied may still be a share-sized one
     uncapped = _experiment({"share": 0.1})
     assert sum(uncapped.decide("code", [_worker()], alphas).assignment.group == CONTROL for _ in range(100)) == 10
+
+
+def test_washout_only_after_a_switch_and_cooldown_only_before_one():
+    # carry-over lives at switches: a window between two of its own regime is measured whole
+    book = SwitchbackBook(0.5, 10.0, 4.0, seed=0, settle_s=1.0, cooldown_s=2.0)
+    book.note_decision("w0", 0, "policy", 1.0, 0.5, next_regime="policy")  # no predecessor: washout
+    book.note_decision("w0", 1, "policy", 1.0, 10.5, next_regime="off")  # same as before; a switch after
+    book.note_decision("w0", 2, "off", 1.0, 20.5)  # switch before; next unknown: cooldown too
+    book.note_decision("w0", 4, "off", 1.0, 40.5, next_regime="off")  # window 3 had no decision: washout
+    book.close_all(60.0)
+    got = [(w.measure_from, min(w.end, w.measure_to)) for w in book.windows("1")]
+    assert got == [(4.0, 10.0), (10.0, 18.0), (24.0, 28.0), (44.0, 50.0)]
+
