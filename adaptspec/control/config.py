@@ -49,6 +49,10 @@ class HoldoutConfig(_Strict):
     # cap on the throughput a stratum's holdout costs: with realized speedup S the share becomes at most
     # max_cost / ((S - 1) (1 - max_cost)) (None: always `share`)
     max_cost: float | None = Field(default=None, gt=0.0, lt=0.5)
+    # what `share` is a share of: "requests" (one in round(1/share) per stratum) or "time" (the held requests'
+    # share of the stratum's decode time: a held request runs S times longer, S the stratum's speedup, so
+    # one in round((S (1 - share) + share) / share) is held; throughput cost at most share (1 - 1/S))
+    share_of: Literal["requests", "time"] = "requests"
 
 
 class SwitchbackConfig(_Strict):

@@ -93,16 +93,25 @@ class Experimented:
         return replace(d, assignment=a)
 
     def _block(self, key: tuple[str, str, str], expected: float) -> int | None:
-        """Block size for the stratum: the share's, or larger where `max_cost` caps what the holdout may cost
-        (speedup S: the realized estimate once there is one, else the policy's expectation)."""
-        cap = self.holdout.max_cost
-        if cap is None:
+        """Block size for the stratum: the share's, or larger where the share is one of decode time
+        (`share_of: time`) or `max_cost` caps what the holdout may cost. Speedup S: the realized estimate once
+        there is one, else the policy's expectation.
+
+        share_of time: held requests run S times longer, so a request share p holds p S / (p S + 1 - p) of the
+        time; p = share / (S (1 - share) + share) makes that `share`, and the cost (closed loop, where time
+        is throughput) 1 - 1 / (1 + p (S - 1)) = share (1 - 1/S)."""
+        cfg = self.holdout
+        if cfg.max_cost is None and cfg.share_of == "requests":
             return None
-        iv = self.requests.interval(key, self.holdout.confidence, self.holdout.min_samples)
+        iv = self.requests.interval(key, cfg.confidence, cfg.min_samples)
         s = iv.estimate if iv is not None else expected
         if s <= 1.0:
             return None
-        share = min(self.holdout.share, cap / ((s - 1.0) * (1.0 - cap)))
+        share = cfg.share
+        if cfg.share_of == "time":
+            share = share / (s * (1.0 - share) + share)
+        if cfg.max_cost is not None:
+            share = min(share, cfg.max_cost / ((s - 1.0) * (1.0 - cfg.max_cost)))
         return max(1, round(1.0 / share))
 
     # -- outcome -----------------------------------------------------------------------------------

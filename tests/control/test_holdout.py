@@ -282,3 +282,26 @@ def test_washout_only_after_a_switch_and_cooldown_only_before_one():
     got = [(w.measure_from, min(w.end, w.measure_to)) for w in book.windows("1")]
     assert got == [(4.0, 10.0), (10.0, 18.0), (24.0, 28.0), (44.0, 50.0)]
 
+
+def test_share_of_time_holds_out_a_share_of_decode_time():
+    # speculation 3x faster: one held in each block of (3 * 0.9 + 0.1) / 0.1 = 28, so the held requests take
+    # 3 / (27 + 3) = 10% of the time (closed form) and a closed loop loses 0.1 * (1 - 1/3) of its throughput
+    pol = _experiment({"share": 0.1, "min_samples": 5, "share_of": "time"})
+    alphas = AlphaTable()
+    for _ in range(200):
+        d = pol.decide("code", [_worker()], alphas)
+        pol.record(d, 50, 0.01 if d.gamma else 0.03, now=0.0)
+    assert pol.report()["requests"][0]["speedup"] == pytest.approx(3.0)
+    for _ in range(28):  # finish the block in progress (it may still be share-sized)
+        pol.decide("code", [_worker()], alphas)
+    groups = [pol.decide("code", [_worker()], alphas).assignment.group for _ in range(28 * 50)]
+    held = sum(g == CONTROL for g in groups)
+    assert 49 <= held <= 51  # block boundaries: the one in progress may be cut
+    time_held = held * 3.0 / (held * 3.0 + (len(groups) - held) * 1.0)
+    assert time_held == pytest.approx(0.1, abs=0.003)
+    cost = 1.0 - len(groups) / (len(groups) - held + 3.0 * held)
+    assert cost == pytest.approx(0.1 * (1 - 1 / 3), abs=0.003)
+    with pytest.raises(ConfigError) as e:
+        parse_config({"policy": {"kind": "goodput", "holdout": {"share_of": "tokens"}}}, "pol.yaml")
+    assert e.value.key == "policy.holdout.share_of"
+
