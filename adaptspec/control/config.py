@@ -66,6 +66,10 @@ class SwitchbackConfig(_Strict):
     seed: int | None = 0
     min_windows: int = Field(default=3, ge=2)  # per regime, before a load bucket gets an interval
     guard: bool = True  # buckets whose system throughput is confidently lower with the policy: off
+    # the guard also tests the requests decided in windows' measured parts, one sample each, sequentially
+    # (control/holdout.py RegimeRequests), from `first_look` requests on; windows are then not waited for
+    guard_requests: bool = True
+    first_look: int = Field(default=20, ge=4)
 
     @model_validator(mode="after")
     def _washout_inside(self) -> SwitchbackConfig:
