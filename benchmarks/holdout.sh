@@ -21,8 +21,9 @@ sim() {
 sim coverage-h200 coverage --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1000 --share 0.1
 sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 900 --share 0.1
 # 2. switchback interval vs the true system throughput ratio, high load (forced always-on draft g=4)
+# (washout only after a switch, cooldown only before one: a window between two of its regime is measured whole)
 sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 24000 \
-    --warmup 1000 --window-s 150 --washout-s 45 --cooldown-s 30
+    --warmup 1000 --window-s 150 --washout-s 75 --cooldown-s 30
 sim switchback-h200 switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 20000 \
     --warmup 1000 --window-s 300 --washout-s 90 --cooldown-s 60
 # 3. throughput cost of a 2% holdout (adaptive policy), low and high load
@@ -30,6 +31,11 @@ sim cost-h200 cost --profile h200-llama3-70b --concurrency 1,64 --seeds 20 --req
 sim cost-h200-capped cost --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1500 --share 0.02 \
     --max-cost 0.015
 sim cost-trace cost --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 1500 --share 0.02
+# the share as one of decode time (holdout.share_of: time): cost share x (1 - 1/S)
+sim cost-h200-time cost --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1500 --share 0.02 \
+    --share-of time
+sim cost-trace-time cost --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 1500 --share 0.02 \
+    --share-of time
 # 4. the guard against a forced always-on policy where it is slower than off (and not against a faster one)
 sim guard-trace guard --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 20 --requests 300 \
     --window-s 3 --washout-s 0.6
@@ -37,3 +43,6 @@ sim guard-trace-faster guard --trace $TRACE --profile cpu-tiny --policy static:n
     --requests 300 --window-s 3 --washout-s 0.6
 sim guard-h200 guard --profile h200-llama3-70b --concurrency 128 --seeds 3 --requests 12000 \
     --window-s 300 --washout-s 90 --cooldown-s 60
+# ... and not against a faster always-on at low load on H200-70B (1.44x at c=1)
+sim guard-h200-c1-faster guard --profile h200-llama3-70b --policy static:draft:4 --concurrency 1 --seeds 20 \
+    --requests 300 --window-s 20 --washout-s 4

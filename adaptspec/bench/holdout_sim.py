@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--share", type=float, default=None, help="holdout share (coverage 0.1, cost 0.02) or "
                                                               "switchback share (0.5)")
     ap.add_argument("--max-cost", type=float, default=None, help="holdout.max_cost (cap on the holdout's cost)")
+    ap.add_argument("--share-of", choices=("requests", "time"), default="requests",
+                    help="holdout.share_of: the share counts requests or decode time")
     ap.add_argument("--window-s", type=float, default=60.0)
     ap.add_argument("--washout-s", type=float, default=20.0)
     ap.add_argument("--cooldown-s", type=float, default=0.0)
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     sb = SwitchbackConfig(share=args.share if args.check == "switchback" and args.share else 0.5,
                           window_s=args.window_s, washout_s=args.washout_s, cooldown_s=args.cooldown_s)
     hshare = args.share if args.share and args.check != "switchback" else (0.1 if args.check == "coverage" else 0.02)
-    holdout = HoldoutConfig(share=hshare, max_cost=args.max_cost)
+    holdout = HoldoutConfig(share=hshare, max_cost=args.max_cost, share_of=args.share_of)
     for conc in (int(c) for c in args.concurrency.split(",")):
         hits = total = 0
         costs = []

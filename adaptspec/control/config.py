@@ -50,6 +50,10 @@ class HoldoutConfig(_Strict):
     # cap on the throughput a stratum's holdout costs: with realized speedup S the share becomes at most
     # max_cost / ((S - 1) (1 - max_cost)) (None: always `share`)
     max_cost: float | None = Field(default=None, gt=0.0, lt=0.5)
+    # what `share` is a share of: "requests" (one in round(1/share) per stratum) or "time" (the held requests'
+    # share of the stratum's decode time: a held request runs S times longer, S the stratum's speedup, so
+    # one in round((S (1 - share) + share) / share) is held; throughput cost at most share (1 - 1/S))
+    share_of: Literal["requests", "time"] = "requests"
 
 
 class SwitchbackConfig(_Strict):
@@ -63,6 +67,10 @@ class SwitchbackConfig(_Strict):
     seed: int | None = 0
     min_windows: int = Field(default=3, ge=2)  # per regime, before a load bucket gets an interval
     guard: bool = True  # buckets whose system throughput is confidently lower with the policy: off
+    # the guard also tests the requests decided in windows' measured parts, one sample each, sequentially
+    # (control/holdout.py RegimeRequests), from `first_look` requests on; windows are then not waited for
+    guard_requests: bool = True
+    first_look: int = Field(default=20, ge=4)
 
     @model_validator(mode="after")
     def _washout_inside(self) -> SwitchbackConfig:

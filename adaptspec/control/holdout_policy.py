@@ -25,6 +25,8 @@ from adaptspec.control.holdout import (
     Assignment,
     BlockAssigner,
     Guard,
+    Interval,
+    RegimeRequests,
     RequestBook,
     SwitchbackBook,
     load_bucket,
@@ -44,6 +46,8 @@ class Experimented:
         self.windows = (SwitchbackBook(switchback.share, switchback.window_s, switchback.washout_s, switchback.seed,
                                        settle_s=switchback.settle_s, cooldown_s=switchback.cooldown_s)
                         if switchback is not None else None)
+        self.regimes = RegimeRequests(first_look=switchback.first_look) if switchback is not None else None
+        self._evidence: dict[str, dict[str, Interval]] = {}  # bucket -> {"windows" | "requests": latest}
         self.guard = Guard()
         # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
         self.changed: Counter[tuple[str, str, str, str]] = Counter()
@@ -68,8 +72,10 @@ class Experimented:
         if self.windows is not None:
             now = self.clock()
             window = self.windows.index(now)
-            regime = self.windows.regime(d.worker, window, guarded=bucket in self.guard.buckets)
-            self.windows.note_decision(d.worker, window, regime, load, now)
+            guarded = bucket in self.guard.buckets
+            regime = self.windows.regime(d.worker, window, guarded=guarded)
+            self.windows.note_decision(d.worker, window, regime, load, now,
+                                       next_regime=self.windows.regime(d.worker, window + 1, guarded=guarded))
             if regime == "off" and arm != "none":
                 group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
         if arm != "none" and regime != "off" and self.assigner is not None:
@@ -91,16 +97,25 @@ class Experimented:
         return replace(d, assignment=a)
 
     def _block(self, key: tuple[str, str, str], expected: float) -> int | None:
-        """Block size for the stratum: the share's, or larger where `max_cost` caps what the holdout may cost
-        (speedup S: the realized estimate once there is one, else the policy's expectation)."""
-        cap = self.holdout.max_cost
-        if cap is None:
+        """Block size for the stratum: the share's, or larger where the share is one of decode time
+        (`share_of: time`) or `max_cost` caps what the holdout may cost. Speedup S: the realized estimate once
+        there is one, else the policy's expectation.
+
+        share_of time: held requests run S times longer, so a request share p holds p S / (p S + 1 - p) of the
+        time; p = share / (S (1 - share) + share) makes that `share`, and the cost (closed loop, where time
+        is throughput) 1 - 1 / (1 + p (S - 1)) = share (1 - 1/S)."""
+        cfg = self.holdout
+        if cfg.max_cost is None and cfg.share_of == "requests":
             return None
-        iv = self.requests.interval(key, self.holdout.confidence, self.holdout.min_samples)
+        iv = self.requests.interval(key, cfg.confidence, cfg.min_samples)
         s = iv.estimate if iv is not None else expected
         if s <= 1.0:
             return None
-        share = min(self.holdout.share, cap / ((s - 1.0) * (1.0 - cap)))
+        share = cfg.share
+        if cfg.share_of == "time":
+            share = share / (s * (1.0 - share) + share)
+        if cfg.max_cost is not None:
+            share = min(share, cfg.max_cost / ((s - 1.0) * (1.0 - cfg.max_cost)))
         return max(1, round(1.0 / share))
 
     # -- outcome -----------------------------------------------------------------------------------
@@ -113,8 +128,12 @@ class Experimented:
             return
         now = self.clock() if now is None else now
         if self.windows is not None and a.window is not None:
+            pure = (a.regime == "off" or a.group == TREATED) and decode_s_per_token is not None \
+                and decode_s_per_token > 0 and self.windows.measured(a.worker, a.window, a.decided_at)
             self.windows.finish(a.worker, a.window, output_tokens, decode_s_per_token, now)
-            self._update_bucket_guard(now)
+            if pure and self.switchback.guard_requests:
+                self.regimes.observe(a.bucket, a.regime, decode_s_per_token)
+            self._update_bucket_guard(now, a.bucket if pure and self.switchback.guard_requests else None)
         if a.arm == "none" or a.regime == "off" or decode_s_per_token is None or decode_s_per_token <= 0:
             return  # request-level strata compare requests that shared the policy's windows only
         key = (a.content_class, a.bucket, a.arm)
@@ -123,17 +142,37 @@ class Experimented:
             self.guard.update(key, self.requests.interval(key, self.holdout.confidence, self.holdout.min_samples),
                               self.guard.strata)
 
-    def _update_bucket_guard(self, now: float) -> None:
+    def _update_bucket_guard(self, now: float, bucket: str | None = None) -> None:
+        """The load buckets' guard from two kinds of evidence: the windows' throughput (each new closed window)
+        and the requests of the windows' measured parts (`bucket`: one just arrived; sequential looks).
+        Engaged when either interval lies below 1; released by the windows only (their estimate back at or
+        above 1): where batches mix across a switch the requests' ratio is pulled towards speculation (its
+        requests run beside cheaper plain ones, the plain ones beside drafting), so it may engage - late - but
+        must not release."""
         sb, cfg = self.windows, self.switchback
+        conf = self.holdout.confidence if self.holdout else 0.95
         n = sum(len(sb.windows(b)) for b in sb.buckets())
-        if n == self._closed or not cfg.guard:
+        changed = set()
+        if n != self._closed:
             self._closed = n
+            for b in sb.buckets():
+                res = sb.interval(b, conf, cfg.min_windows)
+                if res is not None:
+                    self._evidence.setdefault(b, {})["windows"] = res["throughput"]
+                    changed.add(b)
+        if bucket is not None and bucket not in self.guard.buckets:
+            iv = self.regimes.look(bucket, conf, 2)
+            if iv is not None:
+                self._evidence.setdefault(bucket, {})["requests"] = iv
+                changed.add(bucket)
+        if not cfg.guard:
             return
-        self._closed = n
-        for b in sb.buckets():
-            res = sb.interval(b, self.holdout.confidence if self.holdout else 0.95, cfg.min_windows)
-            if res is not None:
-                self.guard.update(b, res["throughput"], self.guard.buckets)
+        for b in changed:
+            ev = self._evidence[b]
+            if b in self.guard.buckets:
+                self.guard.update(b, ev.get("windows"), self.guard.buckets)
+            else:
+                self.guard.update(b, min(ev.values(), key=lambda x: x.high), self.guard.buckets)
 
     def adopt(self, previous) -> None:
         """Keep the evidence of the experiment this one replaces (a config reload): the request book and the
@@ -149,7 +188,7 @@ class Experimented:
         s0, s1 = previous.switchback, self.switchback
         if s0 is not None and s1 is not None and s0.model_dump(exclude={"guard", "min_windows"}) == s1.model_dump(
                 exclude={"guard", "min_windows"}):
-            self.windows = previous.windows
+            self.windows, self.regimes, self._evidence = previous.windows, previous.regimes, previous._evidence
             self.guard.buckets = previous.guard.buckets
 
     # -- report ------------------------------------------------------------------------------------
@@ -167,7 +206,8 @@ class Experimented:
             "windows": switchback_rows(self.windows, self.guard, conf, self.switchback.min_windows)
             if self.windows is not None else [],
             "guard": {"strata": [list(k) for k in sorted(self.guard.strata)], "buckets": sorted(self.guard.buckets),
-                      "engaged": self.guard.engaged, "released": self.guard.released},
+                      "engaged": self.guard.engaged, "released": self.guard.released,
+                      "evidence": {b: {k: iv.as_dict() for k, iv in ev.items()} for b, ev in sorted(self._evidence.items())}},
             "changed": [{"content_class": c, "load_bucket": b, "arm": arm, "reason": r, "count": n}
                         for (c, b, arm, r), n in sorted(self.changed.items())],
         }

@@ -13,6 +13,7 @@ from adaptspec.control.holdout import (
     CONTROL,
     TREATED,
     BlockAssigner,
+    RegimeRequests,
     SwitchbackBook,
     format_table,
     load_bucket,
@@ -269,3 +270,112 @@ def test_max_cost_holds_out_less_where_the_speedup_is_large():
     assert held in (5, 6)  # the block in progress when the cap applied may still be a share-sized one
     uncapped = _experiment({"share": 0.1})
     assert sum(uncapped.decide("code", [_worker()], alphas).assignment.group == CONTROL for _ in range(100)) == 10
+
+
+def test_washout_only_after_a_switch_and_cooldown_only_before_one():
+    # carry-over lives at switches: a window between two of its own regime is measured whole
+    book = SwitchbackBook(0.5, 10.0, 4.0, seed=0, settle_s=1.0, cooldown_s=2.0)
+    book.note_decision("w0", 0, "policy", 1.0, 0.5, next_regime="policy")  # no predecessor: washout
+    book.note_decision("w0", 1, "policy", 1.0, 10.5, next_regime="off")  # same as before; a switch after
+    book.note_decision("w0", 2, "off", 1.0, 20.5)  # switch before; next unknown: cooldown too
+    book.note_decision("w0", 4, "off", 1.0, 40.5, next_regime="off")  # window 3 had no decision: washout
+    book.close_all(60.0)
+    got = [(w.measure_from, min(w.end, w.measure_to)) for w in book.windows("1")]
+    assert got == [(4.0, 10.0), (10.0, 18.0), (24.0, 28.0), (44.0, 50.0)]
+
+
+def test_share_of_time_holds_out_a_share_of_decode_time():
+    # speculation 3x faster: one held in each block of (3 * 0.9 + 0.1) / 0.1 = 28, so the held requests take
+    # 3 / (27 + 3) = 10% of the time (closed form) and a closed loop loses 0.1 * (1 - 1/3) of its throughput
+    pol = _experiment({"share": 0.1, "min_samples": 5, "share_of": "time"})
+    alphas = AlphaTable()
+    for _ in range(200):
+        d = pol.decide("code", [_worker()], alphas)
+        pol.record(d, 50, 0.01 if d.gamma else 0.03, now=0.0)
+    assert pol.report()["requests"][0]["speedup"] == pytest.approx(3.0)
+    for _ in range(28):  # finish the block in progress (it may still be share-sized)
+        pol.decide("code", [_worker()], alphas)
+    groups = [pol.decide("code", [_worker()], alphas).assignment.group for _ in range(28 * 50)]
+    held = sum(g == CONTROL for g in groups)
+    assert 49 <= held <= 51  # block boundaries: the one in progress may be cut
+    time_held = held * 3.0 / (held * 3.0 + (len(groups) - held) * 1.0)
+    assert time_held == pytest.approx(0.1, abs=0.003)
+    cost = 1.0 - len(groups) / (len(groups) - held + 3.0 * held)
+    assert cost == pytest.approx(0.1 * (1 - 1 / 3), abs=0.003)
+    with pytest.raises(ConfigError) as e:
+        parse_config({"policy": {"kind": "goodput", "holdout": {"share_of": "tokens"}}}, "pol.yaml")
+    assert e.value.key == "policy.holdout.share_of"
+
+
+def test_request_looks_spend_the_error_rate_so_watching_longer_does_not_trip_the_guard():
+    # no effect: both regimes' decode times lognormal(log 0.02, 0.4). The k-th look (at 20 x 2^k requests)
+    # tests at error (1 - 0.95) / 2^(k+1), one-sided half of it: P(ever high < 1) <= sum 0.025 / 2^(k+1)
+    # < 0.025, against ~0.05-0.1 for a plain 95% test at every look. Binomial bound over 400 replications.
+    rng = random.Random(11)
+    n, trips = 400, 0
+    for _ in range(n):
+        rr = RegimeRequests(max_samples=5000, first_look=20)
+        tripped = False
+        for i in range(1280):
+            rr.observe("128-255", "policy" if i % 2 else "off", math.exp(rng.gauss(math.log(0.02), 0.4)))
+            iv = rr.look("128-255")
+            tripped |= iv is not None and iv.high < 1.0
+        trips += tripped
+    p = 0.025
+    assert trips <= n * p + 4 * math.sqrt(n * p * (1 - p))
+
+
+def test_request_looks_find_a_slower_regime_with_the_power_of_their_look():
+    # policy windows' decode 25% slower (speedup 0.8), log-sd 0.3: at the look at 160 requests (80 a regime,
+    # error 0.05 / 16, t ~ 2.96) the se of the log ratio is 0.3 sqrt(2/80) = 0.047, so the bound is below 1 when
+    # the estimate is below log 0.8 + 0.084: power P(z > (0.223 - 0.14) / 0.047) ~ 0.96. 200 replications.
+    rng = random.Random(5)
+    n, found = 200, 0
+    for _ in range(n):
+        rr = RegimeRequests(first_look=20)
+        hit = False
+        for i in range(160):
+            regime = "policy" if i % 2 else "off"
+            mu = math.log(0.025) if regime == "policy" else math.log(0.02)
+            rr.observe("1", regime, math.exp(rng.gauss(mu, 0.3)))
+            iv = rr.look("1")
+            hit |= iv is not None and iv.high < 1.0
+        found += hit
+    assert found >= n * 0.96 - 4 * math.sqrt(n * 0.96 * 0.04)
+
+
+def test_the_guard_trips_on_requests_before_any_window_could_be_compared():
+    # a closed loop of 1-second requests at load 1; speculation makes decode 25% slower. Windows of 10 s: the
+    # window evidence needs 3 closed windows a regime (>= 60 s + settle); the requests' first looks (20, 40)
+    # come within the first three windows.
+    clock = _Clock()
+    pol = _experiment(switchback={"share": 0.5, "window_s": 10.0, "washout_s": 2.0, "min_windows": 3},
+                      clock=clock)
+    alphas = AlphaTable()
+    engaged_at = None
+    while clock.t < 60.0 and engaged_at is None:
+        d = pol.decide("chat", [_worker(0)], alphas)
+        clock.t += 1.0
+        pol.record(d, 100, 0.0125 if d.gamma else 0.01, now=clock.t)
+        if pol.guard.buckets:
+            engaged_at = clock.t
+    assert engaged_at is not None and engaged_at <= 30.0
+    assert pol.report()["guard"]["buckets"] == ["1"] and "windows" not in pol._evidence["1"]
+    ev = pol._evidence["1"]["requests"]
+    assert ev.estimate == pytest.approx(0.8) and ev.high < 1.0
+    # requests may engage but not release: speculation now looks faster per request, yet until the windows
+    # have a verdict (3 closed windows a regime: not before t = 60) the bucket stays guarded
+    while clock.t < 40.0:
+        d = pol.decide("chat", [_worker(0)], alphas)
+        clock.t += 1.0
+        pol.record(d, 100, 0.005 if d.gamma else 0.01, now=clock.t)
+    assert pol.guard.buckets == {"1"} and pol.guard.released == 0 and "windows" not in pol._evidence["1"]
+    # without the requests' evidence the same loop has no verdict by then
+    clock.t = 0.0
+    plain = _experiment(switchback={"share": 0.5, "window_s": 10.0, "washout_s": 2.0, "min_windows": 3,
+                                    "guard_requests": False}, clock=clock)
+    while clock.t < 30.0:
+        d = plain.decide("chat", [_worker(0)], alphas)
+        clock.t += 1.0
+        plain.record(d, 100, 0.0125 if d.gamma else 0.01, now=clock.t)
+    assert not plain.guard.buckets
