@@ -26,11 +26,16 @@ regressors are collinear). A slope is fitted only when its regressor per step va
 once the regressors before it are accounted for (relative residual spread >= `min_spread`); until then it
 keeps the prior's value and the intercept absorbs the level; so does a fitted slope whose standard error
 exceeds its value while the prior lies within two errors of it (the data neither determine nor contradict
-it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off or
-systematically biased: `required_steps`) AND it has predicted the windows better than the profile did: before each window is added, both predict it (the profile at the window's per-step means, so
-a roofline keeps its max(); the fit linearly) and their discounted squared errors are compared (prequential,
-out of sample). A right profile that the linear form cannot express (a GPU roofline) keeps pricing; a wrong
-one is replaced as soon as the fit predicts better.
+it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off:
+`required_steps`) AND it predicts the windows better than the profile: before each window is added (once
+the fit has a tenth of `min_steps` behind it), both predict it (the profile at the window's per-step means,
+so a roofline keeps its max(); the fit linearly) and their discounted squared errors are compared
+(prequential, out of sample, over the regression's horizon); or the profile is biased now, its mean error
+over the last few dozen windows beyond 4 standard errors and 20% of the step (then a tenth of `min_steps`
+is enough: least squares is unbiased by construction, and per-step noise as large as the step — prefill
+steps among decodes — hides a 5x error from squared errors for hundreds of steps). A right profile that the
+linear form cannot express (a GPU roofline) keeps pricing; a wrong one is replaced as soon as the fit
+predicts better. Trust does not flicker with the load: the squared errors span the regression's horizon.
 
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
@@ -61,7 +66,7 @@ _GRID = 2.0 ** (1.0 / 24.0)  # ~2.9% steps for the snapped coefficients
 _CLEAR_WIN = 4.0  # a fit whose prequential error is below 1/4 of the profile's needs proportionally fewer steps
 _MIN_EVIDENCE = 0.1  # ... down to this share of min_steps
 _MIN_WINDOWS = 8.0  # and never fewer telemetry windows than this
-_ERR_DECAY = 0.5 ** (1.0 / 16.0)  # prequential errors: half-life of 16 windows
+_ERR_DECAY = 0.5 ** (1.0 / 16.0)  # the profile's recent bias: half-life of 16 windows
 _BIAS_T = 4.0  # a profile whose mean error is this many standard errors from 0 ...
 _BIAS_REL = 0.2  # ... and at least this share of the measured step time is systematically off
 
@@ -248,10 +253,12 @@ class StepCalibrator:
         lam = 0.5 ** (n / self.half_life_steps)
         prior_y = self._prior_seconds(w, x)
         fit_y = float(x @ np.asarray(list(self.costs().coefficients.values()))) if self.steps > 0 else prior_y
-        # the comparison of fit and profile looks at recent windows (a fit's first, immature predictions are
-        # forgotten after a few dozen windows; the regression itself forgets by steps)
-        self._err = lam * _ERR_DECAY * self._err + np.array([(y - fit_y) ** 2, (y - prior_y) ** 2]) / n
-        self._err_windows = lam * _ERR_DECAY * self._err_windows + 1.0
+        # fit vs profile, out of sample, over the regression's own horizon (forgetting by steps), scored once
+        # the fit has seen a tenth of min_steps (its first, immature predictions would weigh for long)
+        if self.steps >= self.min_steps * _MIN_EVIDENCE:
+            self._err = lam * self._err + np.array([(y - fit_y) ** 2, (y - prior_y) ** 2]) / n
+            self._err_windows = lam * self._err_windows + 1.0
+        # the profile's bias over the recent windows (a few dozen)
         r = (y - prior_y) / n
         self._bias = lam * _ERR_DECAY * self._bias + np.array([n, n * n, n * r, n * r * r, y])
         self._s = lam * self._s + np.outer(x, x) / n
@@ -321,12 +328,12 @@ class StepCalibrator:
 
     def required_steps(self) -> float:
         """Engine steps of evidence the fit needs before it is trusted: `min_steps`, or fewer the worse the
-        profile has predicted the recent windows. A profile that is systematically off (its mean error per
+        profile has predicted the windows. A profile that is systematically off (its mean error per
         step beyond 4 standard errors and beyond 20% of the mean step: a CPU profile measured at batch <= 64
         asked about batch 128 on a loaded machine) is replaced after a tenth of `min_steps`; otherwise a fit
         whose prequential squared error is below a quarter of the profile's needs proportionally fewer, down
         to the same tenth."""
-        if self.profile_bias_t() >= _BIAS_T and abs(self.profile_bias()) >= _BIAS_REL:
+        if self.profile_biased():
             return self.min_steps * _MIN_EVIDENCE
         fit_err, prof_err = self._err
         if prof_err <= 0.0:
@@ -351,9 +358,17 @@ class StepCalibrator:
         se = math.sqrt(var / n_eff)
         return math.inf if se == 0.0 else abs(m) / se
 
+    def profile_biased(self) -> bool:
+        """The profile's recent mean error is beyond `_BIAS_T` standard errors and `_BIAS_REL` of the step."""
+        return self.profile_bias_t() >= _BIAS_T and abs(self.profile_bias()) >= _BIAS_REL
+
     def _trusted(self, n: float) -> bool:
+        """Enough evidence, and the fit predicts better than the profile: over the fit's horizon, or because
+        the profile is biased now (least squares is not, by construction)."""
+        if n < self.required_steps() or self._windows < _MIN_WINDOWS:
+            return False
         fit_err, prof_err = self._err
-        return bool(n >= self.required_steps() and self._windows >= _MIN_WINDOWS and fit_err <= prof_err)
+        return bool(self.profile_biased() or (self._err_windows > 0 and fit_err <= prof_err))
 
     def _fit(self) -> CalibratedCosts:
         free = self._identified()

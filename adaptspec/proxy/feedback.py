@@ -225,7 +225,14 @@ class Feedback:
         if cfg is not None and not cfg.enabled:
             worker.step_costs = None
         elif changed or worker.step_costs is None:
+            was = worker.step_costs is not None and worker.step_costs.trusted
             worker.step_costs = cal.costs()
+            if worker.step_costs.trusted != was:
+                c = worker.step_costs
+                log.info("worker %s: decisions priced with %s after %.0f steps (profile bias %+.0f%%; fit %s)",
+                         worker.name, "its fitted step model" if c.trusted else f"the profile {prior.name}",
+                         c.steps, 100 * cal.profile_bias(),
+                         ", ".join(f"{k}={v:.3g}" for k, v in c.coefficients.items() if c.fitted.get(k)))
 
     def gauges(self) -> dict:
         """{gauge name: (labels, rows)} for a `StateCollector`: sampled-regime alphas, step-model fits."""

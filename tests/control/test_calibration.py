@@ -304,3 +304,4 @@ def test_a_biased_profile_is_replaced_after_the_floor_even_when_steps_are_noisy(
             assert cal.profile_bias() > 0.7  # the profile predicts a fifth of the time: bias ~0.8
     assert trusted_at["biased"] < 150  # 8 effective windows (of 3..15 steps) are the floor here
     assert trusted_at.get("unbiased", math.inf) >= 300
+
