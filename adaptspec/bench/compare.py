@@ -188,7 +188,7 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
         for kind, value in loads:
             records: dict[str, list] = {label: [] for label, _, _ in targets}
             windows = dict.fromkeys(records, 0.0)
-            per_round: dict[str, list[float]] = {label: [] for label in records}  # tokens/s of each round
+            by_round: dict[str, list[float]] = {label: [] for label in records}  # tokens/s of each round
             for r in range(rounds):
                 order = list(targets[r % len(targets):]) + list(targets[:r % len(targets)])
                 for label, proxy, _ in order:
@@ -201,11 +201,11 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
                     recs, window = asyncio.run(run_point(cfg, streams[label]))
                     records[label] += recs
                     windows[label] += window
-                    per_round[label].append(summarize(recs, window)["output_tokens_per_s"])
+                    by_round[label].append(summarize(recs, window)["output_tokens_per_s"])
                     bar.update(1)
             for label, _, f in targets:
                 row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
-                       "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": per_round[label]}
+                       "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": by_round[label]}
                 if row["errors"]:
                     log.warning("%s %s=%g: %d of %d requests failed (%s)", label, kind, value, row["errors"],
                                 row["requests"], row["error_kinds"])
