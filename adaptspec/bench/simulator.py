@@ -533,7 +533,7 @@ def simulate(
                 dt += cost.draft_time(pname, gs, kvp + int(prev[j]), verify_s=verify)
             dt += verify
             if tele is not None:
-                tele.step(dt, step_tokens, kv0 + int(prev_tot[j]), drafting)
+                tele.step(dt, step_tokens, kv0 + int(prev_tot[j]), drafting, n_active)
             running_area += dt * n_active
             t += dt
             steps += 1
@@ -668,9 +668,11 @@ class _Telemetry:
         c = start or StepCounters()
         self.steps, self.seconds, self.tokens, self.kv = c.steps, c.step_seconds, c.batched_tokens, c.kv_tokens
         self.drafted, self.passes = dict(c.drafted_tokens), dict(c.draft_passes)
+        self.requests = c.requests
 
-    def step(self, seconds: float, tokens: int, kv_tokens: int, drafting: list) -> None:
+    def step(self, seconds: float, tokens: int, kv_tokens: int, drafting: list, requests: int) -> None:
         self.steps += 1
+        self.requests += requests
         self.seconds += seconds
         self.tokens += tokens
         self.kv += kv_tokens
@@ -680,7 +682,8 @@ class _Telemetry:
                 self.passes[pname] = self.passes.get(pname, 0.0) + float(gs.max())
 
     def snapshot(self) -> StepCounters:
-        return StepCounters(self.steps, self.seconds, self.tokens, self.kv, dict(self.drafted), dict(self.passes))
+        return StepCounters(self.steps, self.seconds, self.tokens, self.kv, dict(self.drafted), dict(self.passes),
+                            self.requests)
 
 
 def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None,

@@ -158,8 +158,9 @@ class CalibratedCosts:
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     batch: float = 0.0  # mean batched tokens per step seen (where the fit is best)
     snapped: Mapping[str, float] = field(default_factory=dict)  # on the ~3% grid: what `apply` prices with
-    # mean context per request seen: KV tokens per non-drafted batched token (decode rows; prefill lowers it),
-    # snapped like the coefficients; 0 = no data
+    # mean context of a request in a step: KV tokens per request-step (engines that count requests per step;
+    # batched tokens would count a prompt's tokens as rows), snapped like the coefficients; 0 = no data (the
+    # profile's context_tokens then prices)
     context_tokens: float = 0.0
     # prequential mean squared error per step of the fit and of the profile on the windows seen (seconds^2)
     fit_mse: float = math.nan
@@ -222,6 +223,7 @@ class StepCalibrator:
         self._r = np.zeros(d)  # sum x y / steps
         self._q = 0.0  # sum y^2 / steps
         self._windows = 0.0  # discounted number of windows
+        self._ctx = np.zeros(2)  # [KV tokens, requests] of the windows whose engine counts requests per step
         self._err = np.zeros(2)  # discounted prequential squared errors per step: [fit, profile]
         self._err_windows = 0.0  # the windows behind them (discounted alike)
         # the profile's residual per step r = (y - profile) / steps, weighted by steps (discounted alike):
@@ -265,6 +267,7 @@ class StepCalibrator:
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
         self._windows = lam * self._windows + 1.0
+        self._ctx = lam * self._ctx + (np.array([w.kv_tokens, w.requests]) if w.requests > 0 else 0.0)
         self._cached = None
         return True
 
@@ -382,9 +385,8 @@ class StepCalibrator:
             free = free & ~vague
             theta, errors, sigma = self._solve(free)
         snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
-        sums = self._s[0]  # sum of each regressor over the windows (x_0 = steps)
-        decode = sums[1] - sum(sums[4 + 2 * i] for i in range(len(self.proposers)))
-        ctx, ctx_i = _snap(float(sums[2] / decode)) if decode > 0 and sums[2] > 0 else (0.0, None)
+        kv, reqs = self._ctx
+        ctx, ctx_i = _snap(float(kv / reqs)) if reqs > 0 and kv > 0 else (0.0, None)
         key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         return CalibratedCosts(

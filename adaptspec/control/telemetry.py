@@ -10,7 +10,8 @@ so a least-squares fit needs no per-step samples: 250 ms scrapes are enough, and
 number of steps. `batched_tokens` counts every token through the target forward (decode, drafted tokens
 being verified, prefill); `kv_tokens` sums, over steps, the context tokens the step attends to;
 `draft_passes` counts a model proposer's (draft model / EAGLE head) batched forward passes, and
-`drafted_tokens` the tokens it proposed (n-gram lookup has tokens, no passes).
+`drafted_tokens` the tokens it proposed (n-gram lookup has tokens, no passes); `requests` sums the requests
+in each step (so kv_tokens / requests is the mean context of a request in a step).
 
 Prometheus names (counters; the client adds `_total`), with PromQL for the mean step time:
 
@@ -20,6 +21,7 @@ Prometheus names (counters; the client adds `_total`), with PromQL for the mean 
     adaptspec:engine_kv_tokens
     adaptspec:engine_drafted_tokens{proposer="..."}
     adaptspec:engine_draft_passes{proposer="..."}
+    adaptspec:engine_step_requests
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ METRIC_BATCHED_TOKENS = "adaptspec:engine_batched_tokens"
 METRIC_KV_TOKENS = "adaptspec:engine_kv_tokens"
 METRIC_DRAFTED_TOKENS = "adaptspec:engine_drafted_tokens"  # label: proposer
 METRIC_DRAFT_PASSES = "adaptspec:engine_draft_passes"  # label: proposer
+METRIC_STEP_REQUESTS = "adaptspec:engine_step_requests"  # requests in a step, summed over steps
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class StepCounters:
     kv_tokens: float = 0.0
     drafted_tokens: Mapping[str, float] = field(default_factory=dict)  # proposer -> tokens drafted
     draft_passes: Mapping[str, float] = field(default_factory=dict)  # proposer -> batched model passes
+    requests: float = 0.0  # requests in each step, summed (0: the engine does not count them)
 
     def since(self, earlier: StepCounters) -> StepCounters | None:
         """The window's deltas, or None when a counter went down (the engine restarted: start over)."""
@@ -52,17 +56,18 @@ class StepCounters:
                    self.batched_tokens - earlier.batched_tokens, self.kv_tokens - earlier.kv_tokens)
         drafted = _delta(self.drafted_tokens, earlier.drafted_tokens)
         passes = _delta(self.draft_passes, earlier.draft_passes)
-        if min(scalars) < 0 or drafted is None or passes is None:
+        requests = self.requests - earlier.requests
+        if min(scalars) < 0 or requests < 0 or drafted is None or passes is None:
             return None
-        return StepCounters(*scalars, drafted_tokens=drafted, draft_passes=passes)
+        return StepCounters(*scalars, drafted_tokens=drafted, draft_passes=passes, requests=requests)
 
     def add_step(self, seconds: float, batched_tokens: float, kv_tokens: float,
                  drafted_tokens: Mapping[str, float] | None = None,
-                 draft_passes: Mapping[str, float] | None = None) -> StepCounters:
+                 draft_passes: Mapping[str, float] | None = None, requests: float = 0.0) -> StepCounters:
         """These counters after one more step (for engines and simulators that count step by step)."""
         return StepCounters(self.steps + 1, self.step_seconds + seconds, self.batched_tokens + batched_tokens,
                             self.kv_tokens + kv_tokens, _plus(self.drafted_tokens, drafted_tokens or {}),
-                            _plus(self.draft_passes, draft_passes or {}))
+                            _plus(self.draft_passes, draft_passes or {}), self.requests + requests)
 
 
 def _delta(now: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float] | None:

@@ -92,6 +92,7 @@ class StepTelemetryCounters:
         self.seconds = Counter(telemetry.METRIC_STEP_SECONDS, "Wall seconds of engine steps, drafting included.")
         self.batched = Counter(telemetry.METRIC_BATCHED_TOKENS, "Tokens through the target forward.")
         self.kv = Counter(telemetry.METRIC_KV_TOKENS, "Context tokens attended, summed over steps.")
+        self.requests = Counter(telemetry.METRIC_STEP_REQUESTS, "Requests in each step, summed over steps.")
         self.drafted = Counter(telemetry.METRIC_DRAFTED_TOKENS, "Tokens drafted, by proposer.", ["proposer"])
         self.passes = Counter(telemetry.METRIC_DRAFT_PASSES, "Batched draft-model passes, by proposer.",
                               ["proposer"])
@@ -104,6 +105,7 @@ class StepTelemetryCounters:
         self.seconds.inc(window["seconds"])
         self.batched.inc(window["batched"])
         self.kv.inc(window["kv"])
+        self.requests.inc(window.get("requests", 0))
         for p, n in window["drafted"].items():
             self.drafted.labels(p if p in STEP_PROPOSERS else "hybrid").inc(n)
         for p, n in window["passes"].items():
@@ -236,8 +238,9 @@ def _patch_step_telemetry() -> None:
     @functools.wraps(update)
     def update_counted(self, scheduler_output, model_runner_output):
         tokens = scheduler_output.total_num_scheduled_tokens
-        kv = 0
+        kv = rows = 0
         for req_id in scheduler_output.num_scheduled_tokens:
+            rows += 1
             request = self.requests.get(req_id)
             if request is not None:
                 kv += request.num_computed_tokens  # advanced at schedule time: context + this step's tokens
@@ -251,12 +254,13 @@ def _patch_step_telemetry() -> None:
             start = max(getattr(scheduler_output, _T0_ATTR, end), getattr(self, _LAST_ATTR, 0.0))
             w = getattr(self, _WINDOW_ATTR, None)
             if w is None:
-                w = {"steps": 0, "seconds": 0.0, "batched": 0, "kv": 0, "drafted": 0, "passes": 0}
+                w = {"steps": 0, "seconds": 0.0, "batched": 0, "kv": 0, "drafted": 0, "passes": 0, "requests": 0}
                 setattr(self, _WINDOW_ATTR, w)
             w["steps"] += 1
             w["seconds"] += end - start
             w["batched"] += tokens
             w["kv"] += kv
+            w["requests"] += rows
             w["drafted"] += drafted
             if drafted:  # a model drafter runs max(k) batched passes; n-gram lookup none (its entries stay 0)
                 w["passes"] += max(len(v) for v in spec.values())

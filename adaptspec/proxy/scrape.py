@@ -52,7 +52,8 @@ Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.in
 
 _STEP_SCALARS = {telemetry.METRIC_STEPS + "_total": "steps", telemetry.METRIC_STEP_SECONDS + "_total": "step_seconds",
                  telemetry.METRIC_BATCHED_TOKENS + "_total": "batched_tokens",
-                 telemetry.METRIC_KV_TOKENS + "_total": "kv_tokens"}
+                 telemetry.METRIC_KV_TOKENS + "_total": "kv_tokens",
+                 telemetry.METRIC_STEP_REQUESTS + "_total": "requests"}
 _STEP_BY_PROPOSER = {telemetry.METRIC_DRAFTED_TOKENS + "_total": "drafted_tokens",
                      telemetry.METRIC_DRAFT_PASSES + "_total": "draft_passes"}
 

@@ -230,7 +230,8 @@ def _step_families(steps: telemetry.StepCounters | None, base: list[str], labels
             (telemetry.METRIC_STEP_SECONDS, "Wall seconds of engine steps, drafting included.", steps.step_seconds),
             (telemetry.METRIC_BATCHED_TOKENS, "Tokens through the target forward (decode, drafts, prefill).",
              steps.batched_tokens),
-            (telemetry.METRIC_KV_TOKENS, "Context tokens attended, summed over steps.", steps.kv_tokens)):
+            (telemetry.METRIC_KV_TOKENS, "Context tokens attended, summed over steps.", steps.kv_tokens),
+            (telemetry.METRIC_STEP_REQUESTS, "Requests in each step, summed over steps.", steps.requests)):
         c = CounterMetricFamily(name, doc, labels=base)
         c.add_metric(labels, float(value))
         yield c

@@ -214,9 +214,9 @@ class _Seq:
 
 
 def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
-                ) -> tuple[float, float, dict[str, float], dict[str, float]]:
-    """(batched tokens, KV tokens attended, drafted tokens per proposer, model passes per proposer) of one
-    step: every uncached token and drafted token goes through the target forward and attends to the cached
+                ) -> tuple[float, float, dict[str, float], dict[str, float], float]:
+    """(batched tokens, KV tokens attended, drafted tokens per proposer, model passes per proposer, requests)
+    of one step: every uncached token and drafted token goes through the target forward and attends to the cached
     context plus itself; a model proposer runs max(k) batched passes per call, one call per proposer per
     forward group (n-gram lookup: none). Counted by what drafted (`_Seq.source`): a hybrid step served by
     lookup is n-gram tokens and no pass; one served by its model is that model's tokens and passes (its
@@ -239,7 +239,7 @@ def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
                 longest[key] = max(longest.get(key, 0), k)
         for (_, model), k in longest.items():
             passes[model] = passes.get(model, 0.0) + k
-    return batched, kv, drafted, passes
+    return batched, kv, drafted, passes, float(len(done))
 
 
 class Engine:

@@ -305,3 +305,18 @@ def test_a_biased_profile_is_replaced_after_the_floor_even_when_steps_are_noisy(
     assert trusted_at["biased"] < 150  # 8 effective windows (of 3..15 steps) are the floor here
     assert trusted_at.get("unbiased", math.inf) >= 300
 
+
+
+def test_context_is_kv_tokens_per_request_not_per_batched_token():
+    """The mean context the fit prices with is KV tokens per request-step: a window with a 300-token prompt
+    among 8 decodes of 200-token contexts has 8 + 1 requests, not 8 + 300 rows. Engines that do not count
+    requests leave it to the profile (0 = no data)."""
+    cal = StepCalibrator(load_profile("cpu-tiny"))
+    for _ in range(20):  # 4 steps: 8 decodes at context 200, one of them also feeding a 300-token prompt
+        cal.observe(StepCounters(4, 0.2, 4 * (8 + 300), 4 * (8 * 200 + 300), requests=4 * 9))
+    assert cal.costs().context_tokens == pytest.approx((8 * 200 + 300) / 9, rel=0.03)  # snapped to ~3%
+    legacy = StepCalibrator(load_profile("cpu-tiny"))
+    for _ in range(20):
+        legacy.observe(StepCounters(4, 0.2, 4 * (8 + 300), 4 * (8 * 200 + 300)))
+    assert legacy.costs().context_tokens == 0.0
+    assert legacy.costs().apply(load_profile("cpu-tiny")).context_tokens == load_profile("cpu-tiny").context_tokens

@@ -281,7 +281,7 @@ def _fitted_costs(trusted_after: float = 1000.0):
         batched = b + drafting * g
         t = n * (0.008 + 2e-4 * batched + 1.3e-6 * b * ctx + (0.0044 * g + 2.6e-5 * drafting * g))
         cal.observe(StepCounters(n, t * (1 + rng.normal(0, 0.01)), n * batched, n * b * ctx,
-                                 {"draft": n * drafting * g}, {"draft": n * g}))
+                                 {"draft": n * drafting * g}, {"draft": n * g}, requests=n * b))
     return cal.costs()
 
 

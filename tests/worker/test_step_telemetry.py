@@ -36,6 +36,7 @@ def test_plain_decoding_counts_every_token_and_the_context_it_attends(engine):
     assert w.batched_tokens == length + n - 1  # the prompt, then the previous step's token each step
     assert w.kv_tokens == sum(length + i for i in range(n))  # step i attends to the prompt and i tokens
     assert w.drafted_tokens == {} and w.draft_passes == {}
+    assert w.requests == n  # one request in each step
     assert 0 < w.step_seconds <= wall
 
 
@@ -68,6 +69,7 @@ def test_concurrent_draft_requests_share_their_passes(engine):
     # a step drafts for several requests with max(k) passes, so passes < drafted tokens once they overlap
     assert 0 < w.draft_passes["draft"] < w.drafted_tokens["draft"]
     assert w.draft_passes["draft"] >= w.drafted_tokens["draft"] / 4
+    assert w.steps < w.requests <= 4 * w.steps  # up to 4 requests a step, several in most
 
 
 def test_hybrid_counts_lookup_steps_as_ngram_and_only_model_steps_as_passes(engine):
@@ -129,6 +131,7 @@ def test_server_exports_the_step_counters():
             return after[(name + "_total", labels)] - before[(name + "_total", labels)]
 
         assert delta(telemetry.METRIC_STEPS) == spec["steps"]
+        assert delta(telemetry.METRIC_STEP_REQUESTS) == spec["steps"]  # the one request, in each of its steps
         assert delta(telemetry.METRIC_DRAFTED_TOKENS, (*base, ("proposer", "draft"))) == spec["draft_tokens"]
         assert delta(telemetry.METRIC_DRAFT_PASSES, (*base, ("proposer", "draft"))) == spec["draft_tokens"]
         assert delta(telemetry.METRIC_DRAFTED_TOKENS, (*base, ("proposer", "ngram"))) == 0
