@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from contextvars import ContextVar
 
 from aiohttp import web
@@ -55,7 +55,7 @@ def install(app: web.Application) -> None:
 
 def request_id(headers) -> str:
     rid = headers.get("X-Request-Id")
-    return rid if rid is not None and _VALID_ID.fullmatch(rid) else uuid.uuid4().hex
+    return rid if rid is not None and _VALID_ID.fullmatch(rid) else os.urandom(16).hex()
 
 
 def upstream_headers(request: web.Request) -> dict[str, str]:
