@@ -58,13 +58,12 @@ class PayloadError(UpstreamConnectionError):
 class _Origin:
     """One worker base URL, parsed once: where to connect and what every request to it carries."""
 
-    __slots__ = ("key", "host", "port", "ssl", "prefix", "host_header", "auth", "idle")
+    __slots__ = ("host", "port", "ssl", "prefix", "host_header", "auth", "idle")
 
     def __init__(self, base_url: str):
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
-        self.key = base_url
         self.host = u.hostname
         self.ssl = u.scheme == "https"
         self.port = u.port or (443 if self.ssl else 80)
@@ -108,12 +107,6 @@ class _Connection(asyncio.Protocol):
             resp._fail(Disconnected(f"the connection closed before the response head ({exc or 'EOF'})"))
         else:
             resp._fail(PayloadError(f"the connection closed inside the response body ({exc or 'EOF'})"))
-
-    def pause_writing(self) -> None:  # requests are small; nothing to throttle
-        pass
-
-    def resume_writing(self) -> None:
-        pass
 
     def data_received(self, data: bytes) -> None:
         resp = self.response
@@ -289,7 +282,7 @@ class Response:
             self._wake()
 
     def _fail(self, exc: UpstreamConnectionError) -> None:
-        if not self._done:
+        if not self._done and self._exc is None:  # the first failure is the one to tell
             self._exc = exc
             self._wake()
 
