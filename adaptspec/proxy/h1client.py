@@ -113,15 +113,22 @@ class _Connection(asyncio.Protocol):
         if resp is None or resp._done:  # bytes nobody asked for: the connection is not reusable
             self.abort()
             return
+        body: list[bytes] = []
         try:
-            self._feed(resp, self._buf + data if self._buf else data)
+            self._feed(resp, self._buf + data if self._buf else data, body)
         except PayloadError as exc:
             self.abort()
             resp._fail(exc)
+            return
+        finally:
+            if body:  # one hand-over per arrival, however many chunks it held
+                resp._data(body)
+        if self._state == _HEAD and resp._head is not None:  # back to "a head next": this answer is whole
+            resp._finish()
 
     # -- parsing ----------------------------------------------------------------------------------------
-    def _feed(self, resp: Response, data: bytes) -> None:
-        """Parse `data` (with what was left over) into `resp`: head, then body bytes, then its end."""
+    def _feed(self, resp: Response, data: bytes, body: list[bytes]) -> None:
+        """Parse `data` (with what was left over): the head into `resp`, body bytes onto `body`."""
         self._buf = b""
         pos, end = 0, len(data)
         while True:
@@ -134,21 +141,24 @@ class _Connection(asyncio.Protocol):
                     self._buf = data[pos:]
                     return
                 pos = self._head(resp, data[pos:cut], cut + 4)
-                if resp._done:
-                    resp._keep = resp._keep and pos == end  # bytes after a whole response: not reusable
+                if self._state == _HEAD and resp._head is not None:  # a whole answer without a body
+                    resp._keep = resp._keep and pos == end  # bytes after it: not reusable
                     return
                 continue
             if pos >= end:
                 return
-            if state in (_LENGTH, _CHUNK):
+            if state == _SIZE:
+                pos = self._chunks(data, pos, end, body)
+            elif state in (_LENGTH, _CHUNK):
                 take = min(self._left, end - pos)
-                resp._data(data if take == end else data[pos:pos + take])
+                body.append(data if take == end else data[pos:pos + take])
                 pos += take
                 self._left -= take
                 if self._left:
                     return
                 if state == _LENGTH:
-                    self._complete(resp, pos == end)
+                    self._state = _HEAD
+                    resp._keep = resp._keep and pos == end
                     return
                 self._state = _CHUNK_END
             elif state == _CHUNK_END:
@@ -159,27 +169,54 @@ class _Connection(asyncio.Protocol):
                     raise PayloadError("chunk data not followed by CRLF")
                 pos += 2
                 self._state = _SIZE
-            elif state in (_SIZE, _TRAILER):
+            elif state == _TRAILER:
                 cut = data.find(b"\r\n", pos)
                 if cut < 0:
                     if end - pos > 4096:
-                        raise PayloadError("chunk size or trailer line longer than 4 KiB")
+                        raise PayloadError("trailer line longer than 4 KiB")
                     self._buf = data[pos:]
                     return
-                line, pos = data[pos:cut], cut + 2
-                if state == _TRAILER:
-                    if not line:  # the empty line after the trailers ends the body
-                        self._complete(resp, pos == end)
-                        return
-                    continue
-                size = line.split(b";", 1)[0].strip()
-                if not size or size.strip(_HEX):
-                    raise PayloadError(f"bad chunk size line {line[:20]!r}")
-                self._left = int(size, 16)
-                self._state = _CHUNK if self._left else _TRAILER
+                if cut == pos:  # the empty line after the trailers ends the body
+                    self._state = _HEAD
+                    resp._keep = resp._keep and cut + 2 == end
+                    return
+                pos = cut + 2
             else:  # _TO_EOF
-                resp._data(data[pos:] if pos else data)
+                body.append(data[pos:] if pos else data)
                 return
+
+    def _chunks(self, data: bytes, pos: int, end: int, body: list[bytes]) -> int:
+        """Whole chunks from `pos` on, in one loop (an SSE stream is one small chunk per event); stops at the
+        last chunk, a partial one or a partial size line. Returns where parsing goes on."""
+        while True:
+            cut = data.find(b"\r\n", pos)
+            if cut < 0:
+                if end - pos > 4096:
+                    raise PayloadError("chunk size line longer than 4 KiB")
+                self._buf = data[pos:]
+                return end
+            line = data[pos:cut]
+            size = line.split(b";", 1)[0].strip() if b";" in line else line
+            if not size.isalnum():
+                raise PayloadError(f"bad chunk size line {line[:20]!r}")
+            try:
+                n = int(size, 16)
+            except ValueError:
+                raise PayloadError(f"bad chunk size line {line[:20]!r}") from None
+            start = cut + 2
+            if n == 0:
+                self._state = _TRAILER
+                return start
+            stop = start + n
+            if stop + 2 > end:  # the chunk (or its CRLF) goes on in the next arrival
+                self._state, self._left = _CHUNK, n
+                return start
+            if data[stop:stop + 2] != b"\r\n":
+                raise PayloadError("chunk data not followed by CRLF")
+            body.append(data[start:stop])
+            pos = stop + 2
+            if pos == end:
+                return end
 
     def _head(self, resp: Response, head: bytes, body_at: int) -> int:
         """Take the status line and headers; set up the body's framing. Returns where the body starts."""
@@ -201,25 +238,17 @@ class _Connection(asyncio.Protocol):
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self._state = _SIZE
         elif status in _NO_BODY:
-            self._complete(resp, True)
+            self._state = _HEAD
         elif "content-length" in headers:
             length = headers["content-length"]
             if not length.isdigit():
                 raise PayloadError(f"bad Content-Length {length[:20]!r}")
             self._left = int(length)
-            if self._left:
-                self._state = _LENGTH
-            else:
-                self._complete(resp, True)
+            self._state = _LENGTH if self._left else _HEAD
         else:
             self._state = _TO_EOF
             resp._keep = False
         return body_at
-
-    def _complete(self, resp: Response, clean: bool) -> None:
-        self._state = _HEAD
-        resp._keep = resp._keep and clean
-        resp._finish()
 
     # -- flow control / teardown ---------------------------------------------------------------------------
     def pause(self) -> None:
@@ -269,9 +298,9 @@ class Response:
         self._head = (status, headers)
         self._wake()
 
-    def _data(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._size += len(data)
+    def _data(self, body: list[bytes]) -> None:
+        self._chunks += body
+        self._size += sum(map(len, body))
         if self._size > HIGH_WATER and not self._whole:
             self._conn.pause()
         self._wake()
@@ -307,6 +336,17 @@ class Response:
             if self._done:
                 return b""
             await self._wait()
+        return self._take()
+
+    def read_nowait(self) -> bytes | None:
+        """As `readany`, without waiting: None when nothing has arrived yet."""
+        if not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            return b"" if self._done else None
+        return self._take()
+
+    def _take(self) -> bytes:
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()

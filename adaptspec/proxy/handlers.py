@@ -477,8 +477,10 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
     quiet_since = time.monotonic()
     while True:
         try:
-            async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
-                chunk = await up.readany()
+            chunk = up.read_nowait()  # what has arrived; a timer only when there is nothing yet
+            if chunk is None:
+                async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
+                    chunk = await up.readany()
         except _UPSTREAM_ERRORS as exc:
             if isinstance(exc, TimeoutError) and _queued_not_stalled(ctx, quiet_since):
                 continue
