@@ -243,3 +243,44 @@ async def test_large_stream_read_piecewise_arrives_whole():
 async def test_only_http_urls():
     with pytest.raises(ValueError, match="not an http"):
         await H1Client().post("ftp://127.0.0.1:21", "/x", b"", {})
+
+
+async def test_concurrent_requests_to_an_aiohttp_server_each_get_their_own_answer():
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.query.get("stream"):
+            resp = web.StreamResponse()
+            resp.content_type = "text/event-stream"
+            await resp.prepare(request)
+            for i in range(5):
+                await resp.write(b"data: %s %d\n\n" % (body, i))
+                await asyncio.sleep(0)
+            await resp.write_eof()
+            return resp
+        return web.Response(body=body[::-1], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/echo", echo)
+    async with TestServer(app) as server:
+        client = H1Client()
+        base = str(server.make_url("")).rstrip("/")
+
+        async def one(i: int) -> None:
+            stream = i % 2 == 0
+            up = await client.post(base, "/v1/echo?stream=1" if stream else "/v1/echo", b"req-%d" % i, {})
+            if stream:
+                got = b""
+                while chunk := await up.readany():
+                    got += chunk
+                assert got == b"".join(b"data: req-%d %d\n\n" % (i, k) for k in range(5))
+            else:
+                assert await up.read() == (b"req-%d" % i)[::-1]
+            up.release()
+
+        for _ in range(2):  # the second wave runs on the pooled connections of the first
+            await asyncio.gather(*(one(i) for i in range(64)))
+        assert sum(len(o.idle) for o in client._origins.values()) <= 64
+        await client.close()
