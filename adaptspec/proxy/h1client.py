@@ -83,6 +83,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
         self.idle_since = 0.0
         self.response: Response | None = None
@@ -94,6 +95,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.loop = asyncio.get_running_loop()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -219,28 +221,24 @@ class _Connection(asyncio.Protocol):
                 return end
 
     def _head(self, resp: Response, head: bytes, body_at: int) -> int:
-        """Take the status line and headers; set up the body's framing. Returns where the body starts."""
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
+        """Take the status line and the framing headers; the others are parsed only if asked for
+        (`Response.headers`). Returns where the body starts."""
+        eol = head.find(b"\r\n")
+        parts = (head if eol < 0 else head[:eol]).split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise PayloadError(f"bad status line {lines[0][:40]!r}")
+            raise PayloadError(f"bad status line {head[:40]!r}")
         status = int(parts[1])
         if 100 <= status < 200:  # interim (100 Continue): the real head follows
             return body_at
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise PayloadError(f"bad header line {line[:40]!r}")
-            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-        resp._keep = parts[0] != b"HTTP/1.0" and headers.get("connection", "").lower() != "close"
-        resp._set_head(status, headers)
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        low = head.lower()  # header names are case-insensitive, and so are the values read here
+        resp._keep = parts[0] != b"HTTP/1.0" and _field(low, b"connection") != b"close"
+        resp._set_head(status, head, _field(low, b"content-type"))
+        length = _field(low, b"content-length")
+        if b"chunked" in (_field(low, b"transfer-encoding") or b""):
             self._state = _SIZE
         elif status in _NO_BODY:
             self._state = _HEAD
-        elif "content-length" in headers:
-            length = headers["content-length"]
+        elif length is not None:
             if not length.isdigit():
                 raise PayloadError(f"bad Content-Length {length[:20]!r}")
             self._left = int(length)
@@ -267,21 +265,31 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+def _field(low: bytes, name: bytes) -> bytes | None:
+    """The value of header `name` in a lower-cased response head (the first one), stripped; None if absent."""
+    at = low.find(b"\r\n" + name + b":")
+    if at < 0:
+        return None
+    at += len(name) + 3
+    end = low.find(b"\r\n", at)
+    return low[at:end if end >= 0 else None].strip()
+
+
 class Response:
     """The worker's answer: `status`, `headers` (lower-case names), `content_type`; the body through `read`
     or `readany`. Hand the connection back with `release` (reused if the body was read to its end) or drop it
     with `close`."""
 
-    __slots__ = ("_conn", "_client", "_origin", "status", "headers", "content_type", "_head", "_chunks",
+    __slots__ = ("_conn", "_client", "_origin", "_loop", "status", "content_type", "_head", "_headers", "_chunks",
                  "_size", "_done", "_exc", "_waiter", "_keep", "_whole")
 
     def __init__(self, conn: _Connection, client: H1Client, origin: _Origin) -> None:
         self._conn: _Connection | None = conn
-        self._client, self._origin = client, origin
+        self._client, self._origin, self._loop = client, origin, conn.loop
         self.status = 0
-        self.headers: dict[str, str] = {}
         self.content_type = ""
-        self._head: tuple | None = None
+        self._head: bytes | None = None  # the raw response head, once it has arrived
+        self._headers: dict[str, str] | None = None
         self._chunks: list[bytes] = []
         self._size = 0
         self._done = False
@@ -291,12 +299,20 @@ class Response:
         self._whole = False  # read(): no flow control, the whole body is wanted
 
     # -- fed by the connection ----------------------------------------------------------------------------
-    def _set_head(self, status: int, headers: dict[str, str]) -> None:
-        self.status, self.headers = status, headers
-        ctype = headers.get("content-type")
-        self.content_type = ctype.split(";", 1)[0].strip().lower() if ctype else "application/octet-stream"
-        self._head = (status, headers)
+    def _set_head(self, status: int, head: bytes, ctype: bytes | None) -> None:
+        self.status, self._head = status, head
+        self.content_type = ctype.split(b";", 1)[0].strip().decode("latin-1") if ctype else "application/octet-stream"
         self._wake()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers, names lower-cased (parsed on first use; a repeated name: the last one)."""
+        if self._headers is None:
+            self._headers = {}
+            for line in self._head.split(b"\r\n")[1:] if self._head else ():
+                name, _, value = line.partition(b":")
+                self._headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        return self._headers
 
     def _data(self, body: list[bytes]) -> None:
         self._chunks += body
@@ -321,7 +337,7 @@ class Response:
             waiter.set_result(None)
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:

@@ -77,6 +77,7 @@ async def test_content_length_body_and_the_connection_is_reused():
         client = H1Client()
         up = await client.post(srv.url + "/prefix/", "/v1/chat/completions", b'{"q":1}', {"X-Request-Id": "r1"})
         assert (up.status, up.content_type) == (200, "application/json")
+        assert up.headers == {"content-type": "application/json", "content-length": "7"}
         assert await up.read() == b'{"a":1}'
         up.release()
         up = await client.post(srv.url + "/prefix/", "/v1/chat/completions", b"{}", {})
