@@ -477,4 +477,4 @@ def _request_head(origin: _Origin, path: str, length: int, headers: dict[str, st
             raise ValueError(f"newline in the value of the upstream header {name!r}")
         parts.append(f"{name}: {value}\r\n")
     parts.append("\r\n")
-    return "".join(parts).encode("utf-8")
+    return "".join(parts).encode("utf-8", "surrogateescape")  # header bytes the server decoded this way pass as they came

@@ -219,6 +219,17 @@ async def test_credentials_in_the_url_become_basic_auth_unless_a_header_is_given
     assert b"Authorization: Bearer k" in second and not any(b"Basic" in line for line in second)
 
 
+async def test_header_bytes_the_server_decoded_with_surrogateescape_pass_unchanged():
+    async with Scripted([_ok(b"a")]) as srv:
+        client = H1Client()
+        value = b"Basic \xff\xfe".decode("utf-8", "surrogateescape")  # as aiohttp's parser hands it over
+        up = await client.post(srv.url, "/v1/completions", b"{}", {"Authorization": value})
+        await up.read()
+        up.release()
+        await client.close()
+    assert b"Authorization: Basic \xff\xfe" in srv.requests[0][0].split(b"\r\n")
+
+
 async def test_newline_in_a_header_value_is_refused_before_sending():
     async with Scripted([]) as srv:
         client = H1Client()
