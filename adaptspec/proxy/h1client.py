@@ -405,7 +405,8 @@ class Response:
 
 
 class H1Client:
-    """Keep-alive connections per worker base URL (most recently used first); no limit on their number."""
+    """Keep-alive connections per worker base URL, most recently used first; no limit: as many stay open as
+    were ever in flight at once (closed when the worker closes them or after `keepalive_s` unused)."""
 
     def __init__(self, connect_timeout_s: float = CONNECT_TIMEOUT_S, keepalive_s: float = KEEPALIVE_S) -> None:
         self.connect_timeout_s, self.keepalive_s = connect_timeout_s, keepalive_s
