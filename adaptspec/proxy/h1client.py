@@ -459,8 +459,11 @@ class H1Client:
         return self._tls
 
     def _put(self, origin: _Origin, conn: _Connection) -> None:
-        conn.idle_since = time.monotonic()
-        origin.idle.append(conn)
+        idle = origin.idle
+        conn.idle_since = now = time.monotonic()
+        if idle and (idle[0].closed or now - idle[0].idle_since > self.keepalive_s):
+            idle.popleft().abort()  # the least recently used one, unused for too long (or gone): one per release
+        idle.append(conn)
 
     async def close(self) -> None:
         for origin in self._origins.values():

@@ -296,3 +296,20 @@ async def test_concurrent_requests_to_an_aiohttp_server_each_get_their_own_answe
             await asyncio.gather(*(one(i) for i in range(64)))
         assert sum(len(o.idle) for o in client._origins.values()) <= 64
         await client.close()
+
+
+async def test_connections_unused_past_the_keepalive_are_closed():
+    async with Scripted([_ok(b"1"), _ok(b"2"), _ok(b"3")]) as srv:
+        client = H1Client(keepalive_s=0.0)
+        first = await client.post(srv.url, "/v1/completions", b"{}", {})
+        second = await client.post(srv.url, "/v1/completions", b"{}", {})  # a second connection: first is busy
+        for up in (first, second):
+            await up.read()
+            up.release()  # the second release closes the first connection (idle past keepalive_s = 0)
+        idle = client._origins[srv.url].idle
+        assert len(idle) == 1 and not idle[0].closed
+        up = await client.post(srv.url, "/v1/completions", b"{}", {})  # not reused either: a new connection
+        assert await up.read() == b"3"
+        up.release()
+        await client.close()
+    assert srv.connections == 3
