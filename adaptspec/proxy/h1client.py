@@ -197,14 +197,12 @@ class _Connection(asyncio.Protocol):
                     raise PayloadError("chunk size line longer than 4 KiB")
                 self._buf = data[pos:]
                 return end
-            line = data[pos:cut]
-            size = line.split(b";", 1)[0].strip() if b";" in line else line
-            if not size.isalnum():
-                raise PayloadError(f"bad chunk size line {line[:20]!r}")
-            try:
-                n = int(size, 16)
+            try:  # the common case, hex digits alone (int() also reads "+1f", "1_f", "0x1f": harmless here)
+                n = int(data[pos:cut], 16)
             except ValueError:
-                raise PayloadError(f"bad chunk size line {line[:20]!r}") from None
+                n = _chunk_size(data[pos:cut])  # with an extension, or not a size at all
+            if n < 0:
+                raise PayloadError(f"bad chunk size line {data[pos:cut][:20]!r}")
             start = cut + 2
             if n == 0:
                 self._state = _TRAILER
@@ -263,6 +261,13 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _chunk_size(line: bytes) -> int:
+    size = line.split(b";", 1)[0].strip()
+    if not size.isalnum() or size.strip(_HEX):
+        raise PayloadError(f"bad chunk size line {line[:20]!r}")
+    return int(size, 16)
 
 
 def _field(low: bytes, name: bytes) -> bytes | None:

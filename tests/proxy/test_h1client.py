@@ -164,6 +164,8 @@ async def test_closed_before_the_head_is_disconnected_and_a_cut_body_is_a_payloa
 
 @pytest.mark.parametrize("raw", [
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a hex size
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nx\r\n",  # negative
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1 x;ext\r\n",  # junk before an extension
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY",  # no CRLF after the data
     b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
     b"SSH-2.0-OpenSSH\r\n\r\n",
@@ -172,8 +174,9 @@ async def test_bad_framing_is_a_payload_error(raw):
     async with Scripted([[raw]]) as srv:
         client = H1Client()
         with pytest.raises(PayloadError):
-            up = await client.post(srv.url, "/v1/completions", b"{}", {})
-            await up.read()
+            async with asyncio.timeout(10):  # a parser that missed the error would wait forever
+                up = await client.post(srv.url, "/v1/completions", b"{}", {})
+                await up.read()
         await client.close()
 
 
