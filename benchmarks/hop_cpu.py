@@ -10,7 +10,8 @@ loop, c=1, 1 s warm-up) against it; CPU of the gateway process / requests served
 each round (A B A B ...), and the medians per gateway are printed as JSON: the box is shared and noisy, so
 compare figures from one run only. `--stub classify` replaces the classifier by a constant class, `--stub
 classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
-the gateway's time goes (cProfile's own time per file, then the top functions), one round.
+the gateway's time goes (cProfile's own time per file, then the top functions), one round. `--access-log`
+writes adaptspec's access log as the CLI does (off here unless given; `adaptspec serve` defaults to stderr).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ async def _adaptspec_site(args):
 
     cfg = parse_config({"pools": [{"name": "u", "engine": "openai", "per_request": False, "proposers": [],
                                    "workers": [{"name": "u0", "url": f"http://127.0.0.1:{UP_PORT}"}]}]})
+    if args.access_log != "off":  # as `adaptspec serve` sets it up (its default: "-", stderr)
+        from adaptspec.cli._logging import configure_access_log
+
+        configure_access_log(args.access_log)
     proxy = Proxy(cfg)
     _stub(proxy, set(filter(None, args.stub.split(","))))
     return await start_site(create_app(proxy), "127.0.0.1", GW_PORT)
@@ -114,6 +119,8 @@ def main() -> int:
     ap.add_argument("--gateways", default="adaptspec,naive", help="comma list of adaptspec, naive")
     ap.add_argument("--stream", action="store_true", help="SSE streams of 32 chunks instead of whole answers")
     ap.add_argument("--stub", default="", help="comma list of classify, decide (adaptspec only)")
+    ap.add_argument("--access-log", default="off", metavar="off|-|FILE",
+                    help="adaptspec's access log as `adaptspec serve --access-log` (its default is -, stderr)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
