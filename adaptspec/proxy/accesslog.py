@@ -119,7 +119,9 @@ async def _middleware(request: web.Request, handler):
         if not quiet and access_log.isEnabledFor(logging.INFO):
             record["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
             record["ts"] = _iso(started)
-            access_log.info(json.dumps({k: record.get(k) for k in FIELDS}, separators=(",", ":")))
+            line = json.dumps({k: record.get(k) for k in FIELDS}, separators=(",", ":"))
+            # as access_log.info(line), without logging's search of the stack for the caller (not logged here)
+            access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, line, None, None))
 
 
 def _iso(t: float) -> str:

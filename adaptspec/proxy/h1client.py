@@ -229,10 +229,10 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:  # interim (100 Continue): the real head follows
             return body_at
         low = head.lower()  # header names are case-insensitive, and so are the values read here
-        resp._keep = parts[0] != b"HTTP/1.0" and _field(low, b"connection") != b"close"
-        resp._set_head(status, head, _field(low, b"content-type"))
-        length = _field(low, b"content-length")
-        if b"chunked" in (_field(low, b"transfer-encoding") or b""):
+        resp._keep = parts[0] != b"HTTP/1.0" and _field(low, b"\r\nconnection:") != b"close"
+        resp._set_head(status, head, _field(low, b"\r\ncontent-type:"))
+        length = _field(low, b"\r\ncontent-length:")
+        if b"chunked" in (_field(low, b"\r\ntransfer-encoding:") or b""):
             self._state = _SIZE
         elif status in _NO_BODY:
             self._state = _HEAD
@@ -270,12 +270,13 @@ def _chunk_size(line: bytes) -> int:
     return int(size, 16)
 
 
-def _field(low: bytes, name: bytes) -> bytes | None:
-    """The value of header `name` in a lower-cased response head (the first one), stripped; None if absent."""
-    at = low.find(b"\r\n" + name + b":")
+def _field(low: bytes, needle: bytes) -> bytes | None:
+    """The value of the header `needle` names (b"\\r\\nname:") in a lower-cased response head (the first such
+    line), stripped; None if absent."""
+    at = low.find(needle)
     if at < 0:
         return None
-    at += len(name) + 3
+    at += len(needle)
     end = low.find(b"\r\n", at)
     return low[at:end if end >= 0 else None].strip()
 
