@@ -1,34 +1,38 @@
-"""CPU per request of the proxy's non-stream path, in process, with parts of the decision priced out.
+"""CPU per request of the proxy hop, in process, side by side with the harness's bare aiohttp pass-through.
 
     .venv/bin/python benchmarks/hop_cpu.py --harness ../shared/bench/overhead --python /tmp/gw/venv-base/bin/python \
-        [--stub classify,decide] [--profile] [--seconds 4]
+        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile]
 
-Starts the overhead harness's fake upstream and load client (closed loop, c=1) as subprocesses and the proxy
-(`engine: openai` pool, goodput policy) in this process on uvloop; prints process CPU per request. `--stub
-classify` replaces the classifier by a constant class, `--stub classify,decide` the policy's decision too, so
-the difference prices each part. `--profile` prints cProfile's cumulative list for the adaptspec functions.
+Starts the overhead harness's fake upstream once, then for each round and each gateway: the gateway in a
+fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool and the goodput policy, as the
+harness row runs it; `naive`: the harness's naive_aiohttp_proxy.py), and the harness's load client (closed
+loop, c=1, 1 s warm-up) against it; CPU of the gateway process / requests served. Gateways alternate within
+each round (A B A B ...), and the medians per gateway are printed as JSON: the box is shared and noisy, so
+compare figures from one run only. `--stub classify` replaces the classifier by a constant class, `--stub
+classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
+the gateway's time goes (cProfile's own time per file, then the top functions), one round. `--access-log`
+writes adaptspec's access log as the CLI does (off here unless given; `adaptspec serve` defaults to stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import cProfile
+import importlib.util
 import json
+import os
 import pstats
+import statistics
 import subprocess
 import sys
 import time
 
-import uvloop
-
-from adaptspec.control.config import parse_config
-from adaptspec.proxy.app import Proxy, create_app, start_site
-
 UP_PORT, GW_PORT = 18931, 18932
 
 
-def _stub(proxy: Proxy, parts: set[str]) -> None:
+def _stub(proxy, parts: set[str]) -> None:
     if "classify" in parts:
         proxy.classify = lambda body: "chat"
     if "decide" in parts:
@@ -36,20 +40,49 @@ def _stub(proxy: Proxy, parts: set[str]) -> None:
         proxy.decide = lambda *args, **kwargs: fixed
 
 
-async def _run(args) -> dict:
+async def _adaptspec_site(args):
+    from adaptspec.control.config import parse_config
+    from adaptspec.proxy.app import Proxy, create_app, start_site
+
     cfg = parse_config({"pools": [{"name": "u", "engine": "openai", "per_request": False, "proposers": [],
                                    "workers": [{"name": "u0", "url": f"http://127.0.0.1:{UP_PORT}"}]}]})
+    if args.access_log != "off":  # as `adaptspec serve` sets it up (its default: "-", stderr)
+        from adaptspec.cli._logging import configure_access_log
+
+        configure_access_log(args.access_log)
     proxy = Proxy(cfg)
     _stub(proxy, set(filter(None, args.stub.split(","))))
-    runner = await start_site(create_app(proxy), "127.0.0.1", GW_PORT)
-    await asyncio.sleep(1.5)
+    return await start_site(create_app(proxy), "127.0.0.1", GW_PORT)
+
+
+async def _naive_site(args):
+    from aiohttp import web
+
+    os.environ["UPSTREAM_URL"] = f"http://127.0.0.1:{UP_PORT}"
+    spec = importlib.util.spec_from_file_location("naive_aiohttp_proxy", f"{args.harness}/naive_aiohttp_proxy.py")
+    naive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(naive)
+    app = web.Application()  # as naive_aiohttp_proxy.main() builds it, without run_app's signal handling
+    app.on_startup.append(naive.on_startup)
+    app.on_cleanup.append(naive.on_cleanup)
+    app.router.add_route("*", "/v1/{tail:.*}", naive.proxy)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", GW_PORT).start()
+    return runner
+
+
+async def _measure(args) -> dict:
+    runner = await (_naive_site(args) if args.gateway == "naive" else _adaptspec_site(args))
+    await asyncio.sleep(1.0)
     prof = cProfile.Profile() if args.profile else None
     t0 = time.process_time()
     if prof is not None:
         prof.enable()
+    extra = ["--stream", "--chunks", "32"] if args.stream else []
     load = await asyncio.create_subprocess_exec(
         args.python, f"{args.harness}/load.py", "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
-        "-c", "1", "-d", str(args.seconds), "--warmup", "1", stdout=asyncio.subprocess.PIPE)
+        "-c", "1", "-d", str(args.seconds), "--warmup", "1", *extra, stdout=asyncio.subprocess.PIPE)
     out, _ = await load.communicate()
     if prof is not None:
         prof.disable()
@@ -58,26 +91,61 @@ async def _run(args) -> dict:
     res = json.loads(out)
     requests = res["rps"] * (args.seconds + 1)  # the warm-up second is served (and costs CPU) too
     if prof is not None:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats("adaptspec", 40)
-    return {"stub": args.stub or "-", "rps": res["rps"], "p50_ms": res.get("p50_ms"),
-            "cpu_us_per_request": round(cpu / requests * 1e6)}
+        _print_profile(prof, requests)
+    return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6)}
+
+
+def _print_profile(prof: cProfile.Profile, requests: float) -> None:
+    stats = pstats.Stats(prof, stream=sys.stderr)
+    by_file: collections.Counter[str] = collections.Counter()
+    for (path, _line, _fn), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+        by_file[path.split("site-packages/")[-1]] += tottime
+    for path, seconds in by_file.most_common(25):
+        print(f"{seconds / requests * 1e6:9.1f} us/request  {path}", file=sys.stderr)
+    stats.sort_stats("tottime").print_stats(30)
+
+
+def _child(args) -> int:
+    import uvloop
+
+    print(json.dumps(uvloop.run(_measure(args))))
+    return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--harness", required=True, help="the overhead harness folder (fake_upstream.py, load.py)")
     ap.add_argument("--python", required=True, help="interpreter with the harness's deps (uvicorn, httptools)")
-    ap.add_argument("--stub", default="", help="comma list of classify, decide")
+    ap.add_argument("--gateways", default="adaptspec,naive", help="comma list of adaptspec, naive")
+    ap.add_argument("--stream", action="store_true", help="SSE streams of 32 chunks instead of whole answers")
+    ap.add_argument("--stub", default="", help="comma list of classify, decide (adaptspec only)")
+    ap.add_argument("--access-log", default="off", metavar="off|-|FILE",
+                    help="adaptspec's access log as `adaptspec serve --access-log` (its default is -, stderr)")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
+    ap.add_argument("--gateway", help=argparse.SUPPRESS)  # internal: run one measurement in this process
     args = ap.parse_args()
+    if args.gateway:
+        return _child(args)
     up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs: dict[str, list[dict]] = {g: [] for g in args.gateways.split(",")}
     try:
-        print(json.dumps(uvloop.run(_run(args))))
+        time.sleep(1.5)
+        for _ in range(args.rounds):
+            for gateway, results in runs.items():
+                out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--gateway", gateway],
+                                     check=True, stdout=subprocess.PIPE, text=True).stdout
+                results.append(json.loads(out))
     finally:
         up.terminate()
         up.wait()
+    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds}
+    for gateway, results in runs.items():
+        summary[gateway] = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        summary[gateway]["cpu_us_per_request_all"] = [r["cpu_us_per_request"] for r in results]
+    print(json.dumps(summary))
     return 0
 
 

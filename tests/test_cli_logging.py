@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
 import sys
 
-from adaptspec.cli._logging import JsonFormatter
+from adaptspec.cli._logging import BufferedLineHandler, JsonFormatter
 
 
 def record(msg: str, *args, exc_info=None, **extra) -> logging.LogRecord:
@@ -51,3 +53,35 @@ def test_lines_logged_inside_a_request_carry_its_id_in_both_formats():
     assert json.loads(JsonFormatter().format(inside))["request_id"] == "req-7"
     assert TextFormatter().format(inside).endswith("adaptspec.proxy: retrying on w1 request_id=req-7")
     assert TextFormatter().format(outside).endswith("adaptspec.proxy: idle")
+
+
+def test_buffered_lines_wait_for_the_timer_or_the_size_limit_and_keep_their_order():
+    out = io.StringIO()
+    handler = BufferedLineHandler(out, flush_s=0.05, max_bytes=30)
+
+    async def serve() -> None:
+        handler.handle(record("a"))
+        handler.handle(record("b"))
+        assert out.getvalue() == ""  # waiting for the timer
+        await asyncio.sleep(0.15)  # past the timer's deadline: it ran before this sleep ends
+        assert out.getvalue() == "a\nb\n"
+        handler.handle(record("x" * 40))  # over max_bytes: written at once
+        assert out.getvalue() == "a\nb\n" + "x" * 40 + "\n"
+        handler.handle(record("c"))
+
+    asyncio.run(serve())
+    assert out.getvalue().endswith("x\n")  # "c" waits ...
+    handler.close()  # ... until close (logging.shutdown at exit)
+    assert out.getvalue().splitlines() == ["a", "b", "x" * 40, "c"]
+    handler.handle(record("no loop"))  # outside an event loop: written at once
+    assert out.getvalue().endswith("no loop\n")
+
+
+def test_a_failing_stream_is_reported_not_raised(capsys):
+    class Broken(io.StringIO):
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    handler = BufferedLineHandler(Broken())
+    handler.handle(record("lost"))  # no loop: written (and failing) at once
+    assert "No space left on device" in capsys.readouterr().err

@@ -11,6 +11,7 @@ shippers can index them without parsing the message. Lines logged while the prox
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -51,9 +52,67 @@ class TextFormatter(logging.Formatter):
         return f"{line} request_id={rid}" if rid is not None else line
 
 
+class BufferedLineHandler(logging.Handler):
+    """Formatted records as lines, written in batches: once `max_bytes` are waiting, else `flush_s` after the
+    first waiting line (a timer on the running event loop); at once where no loop runs, and on flush/close
+    (logging.shutdown at exit). One write per batch instead of one per request: the access log's write cost
+    ~120 µs per request at c=1 on the 2-core box (docs/results/hop.md); nginx's `access_log ... buffer= flush=`."""
+
+    def __init__(self, stream, *, flush_s: float = 0.1, max_bytes: int = 64 * 1024, owns_stream: bool = False):
+        super().__init__()
+        self.stream, self.flush_s, self.max_bytes, self._owns = stream, flush_s, max_bytes, owns_stream
+        self._lines: list[str] = []
+        self._size = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # logging's contract: a bad record is reported by handleError, never raised
+            self.handleError(record)
+            return
+        self._lines.append(line)
+        self._size += len(line) + 1
+        if self._size >= self.max_bytes:
+            self._write()
+        elif self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._write()
+                return
+            self._timer = loop.call_later(self.flush_s, self.flush)
+
+    def flush(self) -> None:
+        with self.lock:
+            self._write()
+
+    def _write(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._lines:
+            return
+        data = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        self._size = 0
+        try:
+            self.stream.write(data)
+            self.stream.flush()
+        except (OSError, ValueError):  # disk full, closed stream: reported as logging reports it, serving goes on
+            self.handleError(logging.makeLogRecord({"msg": "a batch of access-log lines"}))
+
+    def close(self) -> None:
+        self.flush()
+        if self._owns:
+            self.stream.close()
+        super().close()
+
+
 def configure_access_log(target: str) -> None:
     """The proxy's access log (logger `adaptspec.access`, one JSON object a line, independent of --log-level
-    and --log-format): "-" for stderr, "off", or a file to append to."""
+    and --log-format): "-" for stderr, "off", or a file to append to. Lines are written in batches, at most
+    0.1 s late (BufferedLineHandler)."""
     log = logging.getLogger("adaptspec.access")
     log.propagate = False
     for old in list(log.handlers):
@@ -62,7 +121,8 @@ def configure_access_log(target: str) -> None:
     if target == "off":
         log.setLevel(logging.CRITICAL + 1)
         return
-    handler = logging.StreamHandler(sys.stderr) if target == "-" else logging.FileHandler(target)
+    handler = BufferedLineHandler(sys.stderr) if target == "-" else \
+        BufferedLineHandler(open(target, "a", encoding="utf-8"), owns_stream=True)  # noqa: SIM115 (closed by close())
     handler.setFormatter(logging.Formatter("%(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)

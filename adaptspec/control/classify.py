@@ -35,6 +35,11 @@ VOCABULARY_FILE = "vocabulary.json.gz"
 # the last turn counts twice, but a RAG context in the system prompt can still outweigh a short question.
 LAST_TURN_WEIGHT = 0.2
 _JSON_FORMATS = ("json_object", "json_schema")
+# classify_request remembers the class of recent prompt texts (the model is a pure function of the text):
+# repeated prompts (retries, probes, benchmarks, fixed templates) skip the scoring. Bounded: MEMO_SIZE texts
+# of at most MEMO_MAX_CHARS characters each, oldest out first.
+MEMO_SIZE = 1024
+MEMO_MAX_CHARS = 4096
 
 
 class Classifier:
@@ -61,6 +66,7 @@ class Classifier:
         self._w = np.ascontiguousarray(coef, dtype=np.float64)  # [n_features, n_classes]
         self._b = np.asarray(intercept, dtype=np.float64)  # [n_classes]
         self._w_struct_t = np.ascontiguousarray(self._w[self.featurizer.n_ngram_columns :].T)  # [n_classes, n_struct]
+        self._memo: dict[tuple[str, str], str] = {}  # (last turn, context) -> text class
 
     @classmethod
     def load(cls, directory: str | Path) -> Classifier:
@@ -127,23 +133,33 @@ class Classifier:
         """
         last, context = request_text(body)
         forced = _structured_field(body)
+        cls, scores = self._result(self._logits(last, context))
+        return ("structured" if forced else cls), scores, forced
+
+    def _logits(self, last: str, context: str) -> np.ndarray:
         if context:
-            logits = (
+            return (
                 LAST_TURN_WEIGHT * self._evidence(last)
                 + (1.0 - LAST_TURN_WEIGHT) * self._evidence(context + "\n\n" + last)
                 + self._b
             )
-        else:
-            logits = self._evidence(last) + self._b
-        cls, scores = self._result(logits)
-        return ("structured" if forced else cls), scores, forced
+        return self._evidence(last) + self._b
 
     def classify_request(self, body: Mapping) -> str:
-        """Content class of a request body (the proxy's hot path: no text scoring when a field decides)."""
-        if isinstance(body, Mapping) and _structured_field(body):
-            request_text(body)  # still reject a malformed body
+        """Content class of a request body (the proxy's hot path: no text scoring when a field decides, none
+        for a prompt text seen recently)."""
+        last, context = request_text(body)  # rejects a malformed body, structured or not
+        if _structured_field(body):
             return "structured"
-        return self.predict_request(body)[0]
+        key = (last, context)
+        cls = self._memo.get(key)
+        if cls is None:
+            cls = self._result(self._logits(last, context))[0]
+            if len(last) + len(context) <= MEMO_MAX_CHARS:
+                if len(self._memo) >= MEMO_SIZE:
+                    del self._memo[next(iter(self._memo))]
+                self._memo[key] = cls
+        return cls
 
 
 def classify_request(body: Mapping) -> str:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from contextvars import ContextVar
 
 from aiohttp import web
@@ -55,7 +55,7 @@ def install(app: web.Application) -> None:
 
 def request_id(headers) -> str:
     rid = headers.get("X-Request-Id")
-    return rid if rid is not None and _VALID_ID.fullmatch(rid) else uuid.uuid4().hex
+    return rid if rid is not None and _VALID_ID.fullmatch(rid) else os.urandom(16).hex()
 
 
 def upstream_headers(request: web.Request) -> dict[str, str]:
@@ -119,7 +119,9 @@ async def _middleware(request: web.Request, handler):
         if not quiet and access_log.isEnabledFor(logging.INFO):
             record["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
             record["ts"] = _iso(started)
-            access_log.info(json.dumps({k: record.get(k) for k in FIELDS}, separators=(",", ":")))
+            line = json.dumps({k: record.get(k) for k in FIELDS}, separators=(",", ":"))
+            # as access_log.info(line), without logging's search of the stack for the caller (not logged here)
+            access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, line, None, None))
 
 
 def _iso(t: float) -> str:

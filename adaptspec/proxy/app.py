@@ -25,6 +25,7 @@ from adaptspec.proxy import accesslog, handlers, health, modelcards, passthrough
 from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
 from adaptspec.proxy.feedback import Feedback
+from adaptspec.proxy.h1client import H1Client
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
@@ -56,7 +57,8 @@ class Proxy:
                       exc, FALLBACK_CLASS)
             self.classify = _fallback_class
         self.started = int(time.time())
-        self.session = None
+        self.session = None  # aiohttp: scrapes and probes
+        self.h1 = H1Client()  # the generation hop (h1client.py)
         self.scraper = None
         self.apply_config(config)
         self.state = self._make_state(config)
@@ -211,6 +213,7 @@ class Proxy:
         await self.state.close()
         if self.session is not None:
             await self.session.close()
+        await self.h1.close()
 
 
 

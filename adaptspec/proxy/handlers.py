@@ -21,7 +21,6 @@ import re
 import time
 import zlib
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -31,14 +30,14 @@ from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
 from adaptspec.proxy.errors import sse_error_event
 from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, spec_stats
+from adaptspec.proxy.h1client import ConnectFailed, Response, UpstreamConnectionError
 from adaptspec.proxy.report import record as record_experiment
 
 log = logging.getLogger(__name__)
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_PRE_RESPONSE_ERRORS = (aiohttp.ClientConnectionError, TimeoutError)
-_STREAM_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError)
+_UPSTREAM_ERRORS = (UpstreamConnectionError, TimeoutError)  # before the first byte: retried; after: cut
 SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
 
@@ -66,6 +65,11 @@ async def _read_body(request: web.Request, limit: int, timeout_s: float) -> byte
         raise RequestError(f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.",
                            status=413, code="body_too_large")
     decoder = _decoder(request)
+    if decoder is None and request.content.is_eof():  # the whole body came with the head: nothing to wait for
+        data = request.content.read_nowait()
+        if len(data) > limit:
+            raise _too_large(limit)
+        return data
     buf = bytearray()
     received = 0
     try:
@@ -294,7 +298,7 @@ async def _dispatch(ctx: _Attempt) -> tuple[web.StreamResponse, int]:
             proxy.metrics.overhead.observe(time.perf_counter() - ctx.t0)
             try:
                 up, data = await _send(ctx, plan)
-            except _PRE_RESPONSE_ERRORS as exc:
+            except _UPSTREAM_ERRORS as exc:
                 ctx.plan = _retry_plan(ctx, exc)
                 continue
             if up.status in (502, 503, 504):  # the worker (or what is behind it) is unwell; other 5xx can be
@@ -315,7 +319,7 @@ async def _dispatch(ctx: _Attempt) -> tuple[web.StreamResponse, int]:
                 up.release()
 
 
-async def _send(ctx: _Attempt, plan: _Plan) -> tuple[aiohttp.ClientResponse, bytes | None]:
+async def _send(ctx: _Attempt, plan: _Plan) -> tuple[Response, bytes | None]:
     """POST the plan's body -> (response, whole body; None for an SSE stream still to relay).
 
     Until the client has seen a byte the attempt can move: a stream's head must come within
@@ -327,9 +331,8 @@ async def _send(ctx: _Attempt, plan: _Plan) -> tuple[aiohttp.ClientResponse, byt
         async with asyncio.timeout(proxy.first_byte_timeout_s if ctx.stream else proxy.request_timeout_s) as dl:
             worker.heads.add(dl)
             try:
-                up = await proxy.session.post(worker.url + ctx.path, data=plan.payload,
-                                              timeout=proxy.upstream_timeout,
-                                              headers=_upstream_headers(proxy, ctx.request, worker))
+                up = await proxy.h1.post(worker.url, ctx.path, plan.payload,
+                                         _upstream_headers(proxy, ctx.request, worker))
                 if ctx.stream and up.status == 200 and up.content_type == "text/event-stream":
                     return up, None
                 return up, await up.read()
@@ -347,7 +350,7 @@ def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:
     proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
     accesslog.count_retry()
     # A refused/timed-out connect means the worker is down; a dropped pooled connection gets one more try.
-    if isinstance(exc, (aiohttp.ClientConnectorError, TimeoutError)) or failed[worker.name] >= 2:
+    if isinstance(exc, (ConnectFailed, TimeoutError)) or failed[worker.name] >= 2:
         proxy.pools.mark_unhealthy(worker, f"{exc.__class__.__name__}: {exc}")
     exclude = {name for name, n in failed.items() if n >= 2 or not proxy.pools.workers.get(name, worker).healthy}
     try:
@@ -409,7 +412,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
             m.child(m.tpot, cls, plan.proposer).observe((now - t_first) / (tokens - 1))
 
 
-def _finish_plain(ctx: _Attempt, up: aiohttp.ClientResponse, data: bytes) -> web.Response:
+def _finish_plain(ctx: _Attempt, up: Response, data: bytes) -> web.Response:
     plan = ctx.plan
     if up.status == 200:
         done = time.perf_counter()
@@ -467,7 +470,7 @@ class _SseScan:
         return out
 
 
-async def _relay_stream(ctx: _Attempt, up: aiohttp.ClientResponse) -> tuple[web.StreamResponse, int]:
+async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse, int]:
     plan = ctx.plan
     resp = web.StreamResponse(status=200, headers={**plan.headers(ctx.cls), "Cache-Control": "no-cache"})
     resp.content_type = "text/event-stream"
@@ -478,9 +481,11 @@ async def _relay_stream(ctx: _Attempt, up: aiohttp.ClientResponse) -> tuple[web.
     quiet_since = time.monotonic()
     while True:
         try:
-            async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
-                chunk = await up.content.readany()
-        except _STREAM_ERRORS as exc:
+            chunk = up.read_nowait()  # what has arrived; a timer only when there is nothing yet
+            if chunk is None:
+                async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
+                    chunk = await up.readany()
+        except _UPSTREAM_ERRORS as exc:
             if isinstance(exc, TimeoutError) and _queued_not_stalled(ctx, quiet_since):
                 continue
             status = await _stream_failed(ctx, resp, exc)

@@ -377,3 +377,22 @@ def test_predict_latency(benchmark, model):
         return model.predict(text)[0] == expected
 
     assert benchmark(classify_next)
+
+
+def test_memo_gives_what_scoring_gives_and_stays_bounded(monkeypatch):
+    import adaptspec.control.classify as classify_module
+
+    monkeypatch.setattr(classify_module, "MEMO_SIZE", 4)
+    model = Classifier.load(ARTIFACT_DIR)  # its own memo, empty
+    bodies = [{"messages": [{"role": "system", "content": "You translate."}, {"role": "user", "content": text}]}
+              for texts in CLEAR_PROMPTS.values() for text in texts]
+    bodies += [{"prompt": "x " * 3000}]  # longer than MEMO_MAX_CHARS: scored every time, never kept
+    scored = [model.predict_request(b)[0] for b in bodies]
+    for _ in range(2):  # the second pass answers the last MEMO_SIZE texts from the memo
+        assert [model.classify_request(b) for b in bodies] == scored
+    assert len(model._memo) == 4
+    assert all(len(last) + len(ctx) <= classify_module.MEMO_MAX_CHARS for last, ctx in model._memo)
+    tools = {**bodies[0], "tools": [{"type": "function"}]}  # a field still decides over a memoised text
+    assert model.classify_request(tools) == "structured"
+    with pytest.raises(RequestError):
+        model.classify_request({"messages": [{"role": "user", "content": 3}], "tools": [{"type": "function"}]})

@@ -118,4 +118,6 @@ async def test_2000_hostile_requests_leave_memory_metrics_and_fds_bounded(upstre
              rss0, rss1, size0, size1, fds0, fds1)
     assert rss1 - rss0 < 50, (rss0, rss1)
     assert size1 - size0 < 100_000, (size0, size1)
-    assert fds1 <= fds0 + 5, (fds0, fds1)  # connections closed (pooled upstream connections may vary a little)
+    # client connections closed; the idle upstream pool may grow up to the run's concurrency (16: run_cases),
+    # as many as were ever in flight at once
+    assert fds1 <= fds0 + 16 + 5, (fds0, fds1)

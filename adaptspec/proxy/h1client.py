@@ -1,0 +1,490 @@
+"""A lean HTTP/1.1 client for the generation hop: pooled keep-alive connections, one request per call.
+
+    client = H1Client()
+    up = await client.post(worker.url, "/v1/chat/completions", payload, headers)   # after the response head
+    up.status, up.content_type
+    data = await up.read()           # whole body      | chunk = await up.readany()   # b"" at the end
+    up.release()                     # back to the pool (closed instead if unfinished) | up.close(): drop it
+    await client.close()
+
+Why not aiohttp's client: on the proxy's hot path it cost about as much CPU as the whole aiohttp server side
+(request/response objects, URL handling, cookie, trace and timer machinery per call); this one writes the
+request in one `transport.write` and parses the answer's head with a few bytes operations, which is all a
+JSON POST to a known worker needs. Bodies framed by Content-Length, chunked encoding or the connection's end;
+HTTP and HTTPS (default TLS context); credentials in the URL become Basic auth, as aiohttp sends them.
+
+Failures raise `UpstreamConnectionError`: `ConnectFailed` (refused, unreachable, connect timeout: the worker
+is down), `Disconnected` (the connection ended before the response head: a pooled connection the worker had
+just closed, or a crash) or `PayloadError` (it ended inside the body). Timeouts are the caller's
+(asyncio.timeout); a cancelled call drops its connection, which tells the worker to stop generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import ssl as ssl_module
+import time
+from urllib.parse import unquote, urlsplit
+
+CONNECT_TIMEOUT_S = 5.0
+KEEPALIVE_S = 75.0  # an idle pooled connection older than this is closed, not reused
+HIGH_WATER = 1 << 20  # buffered, unread body bytes above which the socket stops being read
+MAX_HEAD = 64 * 1024
+_NO_BODY = frozenset({204, 304})
+_HEX = b"0123456789abcdefABCDEF"
+# parser states: the head; a body of known length; chunked: size line, data, the CRLF after it, trailers;
+# a body that runs to the connection's end
+_HEAD, _LENGTH, _SIZE, _CHUNK, _CHUNK_END, _TRAILER, _TO_EOF = range(7)
+
+
+class UpstreamConnectionError(Exception):
+    """The exchange with the worker failed at the connection level."""
+
+
+class ConnectFailed(UpstreamConnectionError):
+    """No connection could be made (refused, unreachable, timed out)."""
+
+
+class Disconnected(UpstreamConnectionError):
+    """The connection ended before the response head arrived."""
+
+
+class PayloadError(UpstreamConnectionError):
+    """The connection ended, or the worker sent bad framing, inside the response."""
+
+
+class _Origin:
+    """One worker base URL, parsed once: where to connect and what every request to it carries."""
+
+    __slots__ = ("host", "port", "ssl", "prefix", "host_header", "auth", "idle")
+
+    def __init__(self, base_url: str):
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        self.host = u.hostname
+        self.ssl = u.scheme == "https"
+        self.port = u.port or (443 if self.ssl else 80)
+        self.prefix = u.path.rstrip("/")
+        default = self.port == (443 if self.ssl else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if default else f"{host}:{self.port}"
+        self.auth = None
+        if u.username is not None:
+            pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+            self.auth = "Basic " + base64.b64encode(pair).decode()
+        self.idle: collections.deque[_Connection] = collections.deque()
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; parses one response at a time into its `Response`."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.response: Response | None = None
+        self._buf = b""
+        self._state = _HEAD
+        self._left = 0  # body or chunk bytes still to come
+        self._paused = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.loop = asyncio.get_running_loop()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        resp = self.response
+        if resp is None:
+            return
+        if self._state == _TO_EOF:  # the body was "until the connection ends": that is its end
+            self._state = _HEAD
+            resp._finish()
+        elif resp._head is None:
+            resp._fail(Disconnected(f"the connection closed before the response head ({exc or 'EOF'})"))
+        else:
+            resp._fail(PayloadError(f"the connection closed inside the response body ({exc or 'EOF'})"))
+
+    def data_received(self, data: bytes) -> None:
+        resp = self.response
+        if resp is None or resp._done:  # bytes nobody asked for: the connection is not reusable
+            self.abort()
+            return
+        body: list[bytes] = []
+        try:
+            self._feed(resp, self._buf + data if self._buf else data, body)
+        except PayloadError as exc:
+            self.abort()
+            resp._fail(exc)
+            return
+        finally:
+            if body:  # one hand-over per arrival, however many chunks it held
+                resp._data(body)
+        if self._state == _HEAD and resp._head is not None:  # back to "a head next": this answer is whole
+            resp._finish()
+
+    # -- parsing ----------------------------------------------------------------------------------------
+    def _feed(self, resp: Response, data: bytes, body: list[bytes]) -> None:
+        """Parse `data` (with what was left over): the head into `resp`, body bytes onto `body`."""
+        self._buf = b""
+        pos, end = 0, len(data)
+        while True:
+            state = self._state
+            if state == _HEAD:
+                cut = data.find(b"\r\n\r\n", pos)
+                if cut < 0:
+                    if end - pos > MAX_HEAD:
+                        raise PayloadError("response head larger than 64 KiB")
+                    self._buf = data[pos:]
+                    return
+                pos = self._head(resp, data[pos:cut], cut + 4)
+                if self._state == _HEAD and resp._head is not None:  # a whole answer without a body
+                    resp._keep = resp._keep and pos == end  # bytes after it: not reusable
+                    return
+                continue
+            if pos >= end:
+                return
+            if state == _SIZE:
+                pos = self._chunks(data, pos, end, body)
+            elif state in (_LENGTH, _CHUNK):
+                take = min(self._left, end - pos)
+                body.append(data if take == end else data[pos:pos + take])
+                pos += take
+                self._left -= take
+                if self._left:
+                    return
+                if state == _LENGTH:
+                    self._state = _HEAD
+                    resp._keep = resp._keep and pos == end
+                    return
+                self._state = _CHUNK_END
+            elif state == _CHUNK_END:
+                if end - pos < 2:
+                    self._buf = data[pos:]
+                    return
+                if data[pos:pos + 2] != b"\r\n":
+                    raise PayloadError("chunk data not followed by CRLF")
+                pos += 2
+                self._state = _SIZE
+            elif state == _TRAILER:
+                cut = data.find(b"\r\n", pos)
+                if cut < 0:
+                    if end - pos > 4096:
+                        raise PayloadError("trailer line longer than 4 KiB")
+                    self._buf = data[pos:]
+                    return
+                if cut == pos:  # the empty line after the trailers ends the body
+                    self._state = _HEAD
+                    resp._keep = resp._keep and cut + 2 == end
+                    return
+                pos = cut + 2
+            else:  # _TO_EOF
+                body.append(data[pos:] if pos else data)
+                return
+
+    def _chunks(self, data: bytes, pos: int, end: int, body: list[bytes]) -> int:
+        """Whole chunks from `pos` on, in one loop (an SSE stream is one small chunk per event); stops at the
+        last chunk, a partial one or a partial size line. Returns where parsing goes on."""
+        while True:
+            cut = data.find(b"\r\n", pos)
+            if cut < 0:
+                if end - pos > 4096:
+                    raise PayloadError("chunk size line longer than 4 KiB")
+                self._buf = data[pos:]
+                return end
+            try:  # the common case, hex digits alone (int() also reads "+1f", "1_f", "0x1f": harmless here)
+                n = int(data[pos:cut], 16)
+            except ValueError:
+                n = _chunk_size(data[pos:cut])  # with an extension, or not a size at all
+            if n < 0:
+                raise PayloadError(f"bad chunk size line {data[pos:cut][:20]!r}")
+            start = cut + 2
+            if n == 0:
+                self._state = _TRAILER
+                return start
+            stop = start + n
+            if stop + 2 > end:  # the chunk (or its CRLF) goes on in the next arrival
+                self._state, self._left = _CHUNK, n
+                return start
+            if data[stop:stop + 2] != b"\r\n":
+                raise PayloadError("chunk data not followed by CRLF")
+            body.append(data[start:stop])
+            pos = stop + 2
+            if pos == end:
+                return end
+
+    def _head(self, resp: Response, head: bytes, body_at: int) -> int:
+        """Take the status line and the framing headers; the others are parsed only if asked for
+        (`Response.headers`). Returns where the body starts."""
+        eol = head.find(b"\r\n")
+        parts = (head if eol < 0 else head[:eol]).split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise PayloadError(f"bad status line {head[:40]!r}")
+        status = int(parts[1])
+        if 100 <= status < 200:  # interim (100 Continue): the real head follows
+            return body_at
+        low = head.lower()  # header names are case-insensitive, and so are the values read here
+        resp._keep = parts[0] != b"HTTP/1.0" and _field(low, b"\r\nconnection:") != b"close"
+        resp._set_head(status, head, _field(low, b"\r\ncontent-type:"))
+        length = _field(low, b"\r\ncontent-length:")
+        if b"chunked" in (_field(low, b"\r\ntransfer-encoding:") or b""):
+            self._state = _SIZE
+        elif status in _NO_BODY:
+            self._state = _HEAD
+        elif length is not None:
+            if not length.isdigit():
+                raise PayloadError(f"bad Content-Length {length[:20]!r}")
+            self._left = int(length)
+            self._state = _LENGTH if self._left else _HEAD
+        else:
+            self._state = _TO_EOF
+            resp._keep = False
+        return body_at
+
+    # -- flow control / teardown ---------------------------------------------------------------------------
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _chunk_size(line: bytes) -> int:
+    size = line.split(b";", 1)[0].strip()
+    if not size.isalnum() or size.strip(_HEX):
+        raise PayloadError(f"bad chunk size line {line[:20]!r}")
+    return int(size, 16)
+
+
+def _field(low: bytes, needle: bytes) -> bytes | None:
+    """The value of the header `needle` names (b"\\r\\nname:") in a lower-cased response head (the first such
+    line), stripped; None if absent."""
+    at = low.find(needle)
+    if at < 0:
+        return None
+    at += len(needle)
+    end = low.find(b"\r\n", at)
+    return low[at:end if end >= 0 else None].strip()
+
+
+class Response:
+    """The worker's answer: `status`, `headers` (lower-case names), `content_type`; the body through `read`
+    or `readany`. Hand the connection back with `release` (reused if the body was read to its end) or drop it
+    with `close`."""
+
+    __slots__ = ("_conn", "_client", "_origin", "_loop", "status", "content_type", "_head", "_headers", "_chunks",
+                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole")
+
+    def __init__(self, conn: _Connection, client: H1Client, origin: _Origin) -> None:
+        self._conn: _Connection | None = conn
+        self._client, self._origin, self._loop = client, origin, conn.loop
+        self.status = 0
+        self.content_type = ""
+        self._head: bytes | None = None  # the raw response head, once it has arrived
+        self._headers: dict[str, str] | None = None
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._done = False
+        self._exc: UpstreamConnectionError | None = None
+        self._waiter: asyncio.Future | None = None
+        self._keep = False
+        self._whole = False  # read(): no flow control, the whole body is wanted
+
+    # -- fed by the connection ----------------------------------------------------------------------------
+    def _set_head(self, status: int, head: bytes, ctype: bytes | None) -> None:
+        self.status, self._head = status, head
+        self.content_type = ctype.split(b";", 1)[0].strip().decode("latin-1") if ctype else "application/octet-stream"
+        self._wake()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers, names lower-cased (parsed on first use; a repeated name: the last one)."""
+        if self._headers is None:
+            self._headers = {}
+            for line in self._head.split(b"\r\n")[1:] if self._head else ():
+                name, _, value = line.partition(b":")
+                self._headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        return self._headers
+
+    def _data(self, body: list[bytes]) -> None:
+        self._chunks += body
+        self._size += sum(map(len, body))
+        if self._size > HIGH_WATER and not self._whole:
+            self._conn.pause()
+        self._wake()
+
+    def _finish(self) -> None:
+        if self._exc is None:
+            self._done = True
+            self._wake()
+
+    def _fail(self, exc: UpstreamConnectionError) -> None:
+        if not self._done and self._exc is None:  # the first failure is the one to tell
+            self._exc = exc
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    # -- the caller's side --------------------------------------------------------------------------------
+    async def readany(self) -> bytes:
+        """The body bytes received since the last call (waiting for some); b"" once the body has ended."""
+        while not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            if self._done:
+                return b""
+            await self._wait()
+        return self._take()
+
+    def read_nowait(self) -> bytes | None:
+        """As `readany`, without waiting: None when nothing has arrived yet."""
+        if not self._chunks:
+            if self._exc is not None:
+                raise self._exc
+            return b"" if self._done else None
+        return self._take()
+
+    def _take(self) -> bytes:
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        if self._conn is not None:
+            self._conn.resume()
+        return data
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        self._whole = True
+        if self._conn is not None:
+            self._conn.resume()
+        while not self._done:
+            if self._exc is not None:
+                raise self._exc
+            await self._wait()
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._chunks = []
+        return data
+
+    def release(self) -> None:
+        """Back to the pool when the body was read to its end on a reusable connection; else closed."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        conn.response = None
+        if self._done and self._keep and not conn.closed and not self._chunks:
+            self._client._put(self._origin, conn)
+        else:
+            conn.abort()
+
+    def close(self) -> None:
+        """Drop the connection (an unfinished generation: the worker sees the client go)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.response = None
+            conn.abort()
+
+
+class H1Client:
+    """Keep-alive connections per worker base URL, most recently used first; no limit: as many stay open as
+    were ever in flight at once (closed when the worker closes them or after `keepalive_s` unused)."""
+
+    def __init__(self, connect_timeout_s: float = CONNECT_TIMEOUT_S, keepalive_s: float = KEEPALIVE_S) -> None:
+        self.connect_timeout_s, self.keepalive_s = connect_timeout_s, keepalive_s
+        self._origins: dict[str, _Origin] = {}
+        self._tls: ssl_module.SSLContext | None = None
+
+    async def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Response:
+        """POST `body` to `base_url` + `path` -> the response, once its head has arrived."""
+        origin = self._origins.get(base_url)
+        if origin is None:
+            origin = self._origins[base_url] = _Origin(base_url)
+        head = _request_head(origin, path, len(body), headers)
+        conn = await self._acquire(origin)
+        resp = conn.response = Response(conn, self, origin)
+        try:
+            if len(body) < 65536:
+                conn.transport.write(head + body)
+            else:
+                conn.transport.write(head)
+                conn.transport.write(body)
+            while resp._head is None:
+                if resp._exc is not None:
+                    raise resp._exc
+                await resp._wait()
+        except BaseException:  # cancelled, timed out or failed before the head: this connection is done
+            resp.close()
+            raise
+        return resp
+
+    async def _acquire(self, origin: _Origin) -> _Connection:
+        idle, now = origin.idle, time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < self.keepalive_s:
+                return conn
+            conn.abort()
+        loop = asyncio.get_running_loop()
+        tls = self._tls_context() if origin.ssl else None
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, conn = await loop.create_connection(_Connection, origin.host, origin.port, ssl=tls)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectFailed(f"cannot connect to {origin.host}:{origin.port}: "
+                                f"{exc.__class__.__name__}: {exc}") from None
+        return conn
+
+    def _tls_context(self) -> ssl_module.SSLContext:
+        if self._tls is None:
+            self._tls = ssl_module.create_default_context()
+        return self._tls
+
+    def _put(self, origin: _Origin, conn: _Connection) -> None:
+        idle = origin.idle
+        conn.idle_since = now = time.monotonic()
+        if idle and (idle[0].closed or now - idle[0].idle_since > self.keepalive_s):
+            idle.popleft().abort()  # the least recently used one, unused for too long (or gone): one per release
+        idle.append(conn)
+
+    async def close(self) -> None:
+        for origin in self._origins.values():
+            while origin.idle:
+                origin.idle.pop().abort()
+        self._origins.clear()
+
+
+def _request_head(origin: _Origin, path: str, length: int, headers: dict[str, str]) -> bytes:
+    parts = [f"POST {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\nContent-Length: {length}\r\n"]
+    if origin.auth is not None and "Authorization" not in headers:
+        parts.append(f"Authorization: {origin.auth}\r\n")
+    for name, value in headers.items():
+        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+            raise ValueError(f"newline in the value of the upstream header {name!r}")
+        parts.append(f"{name}: {value}\r\n")
+    parts.append("\r\n")
+    return "".join(parts).encode("utf-8", "surrogateescape")  # header bytes the server decoded this way pass as they came
