@@ -42,12 +42,14 @@ def build(name: str, model: str, engine: str, alpha: float, chunks: int, delay_m
         steps["steps"] += n
         steps["batched"] += n * batch
         steps["kv"] += n * batch * ctx
+        steps["requests"] = steps.get("requests", 0) + n * batch
         steps["seconds"] += n * (o + c * batch + k * batch * ctx)
         lab = f'model_name="{model}"'
         return [f"adaptspec:engine_steps_total{{{lab}}} {steps['steps']}",
                 f"adaptspec:engine_step_seconds_total{{{lab}}} {steps['seconds']!r}",
                 f"adaptspec:engine_batched_tokens_total{{{lab}}} {steps['batched']}",
                 f"adaptspec:engine_kv_tokens_total{{{lab}}} {steps['kv']}",
+                f"adaptspec:engine_step_requests_total{{{lab}}} {steps['requests']}",
                 f'adaptspec:engine_drafted_tokens_total{{{lab},proposer="draft"}} 0',
                 f'adaptspec:engine_draft_passes_total{{{lab},proposer="draft"}} 0']
 
