@@ -32,7 +32,9 @@ import yaml
 from adaptspec.bench.loadgen import LoadConfig, free_port, run_point, summarize
 from adaptspec.bench.prompts import PromptItem
 from adaptspec.control.config import pool_proposers
+from adaptspec.control.telemetry import StepCounters
 from adaptspec.errors import ConfigError
+from adaptspec.proxy.scrape import parse_metrics
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +166,48 @@ def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Itera
             cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             argv = [*py, "serve", "--config", str(cfg_path), "--port", str(port), "--watch", "0"]
             proxies.append(stack.enter_context(Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})")))
-        rows = interleaved(args, loads, stream, list(zip(labels, proxies, files, strict=True)))
+        rows = interleaved(args, loads, stream, list(zip(labels, proxies, files, strict=True)),
+                           [w.url for w in workers])
     return rows
 
 
+def engine_counters(urls: Sequence[str]) -> StepCounters | None:
+    """The workers' step telemetry, summed (None when one does not export it or does not answer)."""
+    total = StepCounters()
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+                steps = parse_metrics(r.read().decode()).steps
+        except (OSError, ValueError) as exc:
+            log.warning("no step telemetry from %s: %s", url, exc)
+            return None
+        if steps is None:
+            return None
+        total = _add(total, steps)
+    return total
+
+
+def _add(a: StepCounters, b: StepCounters) -> StepCounters:
+    def both(x, y) -> dict[str, float]:
+        return {k: x.get(k, 0.0) + y.get(k, 0.0) for k in {*x, *y}}
+
+    return StepCounters(a.steps + b.steps, a.step_seconds + b.step_seconds, a.batched_tokens + b.batched_tokens,
+                        a.kv_tokens + b.kv_tokens, both(a.drafted_tokens, b.drafted_tokens),
+                        both(a.draft_passes, b.draft_passes), a.requests + b.requests)
+
+
+def engine_summary(w: StepCounters) -> dict:
+    """What the workers did during a policy's rounds: steps, mean step time, tokens and requests per step,
+    model passes and drafted tokens per proposer (shows *why* a policy is faster or slower)."""
+    n = w.steps or 1.0
+    return {"steps": w.steps, "step_ms": 1e3 * w.step_seconds / n, "batched_per_step": w.batched_tokens / n,
+            "requests_per_step": w.requests / n,
+            "passes_per_step": {p: v / n for p, v in w.draft_passes.items() if v},
+            "drafted_per_step": {p: v / n for p, v in w.drafted_tokens.items() if v}}
+
+
 def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]],
-                targets: Sequence[tuple[str, Server, Path]]) -> list[dict]:
+                targets: Sequence[tuple[str, Server, Path]], worker_urls: Sequence[str] = ()) -> list[dict]:
     """Each load point in `rounds` rounds; each round runs every policy once, in a rotated order.
 
     On a shared machine the speed drifts over minutes; interleaving puts every policy under the same
@@ -189,6 +227,7 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
             records: dict[str, list] = {label: [] for label, _, _ in targets}
             windows = dict.fromkeys(records, 0.0)
             by_round: dict[str, list[float]] = {label: [] for label in records}  # tokens/s of each round
+            engine: dict[str, StepCounters | None] = dict.fromkeys(records, StepCounters())  # step telemetry
             for r in range(rounds):
                 order = list(targets[r % len(targets):]) + list(targets[:r % len(targets)])
                 for label, proxy, _ in order:
@@ -198,7 +237,12 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
                                      warmup_requests=args.warmup_requests if r == 0 else 0,
                                      max_tokens=args.max_tokens, temperature=args.temperature,
                                      timeout_s=args.timeout, api_key=args.api_key, **{kind: value})
+                    before = engine_counters(worker_urls) if worker_urls else None
                     recs, window = asyncio.run(run_point(cfg, streams[label]))
+                    after = engine_counters(worker_urls) if before is not None else None
+                    delta = after.since(before) if after is not None and before is not None else None
+                    acc = engine[label]
+                    engine[label] = None if delta is None or acc is None else _add(acc, delta)
                     records[label] += recs
                     windows[label] += window
                     by_round[label].append(summarize(recs, window)["output_tokens_per_s"])
@@ -206,6 +250,8 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
             for label, _, f in targets:
                 row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
                        "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": by_round[label]}
+                if engine[label] is not None and engine[label].steps:
+                    row["engine"] = engine_summary(engine[label])
                 if row["errors"]:
                     log.warning("%s %s=%g: %d of %d requests failed (%s)", label, kind, value, row["errors"],
                                 row["requests"], row["error_kinds"])

@@ -161,6 +161,22 @@ def targets_text(t: dict) -> str:
     return "\n".join(lines)
 
 
+def engine_table(rows: Sequence[dict]) -> str:
+    """Markdown: what the workers did during each policy's rounds (`bench compare`'s `engine` entries)."""
+    key = load_key(rows)
+    lines = [f"| {key} | policy | steps | ms / step | batched tokens / step | requests / step | model passes / step |"
+             " drafted / step |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        e = r.get("engine")
+        if not e:
+            continue
+        passes = " ".join(f"{p}:{v:.2f}" for p, v in sorted(e["passes_per_step"].items())) or "–"
+        drafted = " ".join(f"{p}:{v:.1f}" for p, v in sorted(e["drafted_per_step"].items())) or "–"
+        lines.append(f"| {_fmt(r[key])} | {r['policy']} | {e['steps']:.0f} | {e['step_ms']:.1f} | "
+                     f"{e['batched_per_step']:.1f} | {e['requests_per_step']:.1f} | {passes} | {drafted} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def round_spread(rows: Sequence[dict], adaptive: str = "adaptive") -> dict:
     """Per load point: adaptive / best static in each round of an interleaved comparison (`bench compare
     --rounds`), the best static being the one with the highest merged throughput at that point.

@@ -103,6 +103,9 @@ def write_outputs(args, rows: list[dict], title: str) -> None:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(rows, indent=1, default=float) + "\n")
     text = "\n\n".join([report.throughput_table(rows), report.detail_table(rows)])
+    engine = report.engine_table(rows)
+    if engine:
+        text += "\n\nWorkers' step telemetry during each policy's rounds:\n\n" + engine
     multi = len({r["policy"] for r in rows}) > 1
     if multi and any(report.is_static(r["policy"]) for r in rows):
         text += "\n\n" + report.targets_text(report.check_targets(rows, tolerance=args.tolerance))
