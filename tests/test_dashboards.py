@@ -218,24 +218,13 @@ def test_every_panel_query_runs_on_real_prometheus(tmp_path):
     prom_bin = shutil.which("prometheus")
     if prom_bin is None:
         pytest.fail("Debian's prometheus binary is required (apt-get install prometheus)")
-    from tests.integrations._servers import Server
+    from tests.integrations._servers import Server, worker_and_static_proxy
 
     worker_port, proxy_port, prom_port = _free_port(), _free_port(), _free_port()
     servers = []
     try:
-        worker = Server([sys.executable, "-m", "adaptspec", "worker", "--port", str(worker_port), "--threads", "1"],
-                        log=tmp_path / "worker.log", cwd=ROOT)
-        servers.append(worker)
-        config = tmp_path / "proxy.yaml"
-        config.write_text(yaml.safe_dump({
-            "policy": {"kind": "static", "proposer": "ngram", "gamma": 3},
-            "pools": [{"name": "ref", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
-                       "max_gamma": 4, "workers": [{"name": "w0", "url": f"http://127.0.0.1:{worker_port}"}]}],
-            "server": {"host": "127.0.0.1", "port": proxy_port, "scrape_interval_s": 0.25},
-        }))
-        proxy = Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(config)],
-                       log=tmp_path / "proxy.log", cwd=ROOT)
-        servers.append(proxy)
+        worker_and_static_proxy(tmp_path, worker_port, proxy_port, servers)
+        worker, proxy = servers
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [

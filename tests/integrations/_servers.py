@@ -7,10 +7,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_TARGET = ROOT / "adaptspec" / "assets" / "tiny-target"
@@ -57,3 +59,19 @@ class Server:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._fh.close()
+
+
+def worker_and_static_proxy(tmp: Path, worker_port: int, proxy_port: int, servers: list[Server]) -> None:
+    """Start the reference worker (the tiny pair, 1 thread) and `adaptspec serve` in front of it with a static
+    n-gram policy; appended to `servers` (the caller stops them). Not waited for: the caller waits."""
+    servers.append(Server([sys.executable, "-m", "adaptspec", "worker", "--port", str(worker_port), "--threads", "1"],
+                          log=tmp / "worker.log", cwd=ROOT))
+    config = tmp / "proxy.yaml"
+    config.write_text(yaml.safe_dump({
+        "policy": {"kind": "static", "proposer": "ngram", "gamma": 3},
+        "pools": [{"name": "ref", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
+                   "max_gamma": 4, "workers": [{"name": "w0", "url": f"http://127.0.0.1:{worker_port}"}]}],
+        "server": {"host": "127.0.0.1", "port": proxy_port, "scrape_interval_s": 0.25},
+    }))
+    servers.append(Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(config)],
+                          log=tmp / "proxy.log", cwd=ROOT))

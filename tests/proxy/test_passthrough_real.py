@@ -4,14 +4,11 @@ pair), driven by the official `openai` client where it has the method and by pla
 
 from __future__ import annotations
 
-import sys
-
 import httpx
 import openai
 import pytest
-import yaml
 
-from tests.integrations._servers import ROOT, Server, free_port
+from tests.integrations._servers import free_port, worker_and_static_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -22,19 +19,8 @@ def stack(tmp_path_factory):
     worker_port, proxy_port = free_port(), free_port()
     servers = []
     try:
-        worker = Server([sys.executable, "-m", "adaptspec", "worker", "--port", str(worker_port), "--threads", "1"],
-                        log=tmp / "worker.log", cwd=ROOT)
-        servers.append(worker)
-        config = tmp / "proxy.yaml"
-        config.write_text(yaml.safe_dump({
-            "policy": {"kind": "static", "proposer": "ngram", "gamma": 3},
-            "pools": [{"name": "ref", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
-                       "max_gamma": 4, "workers": [{"name": "w0", "url": f"http://127.0.0.1:{worker_port}"}]}],
-            "server": {"host": "127.0.0.1", "port": proxy_port, "scrape_interval_s": 0.25},
-        }))
-        proxy = Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(config)],
-                       log=tmp / "proxy.log", cwd=ROOT)
-        servers.append(proxy)
+        worker_and_static_proxy(tmp, worker_port, proxy_port, servers)
+        worker, proxy = servers
         worker_url, proxy_url = f"http://127.0.0.1:{worker_port}", f"http://127.0.0.1:{proxy_port}"
         worker.wait_http(f"{worker_url}/health", timeout_s=120)
         proxy.wait_http(f"{proxy_url}/health/ready", timeout_s=60)
@@ -47,9 +33,10 @@ def stack(tmp_path_factory):
 def test_embeddings_through_the_proxy_with_the_openai_client(stack):
     worker_url, proxy_url = stack
     texts = ["def add(a, b): return a + b", "bonjour tout le monde"]
-    direct = openai.OpenAI(base_url=f"{worker_url}/v1", api_key="none").embeddings.create(model="tiny", input=texts)
-    raw = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="none").embeddings.with_raw_response.create(
-        model="tiny", input=texts)
+    with openai.OpenAI(base_url=f"{worker_url}/v1", api_key="none") as to_worker, \
+            openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="none") as to_proxy:  # closed: no stray sockets
+        direct = to_worker.embeddings.create(model="tiny", input=texts)
+        raw = to_proxy.embeddings.with_raw_response.create(model="tiny", input=texts)
     assert raw.headers["x-adaptspec-worker"] == "w0" and "x-adaptspec-class" not in raw.headers
     got = raw.parse()
     assert [d.embedding for d in got.data] == [d.embedding for d in direct.data]
@@ -70,12 +57,12 @@ def test_tokenize_and_detokenize_through_the_proxy(stack):
 
 def test_models_carry_the_workers_card_and_responses_are_not_offered(stack):
     worker_url, proxy_url = stack
-    client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="none")
-    (card,) = client.models.list().data
-    (own,) = httpx.get(f"{worker_url}/v1/models").json()["data"]
-    assert card.id == own["id"] == "tiny"
-    assert card.model_extra["max_model_len"] == own["max_model_len"] and card.model_extra["root"] == own["root"]
-    assert card.owned_by == own["owned_by"] and card.created == own["created"]
-    with pytest.raises(openai.NotFoundError) as err:
-        client.responses.create(model="tiny", input="hi")
+    with openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="none") as client:
+        (card,) = client.models.list().data
+        (own,) = httpx.get(f"{worker_url}/v1/models").json()["data"]
+        assert card.id == own["id"] == "tiny"
+        assert card.model_extra["max_model_len"] == own["max_model_len"] and card.model_extra["root"] == own["root"]
+        assert card.owned_by == own["owned_by"] and card.created == own["created"]
+        with pytest.raises(openai.NotFoundError) as err:
+            client.responses.create(model="tiny", input="hi")
     assert err.value.code == "endpoint_not_supported"
