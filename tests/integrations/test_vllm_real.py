@@ -139,18 +139,25 @@ def test_proxy_parsers_read_real_vllm(vllm_server):
             "vllm:spec_decode_num_accepted_tokens_per_pos_total"} <= names
 
 
-def test_through_the_proxy(vllm_server, tmp_path):
-    """`adaptspec serve` with a static n-gram gamma-2 policy in front of the vLLM pool."""
+def _proxy_in_front(vllm_server, tmp_path: Path, policy: dict | None = None) -> tuple[Server, str]:
+    """Start `adaptspec serve` with the vLLM pool's config (and `policy`, if given) -> (server, base URL).
+    Not waited for: the caller waits on the health endpoint it needs and stops the server."""
     config = yaml.safe_load(Path(vllm_server["config"]).read_text())
-    config["policy"] = {"kind": "static", "proposer": "ngram", "gamma": 2}
+    if policy is not None:
+        config["policy"] = policy
     port = free_port()
     config["server"] = {"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.5}
     path = tmp_path / "proxy.yaml"
     path.write_text(yaml.safe_dump(config))
     proxy = Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(path)],
                    env={**os.environ}, log=tmp_path / "proxy.log", cwd=ROOT)
+    return proxy, f"http://127.0.0.1:{port}"
+
+
+def test_through_the_proxy(vllm_server, tmp_path):
+    """`adaptspec serve` with a static n-gram gamma-2 policy in front of the vLLM pool."""
+    proxy, base = _proxy_in_front(vllm_server, tmp_path, {"kind": "static", "proposer": "ngram", "gamma": 2})
     try:
-        base = f"http://127.0.0.1:{port}"
         proxy.wait_http(f"{base}/health", timeout_s=60)
         url = vllm_server["url"]
         direct = complete(url, None)["choices"][0]["text"]
@@ -172,15 +179,9 @@ def test_through_the_proxy(vllm_server, tmp_path):
 
 def test_tokenize_and_detokenize_pass_through_the_proxy(vllm_server, tmp_path):
     """/tokenize and /detokenize (vLLM's own endpoints) through `adaptspec serve`: relayed unchanged, no decision."""
-    config = yaml.safe_load(Path(vllm_server["config"]).read_text())
-    port = free_port()
-    config["server"] = {"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.5}
-    path = tmp_path / "proxy.yaml"
-    path.write_text(yaml.safe_dump(config))
-    proxy = Server([sys.executable, "-m", "adaptspec", "serve", "--config", str(path)],
-                   env={**os.environ}, log=tmp_path / "proxy.log", cwd=ROOT)
+    proxy, base = _proxy_in_front(vllm_server, tmp_path)
     try:
-        base, url = f"http://127.0.0.1:{port}", vllm_server["url"]
+        url = vllm_server["url"]
         proxy.wait_http(f"{base}/health/ready", timeout_s=60)
         body = {"model": "tiny", "prompt": PROMPT, "return_token_strs": True}
         r = httpx.post(f"{base}/tokenize", json=body, headers={"X-Request-Id": "vllm-tok-1"}, timeout=60)
