@@ -509,11 +509,15 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
             except ConnectionResetError:
                 up.close()  # client gone: drop the upstream connection so the worker aborts the request
                 return resp, 499
-    if sse.tail and sse.strip:
-        await resp.write(sse.tail)
     if not accounted:
         _record(ctx, sse.outcome(), t_first, streamed=True)
-    await resp.write_eof()
+    try:
+        if sse.tail and sse.strip:
+            await resp.write(sse.tail)
+        await resp.write_eof()
+    except ConnectionResetError:
+        # a client that read [DONE] may close before the chunked terminator: it has its whole response
+        return resp, 200 if accounted else 499
     return resp, 200
 
 
