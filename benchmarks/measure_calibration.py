@@ -10,7 +10,8 @@ counters around each point (measured mean step time, batched / KV tokens and dra
 end it reads the proxy's fitted coefficients (adaptspec_step_model_* gauges) and reports, per point, the
 measured step time against the fit's, cpu-tiny's and the wrong profile's prediction for the same per-step
 tokens; and, over content classes x loads, how often the policy priced with the fit decides as it does with
-cpu-tiny and with the wrong profile alone. Prints a markdown report; --json keeps the numbers.
+cpu-tiny and with the wrong profile alone, and how often its decision's goodput is within 2% of the best
+(priced by cpu-tiny, and by the fit: near-ties are not disagreements). Prints a markdown report; --json keeps the numbers.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import yaml
 
+from adaptspec.control import costmodel
 from adaptspec.control.calibration import CalibratedCosts, feature_names
 from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
-from adaptspec.control.policy import build_policy
+from adaptspec.control.policy import build_policy, estimate
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, WorkerState
@@ -93,6 +95,81 @@ def _predict(prof: Profile, w: StepCounters) -> float:
     return t
 
 
+_NEAR = 0.02  # a decision whose goodput is this close to the best one is as good (near-ties are not errors)
+_GRID = tuple(range(1, 9))
+
+
+def _goodput(judge: Profile, pol, alphas: AlphaTable, cls: str, d, batch: float) -> float:
+    """Goodput of decision `d` for a request of class `cls` in a batch of `batch`, as `judge` prices it
+    (prior alphas; no prefill share: the same simplification for every decision compared)."""
+    if d.gamma <= 0 or d.proposer == "none":
+        return costmodel.evaluate(judge, "none", 0.0, 0, batch).goodput
+    alpha, _ = pol.alpha(estimate(alphas, "w0", d.proposer, cls))
+    rate = estimate(alphas, "w0", d.proposer, cls).propose_rate
+    return costmodel.evaluate(judge, d.proposer, alpha, d.gamma, batch, propose_rate=rate).goodput
+
+
+def _best_goodput(judge: Profile, pol, alphas: AlphaTable, cls: str, batch: float) -> float:
+    """The best goodput over off and every (proposer, gamma) the pool offers, as `judge` prices them."""
+    best = costmodel.evaluate(judge, "none", 0.0, 0, batch).goodput
+    for proposer in ("ngram", "draft"):
+        est = estimate(alphas, "w0", proposer, cls)
+        alpha, _ = pol.alpha(est)
+        for g in _GRID:
+            best = max(best, costmodel.evaluate(judge, proposer, alpha, g, batch,
+                                                propose_rate=est.propose_rate).goodput)
+    return best
+
+
+def _compare_decisions(profile: str, costs: CalibratedCosts) -> dict:
+    """Over content classes x loads (prior alphas): how often the policy priced with the fit (on the wrong
+    profile) decides as with cpu-tiny, and how often its decision's goodput is within _NEAR of the best, as
+    priced by cpu-tiny and by the fit; the same for the wrong profile alone. Prints the summary lines."""
+    wrong, tiny = load_profile(profile), load_profile("cpu-tiny")
+    pol_wrong = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": profile}}).policy)
+    pol_tiny = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}}).policy)
+    alphas = AlphaTable()
+    judges = {"cpu-tiny": tiny, "fit": costs.apply(wrong)}
+    same = {"fit": 0, "wrong": 0}
+    near = {judge: {"fit": 0, "wrong": 0} for judge in judges}
+    total = 0
+    for cls in CONTENT_CLASSES:
+        for load in (0, 1, 3, 7, 15, 31, 63):
+            base = {"proposers": ("ngram", "draft"), "running": load}
+            d_tiny = pol_tiny.decide(cls, [WorkerState("w0", **base)], alphas)
+            made = {"fit": pol_wrong.decide(cls, [WorkerState("w0", step_costs=costs, **base)], alphas),
+                    "wrong": pol_wrong.decide(cls, [WorkerState("w0", **base)], alphas)}
+            total += 1
+            for who, d in made.items():
+                same[who] += (d.proposer, d.gamma) == (d_tiny.proposer, d_tiny.gamma)
+                for jname, judge in judges.items():
+                    best = _best_goodput(judge, pol_tiny, alphas, cls, load + 1)
+                    near[jname][who] += _goodput(judge, pol_tiny, alphas, cls, d, load + 1) >= (1 - _NEAR) * best
+    print(f"\nDecisions (6 classes x 7 loads, prior alphas) equal to cpu-tiny's: with the fit {same['fit']}/{total}, "
+          f"with {profile} alone {same['wrong']}/{total}")
+    for jname in judges:
+        print(f"Decisions within {_NEAR:.0%} of the best goodput as priced by {jname}: with the fit "
+              f"{near[jname]['fit']}/{total}, with {profile} alone {near[jname]['wrong']}/{total}")
+    return {"decisions_equal_to_cpu_tiny": {**same, "of": total},
+            "decisions_near_best": {j: {**v, "of": total, "within": _NEAR} for j, v in near.items()}}
+
+
+def _replay(path: str) -> int:
+    """Recompute the decision comparison from a saved --json run (no servers)."""
+    run = json.loads(Path(path).read_text())
+    pts = run["points"]
+    batched = sum(p["steps"] * p["batched_per_step"] for p in pts)
+    ctx = sum(p["steps"] * p["kv_per_step"] for p in pts) / batched
+    names = feature_names()
+    coef, err = run["coefficients"], run["errors"]
+    costs = CalibratedCosts(coefficients=coef, errors=err, fitted={n: n in err and err[n] == err[n] for n in names},
+                            steps=run["steps"], trusted=run["trusted"], key="measured", snapped=coef,
+                            context_tokens=ctx)
+    print(f"# {path}: fit over {run['steps']:.0f} steps, trusted={run['trusted']}, mean context {ctx:.0f} tokens")
+    _compare_decisions(run["profile"], costs)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="h200-llama3-70b", help="the wrong profile the proxy starts with")
@@ -100,7 +177,10 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=12.0, help="measured seconds per concurrency")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--from-json", metavar="FILE", help="only recompute the decision comparison of a saved run")
     args = ap.parse_args()
+    if args.from_json:
+        return _replay(args.from_json)
     levels = [int(c) for c in args.concurrency.split(",")]
     wport, pport = _free_port(), _free_port()
     worker_url, proxy_url = f"http://127.0.0.1:{wport}", f"http://127.0.0.1:{pport}"
@@ -181,28 +261,12 @@ def main() -> int:
         report.append({"concurrency": r["concurrency"], "steps": n, "batched_per_step": w.batched_tokens / n,
                        "kv_per_step": w.kv_tokens / n, "measured_s": measured, "fit_s": pf, "cpu_tiny_s": pt,
                        "wrong_s": pw, "output_tokens_per_s": tps, "speculation_share": share})
-    # decisions: the policy priced with the fit vs with cpu-tiny vs the wrong profile alone (prior alphas)
-    cfg = parse_config({"policy": {"kind": "goodput", "default_profile": args.profile}}).policy
-    pol_wrong = build_policy(cfg)
-    pol_tiny = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}}).policy)
-    alphas = AlphaTable()
-    same_fit = same_wrong = total_n = 0
-    for cls in CONTENT_CLASSES:
-        for load in (0, 1, 3, 7, 15, 31, 63):
-            base = {"proposers": ("ngram", "draft"), "running": load}
-            d_fit = pol_wrong.decide(cls, [WorkerState("w0", step_costs=costs, **base)], alphas)
-            d_wrong = pol_wrong.decide(cls, [WorkerState("w0", **base)], alphas)
-            d_tiny = pol_tiny.decide(cls, [WorkerState("w0", **base)], alphas)
-            same_fit += (d_fit.proposer, d_fit.gamma) == (d_tiny.proposer, d_tiny.gamma)
-            same_wrong += (d_wrong.proposer, d_wrong.gamma) == (d_tiny.proposer, d_tiny.gamma)
-            total_n += 1
-    print(f"\nDecisions (6 classes x 7 loads, prior alphas) equal to cpu-tiny's: with the fit {same_fit}/{total_n}, "
-          f"with {args.profile} alone {same_wrong}/{total_n}")
+    decisions = _compare_decisions(args.profile, costs)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "profile": args.profile, "elapsed_s": elapsed, "steps": steps, "trusted": bool(trusted),
             "coefficients": coef, "errors": err, "points": report,
-            "decisions_equal_to_cpu_tiny": {"fit": same_fit, "wrong": same_wrong, "of": total_n}}, indent=1) + "\n")
+            **decisions}, indent=1) + "\n")
     return 0
 
 
