@@ -27,18 +27,22 @@ the first `washout_s` of a window are not measured (the batch still holds reques
 and the window's throughput is the output tokens the worker emitted in its measured part (each finished
 request's tokens spread evenly over its decode time) divided by that part's length; a window is evaluated
 `settle_s` after its end (tokens of requests still running then are left out). The last `cooldown_s` are not
-measured either: a request crossing the switch changes pace there, which even spreading misplaces. Requests
-of the previous regime still running after the washout blur the two regimes towards each other (the interval
-then understates the effect): keep washout_s above most requests' duration and window_s a few times that.
+measured either: a request crossing the switch changes pace there, which even spreading misplaces. Nor is any
+time before the worker runs the window's regime alone (`RegimeOccupancy`: no request of the other regime still
+running): at load the previous regime's last requests can outlast any washout, and a batch with a few drafting
+requests pays their draft passes in every step; a window that never runs pure is not measured at all.
 Windows are compared within a load bucket by the same log-scale Welch interval, one sample per window.
 
 Guard. A stratum (or, from switchback evidence, a whole load bucket) whose interval lies wholly below 1 is
 guarded: its requests run without speculation, except a randomised `share` of them (switchback: of its
 windows) that still run the policy's choice, so the evidence can change. It is released once the point
 estimate is back at or above 1 (a dead band between engage and release: no flapping). A load bucket's guard
-also takes the requests decided in the windows' measured parts as evidence, one sample each (`RegimeRequests`,
-a sequential test that spends its error rate over its looks): at low load that settles within a few dozen
-requests instead of several windows a regime. Only the windows release a bucket.
+also takes as evidence the requests that ran with their regime alone all their life, one sample each
+(`RegimeRequests`, a sequential test that spends its error rate over its looks): at low load that settles
+within a few dozen requests instead of several windows a regime. Only the windows release a bucket. (At load
+the requests' samples are not independent: requests running at the same time share every step's cost, so
+their interval is too narrow when a regime's pure stretches are few; docs/results/holdout.md measures what
+that does to the false-trip rate.)
 """
 
 from __future__ import annotations
