@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The holdout / switchback / guard acceptance checks in the simulator (issue 17); results in
 # benchmarks/results/holdout/*.jsonl (one JSON line per seed, then a summary line), summarised in
-# docs/results/holdout.md. About 20 minutes of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
+# docs/results/holdout.md. About an hour of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
 # the named checks (e.g. switchback-h200), so two can run side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
