@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The holdout / switchback / guard acceptance checks in the simulator (issue 17); results in
 # benchmarks/results/holdout/*.jsonl (one JSON line per seed, then a summary line), summarised in
-# docs/results/holdout.md. About 20 minutes of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
+# docs/results/holdout.md. About an hour of one CPU core in all; `benchmarks/holdout.sh NAME...` runs only
 # the named checks (e.g. switchback-h200), so two can run side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,8 +41,18 @@ sim guard-trace guard --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 
     --window-s 3 --washout-s 0.6
 sim guard-trace-faster guard --trace $TRACE --profile cpu-tiny --policy static:ngram:4 --concurrency 1 --seeds 20 \
     --requests 300 --window-s 3 --washout-s 0.6
-sim guard-h200 guard --profile h200-llama3-70b --concurrency 128 --seeds 3 --requests 12000 \
+sim guard-h200 guard --profile h200-llama3-70b --concurrency 128 --seeds 6 --requests 6000 \
     --window-s 300 --washout-s 90 --cooldown-s 60
-# ... and not against a faster always-on at low load on H200-70B (1.44x at c=1)
+# ... and not against a faster always-on at low load on H200-70B (1.44x at c=1, 1.38x at c=8)
 sim guard-h200-c1-faster guard --profile h200-llama3-70b --policy static:draft:4 --concurrency 1 --seeds 20 \
     --requests 300 --window-s 20 --washout-s 4
+sim guard-h200-c8-faster guard --profile h200-llama3-70b --concurrency 8 --seeds 20 --requests 1500 \
+    --window-s 20 --washout-s 4
+# one switchback config across loads, windows in x y y x blocks (the regime after a switch runs 240 s: the
+# drain after on->off takes ~64 s at c=128): slower than off at c=128 / c=64, faster at c=32 / 8 / 1
+ABBA="--profile h200-llama3-70b --window-s 120 --washout-s 30 --order abba --seeds 20"
+sim guard-h200-abba guard $ABBA --concurrency 128 --requests 3000
+sim guard-h200-abba-c64 guard $ABBA --concurrency 64 --requests 3000
+sim guard-h200-abba-c32-faster guard $ABBA --concurrency 32 --requests 2000
+sim guard-h200-abba-c8-faster guard $ABBA --concurrency 8 --requests 1500
+sim guard-h200-abba-c1-faster guard $ABBA --concurrency 1 --requests 300

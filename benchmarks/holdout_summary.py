@@ -70,10 +70,15 @@ def guard(name: str, rows: list[dict]) -> None:
     ok = sum(a is not None and a <= 120 for a in at)
     got = sorted(a for a in at if a is not None)
     med = got[len(got) // 2] if got else None
-    print(f"**{name}**: guard engaged in {len(got)}/{len(rows)} seeds, within 120 s in **{ok}/{len(rows)}** "
-          f"(median {f(med, 0)} s, max {f(got[-1] if got else None, 0)} s); policy / off throughput (truth) "
-          f"{f(rows[0]['ratio_truth'])}; with the guard the run made {f(sum(r['tok_s_with_guard'] for r in rows) / len(rows), 0)} "
-          f"tok/s vs off {f(sum(r['tok_s_off'] for r in rows) / len(rows), 0)}.\n")
+    held = sum(bool(r["guarded_buckets"]) for r in rows)
+    conc = sorted({r["concurrency"] for r in rows})
+    print(f"**{name}** (c={','.join(map(str, conc))}): guard engaged in {len(got)}/{len(rows)} seeds, within 120 s in "
+          f"**{ok}/{len(rows)}** (min {f(got[0] if got else None, 0)} s, median {f(med, 0)} s, max "
+          f"{f(got[-1] if got else None, 0)} s; runs of {f(min(r['sim_time_s'] for r in rows), 0)} s or more), "
+          f"guarded at the end in {held}/{len(rows)}; policy / off throughput (truth) "
+          f"{f(sum(r['ratio_truth'] for r in rows) / len(rows))}; with the guard the run made "
+          f"{f(sum(r['tok_s_with_guard'] for r in rows) / len(rows), 0)} tok/s vs off "
+          f"{f(sum(r['tok_s_off'] for r in rows) / len(rows), 0)}.\n")
 
 
 def main() -> None:

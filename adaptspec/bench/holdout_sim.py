@@ -178,7 +178,7 @@ def guard_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig, sb: Switchba
     rep = pol.report()
     a, o = float(alone.row()["output_tokens_per_s"]), float(off.row()["output_tokens_per_s"])
     return {"slower_than_off": a < o, "ratio_truth": a / o,
-            "guard_at_s": t_guard, "guarded_buckets": rep["guard"]["buckets"],
+            "guard_at_s": t_guard, "guarded_buckets": rep["guard"]["buckets"], "evidence": rep["guard"]["evidence"],
             "guarded_strata": len(rep["guard"]["strata"]), "sim_time_s": res.sim_time_s,
             "tok_s_with_guard": float(res.row()["output_tokens_per_s"]), "tok_s_off": o}
 
@@ -209,13 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window-s", type=float, default=60.0)
     ap.add_argument("--washout-s", type=float, default=20.0)
     ap.add_argument("--cooldown-s", type=float, default=0.0)
+    ap.add_argument("--order", choices=("pairs", "abba"), default="pairs", help="switchback.order")
+    ap.add_argument("--first-look", type=int, default=20, help="switchback.first_look (the guard's requests)")
     args = ap.parse_args(argv)
     workload = _workload(args.trace, args.workload)
     default_policy = {"coverage": "adaptive", "cost": "adaptive", "switchback": "static:draft:4",
                       "guard": "static:draft:4"}[args.check]
     spec = parse_policy(args.policy or default_policy, args.profile)
     sb = SwitchbackConfig(share=args.share if args.check == "switchback" and args.share else 0.5,
-                          window_s=args.window_s, washout_s=args.washout_s, cooldown_s=args.cooldown_s)
+                          window_s=args.window_s, washout_s=args.washout_s, cooldown_s=args.cooldown_s,
+                          order=args.order, first_look=args.first_look)
     hshare = args.share if args.share and args.check != "switchback" else (0.1 if args.check == "coverage" else 0.02)
     holdout = HoldoutConfig(share=hshare, max_cost=args.max_cost, share_of=args.share_of)
     for conc in (int(c) for c in args.concurrency.split(",")):

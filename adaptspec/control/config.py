@@ -71,9 +71,16 @@ class SwitchbackConfig(_Strict):
     # (control/holdout.py RegimeRequests), from `first_look` requests on; windows are then not waited for
     guard_requests: bool = True
     first_look: int = Field(default=20, ge=4)
+    # window order: "pairs" (every 2 windows one of each, random order) or "abba" (every 4 windows x y y x, x
+    # random; share 0.5 only): a worker's 2nd regime then lasts two windows, long enough to drain at load
+    order: Literal["pairs", "abba"] = "pairs"
+    # a request still not reported this long after its decision no longer counts as running (purity bookkeeping)
+    inflight_s: float = Field(default=600.0, gt=0.0)
 
     @model_validator(mode="after")
     def _washout_inside(self) -> SwitchbackConfig:
+        if self.order == "abba" and self.share != 0.5:
+            raise ValueError(f"order abba needs share 0.5 (got {self.share:g})")
         if self.washout_s + self.cooldown_s >= self.window_s:
             raise ValueError(f"washout_s + cooldown_s ({self.washout_s + self.cooldown_s:g}) must be shorter than "
                              f"window_s ({self.window_s:g})")

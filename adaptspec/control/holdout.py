@@ -27,18 +27,22 @@ the first `washout_s` of a window are not measured (the batch still holds reques
 and the window's throughput is the output tokens the worker emitted in its measured part (each finished
 request's tokens spread evenly over its decode time) divided by that part's length; a window is evaluated
 `settle_s` after its end (tokens of requests still running then are left out). The last `cooldown_s` are not
-measured either: a request crossing the switch changes pace there, which even spreading misplaces. Requests
-of the previous regime still running after the washout blur the two regimes towards each other (the interval
-then understates the effect): keep washout_s above most requests' duration and window_s a few times that.
+measured either: a request crossing the switch changes pace there, which even spreading misplaces. Nor is any
+time before the worker runs the window's regime alone (`RegimeOccupancy`: no request of the other regime still
+running): at load the previous regime's last requests can outlast any washout, and a batch with a few drafting
+requests pays their draft passes in every step; a window that never runs pure is not measured at all.
 Windows are compared within a load bucket by the same log-scale Welch interval, one sample per window.
 
 Guard. A stratum (or, from switchback evidence, a whole load bucket) whose interval lies wholly below 1 is
 guarded: its requests run without speculation, except a randomised `share` of them (switchback: of its
 windows) that still run the policy's choice, so the evidence can change. It is released once the point
 estimate is back at or above 1 (a dead band between engage and release: no flapping). A load bucket's guard
-also takes the requests decided in the windows' measured parts as evidence, one sample each (`RegimeRequests`,
-a sequential test that spends its error rate over its looks): at low load that settles within a few dozen
-requests instead of several windows a regime. Only the windows release a bucket.
+also takes as evidence the requests that ran with their regime alone all their life, one sample each
+(`RegimeRequests`, a sequential test that spends its error rate over its looks): at low load that settles
+within a few dozen requests instead of several windows a regime. Only the windows release a bucket. (At load
+the requests' samples are not independent: requests running at the same time share every step's cost, so
+their interval is too narrow when a regime's pure stretches are few; docs/results/holdout.md measures what
+that does to the false-trip rate.)
 """
 
 from __future__ import annotations
@@ -167,6 +171,8 @@ class Assignment:
     reason: str = ""  # "holdout" | "guard" | "guard probe" | "switchback" | ""
     load: float = 1.0  # the batch the request joined
     decided_at: float = 0.0  # clock reading at the decision (switchback only)
+    seq: int = 0  # its number in the worker's running-request bookkeeping (switchback only)
+    clean: bool = False  # no request of the other regime was running on the worker at the decision
 
 
 @dataclass
@@ -178,6 +184,7 @@ class _Window:
     measure_to: float = math.inf  # the measured part is [measure_from, measure_to)
     tokens: float = 0.0  # output tokens the worker emitted in the measured part (finished requests)
     mixed: bool = False  # the guard flipped the regime mid-window: not a clean sample
+    floor: float = 0.0  # where the measured part starts at the earliest (start, or start + washout after a switch)
     loads: list = field(default_factory=list)
     decode: list = field(default_factory=list)
 
@@ -218,8 +225,10 @@ class SwitchbackBook:
     """Switchback windows per worker: regime schedule, measured throughput, per-bucket comparison."""
 
     def __init__(self, share: float, window_s: float, washout_s: float, seed: int | None = 0,
-                 max_windows: int = 400, settle_s: float | None = None, cooldown_s: float = 0.0) -> None:
+                 max_windows: int = 400, settle_s: float | None = None, cooldown_s: float = 0.0,
+                 order: str = "pairs") -> None:
         self.share, self.window_s, self.washout_s, self.seed = share, window_s, washout_s, seed
+        self.order = order
         # a window is evaluated settle_s after its end, once most requests that ran in it have reported
         self.settle_s = window_s if settle_s is None else settle_s
         # the last cooldown_s of a window are not measured either: a request running across the switch
@@ -239,20 +248,30 @@ class SwitchbackBook:
         Balanced by blocks: of every round(1/q) consecutive windows (q = the minority regime's share) exactly
         one, at a position drawn per (seed, worker, block), runs the minority regime; share 0.5 gives pairs in
         random order. Independent draws could leave a bucket with too few windows of one regime.
+        Order "abba" (share 0.5): blocks of 4 windows x y y x, x drawn per block: after each switch inside a
+        block the regime runs two windows, long enough at load for the batch to drain the other regime's
+        requests; a block is balanced against a linear trend too.
         """
         a, b = ("policy", "off") if guarded else ("off", "policy")  # a runs in a `share` of windows
+        if self.order == "abba":
+            x, y = (a, b) if window_uniform(self.seed, worker, window // 4) < 0.5 else (b, a)
+            return x if window % 4 in (0, 3) else y
         minority, majority, q = (a, b, self.share) if self.share <= 0.5 else (b, a, 1.0 - self.share)
         block = max(1, round(1.0 / q))
         pos = int(window_uniform(self.seed, worker, window // block) * block)
         return minority if window % block == pos else majority
 
     def note_decision(self, worker: str, window: int, regime: str, load: float, now: float,
-                      next_regime: str | None = None) -> None:
+                      next_regime: str | None = None, pure_since: float | None = -math.inf) -> None:
         """A decision in the window: opens it (with the regime it runs) and records the load.
 
         The washout is taken only after a switch (the worker's previous window ran the other regime, or had no
         decisions) and the cooldown only before one (`next_regime`, the schedule's regime for the next window,
         differs; None: assume a switch): a window between two of its own regime is measured whole.
+        `pure_since`: since when the worker runs no request of the other regime (None: it still does). The
+        measured part starts no earlier: at load the other regime's last requests can outlast any washout (at
+        H200-70B c=128 plain requests beside drafting ones: 2.5-4 minutes), and a batch with a few drafting
+        requests pays their draft passes in every step. A window that never runs pure is not measured.
         """
         key = (worker, window)
         w = self._open.get(key)
@@ -261,13 +280,16 @@ class SwitchbackBook:
             prev = self._last.get(worker)
             after_switch = prev is None or prev != (window - 1, regime)
             before_switch = next_regime != regime
-            w = self._open[key] = _Window(start, start + (self.washout_s if after_switch else 0.0),
-                                          start + self.window_s, regime,
-                                          start + self.window_s - (self.cooldown_s if before_switch else 0.0))
+            floor = start + (self.washout_s if after_switch else 0.0)
+            w = self._open[key] = _Window(start, math.inf, start + self.window_s, regime,
+                                          start + self.window_s - (self.cooldown_s if before_switch else 0.0),
+                                          floor=floor)
             self._last[worker] = (window, regime)
             self._close_before(now)
         elif w.regime != regime:
             w.mixed = True
+        if w.measure_from == math.inf and pure_since is not None:
+            w.measure_from = max(w.floor, pure_since)
         w.loads.append(load)
 
     def finish(self, worker: str, window: int, tokens: float, decode: float | None, now: float) -> None:
@@ -305,7 +327,7 @@ class SwitchbackBook:
         """Windows whose end is `settle_s` past: requests still running then are not waited for."""
         for key in [k for k, w in self._open.items() if w.end + self.settle_s <= now]:
             w = self._open.pop(key)
-            if not w.loads or w.mixed:
+            if not w.loads or w.mixed or w.measure_from >= min(w.end, w.measure_to):
                 continue
             loads = sorted(w.loads)
             bucket = load_bucket(loads[len(loads) // 2])
@@ -373,13 +395,72 @@ class RegimeRequests:
         g = self._d.get(bucket)
         return log_ratio_interval(g["policy"], g["off"], confidence, min_n) if g else None
 
+    def smaller(self, bucket: str) -> int:
+        """Samples of the regime with fewer."""
+        g = self._d.get(bucket)
+        return min(len(g["policy"]), len(g["off"])) if g else 0
+
     def look(self, bucket: str, confidence: float = 0.95, min_n: int = 2) -> Interval | None:
-        """The interval at the bucket's next scheduled look, at that look's confidence; None between looks."""
+        """The interval at the bucket's next scheduled look, at that look's confidence; None between looks.
+        Looks are counted on the regime with fewer samples (first_look / 2 x 2^k of each): at load one regime
+        may have hundreds before the other has any, and a look without both would be spent for nothing."""
         k = self._looks.get(bucket, 0)
-        if self.count(bucket) < self.first_look * 2 ** k:
+        if self.smaller(bucket) < max(2, (self.first_look + 1) // 2) * 2 ** k:
             return None
         self._looks[bucket] = k + 1
         return self.interval(bucket, 1.0 - (1.0 - confidence) / 2 ** (k + 1), min_n)
+
+
+class RegimeOccupancy:
+    """Per worker, the requests of each switchback regime still running, and when each regime last admitted one.
+
+    A request ran *pure* when no request of the other regime ran on its worker at any time of its life: none was
+    running at its decision and none was admitted before it finished. At load that is what a washout only
+    approximates: the batch (and so every step's cost) was the regime's alone, and its decode time per token is
+    the regime's. The bookkeeping sees the requests this proxy decided; one never reported counts as running for
+    `stale_s` after its decision (it keeps the other regime's requests impure meanwhile: evidence lost, not
+    biased).
+    """
+
+    def __init__(self, stale_s: float = 600.0) -> None:
+        self.stale_s = stale_s
+        self._running: dict[tuple[str, str], dict[int, float]] = {}  # (worker, regime) -> {seq: decided at}
+        self._admitted: dict[tuple[str, str], float] = {}  # (worker, regime) -> last decision
+        self._ended: dict[tuple[str, str], float] = {}  # (worker, regime) -> last report of a finished request
+        self._seq = 0
+
+    @staticmethod
+    def _other(regime: str) -> str:
+        return "off" if regime == "policy" else "policy"
+
+    def running(self, worker: str, regime: str, now: float) -> int:
+        r = self._running.get((worker, regime))
+        if not r:
+            return 0
+        while r and next(iter(r.values())) < now - self.stale_s:  # oldest first (decisions come in time order)
+            del r[next(iter(r))]
+        return len(r)
+
+    def pure_since(self, worker: str, regime: str, now: float) -> float | None:
+        """Since when the worker runs no request of the other regime (None: it still does)."""
+        other = self._other(regime)
+        if self.running(worker, other, now):
+            return None
+        return self._ended.get((worker, other), -math.inf)
+
+    def admit(self, worker: str, regime: str, now: float) -> tuple[int, bool]:
+        """A decision: (its number, whether no request of the other regime is running)."""
+        clean = self.running(worker, self._other(regime), now) == 0
+        self._seq += 1
+        self._running.setdefault((worker, regime), {})[self._seq] = now
+        self._admitted[(worker, regime)] = now
+        return self._seq, clean
+
+    def finish(self, worker: str, regime: str, seq: int, decided_at: float, clean: bool, now: float) -> bool:
+        """The request ended: whether it ran pure."""
+        if self._running.get((worker, regime), {}).pop(seq, None) is not None:
+            self._ended[(worker, regime)] = now
+        return clean and self._admitted.get((worker, self._other(regime)), -math.inf) < decided_at
 
 
 def _bucket_order(b: str) -> int:

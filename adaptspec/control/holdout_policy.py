@@ -26,6 +26,7 @@ from adaptspec.control.holdout import (
     BlockAssigner,
     Guard,
     Interval,
+    RegimeOccupancy,
     RegimeRequests,
     RequestBook,
     SwitchbackBook,
@@ -44,9 +45,11 @@ class Experimented:
         self.assigner = BlockAssigner(holdout.share, holdout.seed) if holdout is not None else None
         self.requests = RequestBook(holdout.max_samples if holdout is not None else 2000)
         self.windows = (SwitchbackBook(switchback.share, switchback.window_s, switchback.washout_s, switchback.seed,
-                                       settle_s=switchback.settle_s, cooldown_s=switchback.cooldown_s)
+                                       settle_s=switchback.settle_s, cooldown_s=switchback.cooldown_s,
+                                       order=switchback.order)
                         if switchback is not None else None)
         self.regimes = RegimeRequests(first_look=switchback.first_look) if switchback is not None else None
+        self.occupancy = RegimeOccupancy(switchback.inflight_s) if switchback is not None else None
         self._evidence: dict[str, dict[str, Interval]] = {}  # bucket -> {"windows" | "requests": latest}
         self.guard = Guard()
         # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
@@ -69,22 +72,25 @@ class Experimented:
         window = regime = None
         group, why = TREATED, ""
         now = 0.0
+        seq, clean = 0, False
         if self.windows is not None:
             now = self.clock()
             window = self.windows.index(now)
             guarded = bucket in self.guard.buckets
             regime = self.windows.regime(d.worker, window, guarded=guarded)
             self.windows.note_decision(d.worker, window, regime, load, now,
-                                       next_regime=self.windows.regime(d.worker, window + 1, guarded=guarded))
+                                       next_regime=self.windows.regime(d.worker, window + 1, guarded=guarded),
+                                       pure_since=self.occupancy.pure_since(d.worker, regime, now))
             if regime == "off" and arm != "none":
                 group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
+            seq, clean = self.occupancy.admit(d.worker, regime, now)
         if arm != "none" and regime != "off" and self.assigner is not None:
             pick = self.assigner.pick(key, self._block(key, d.expected_speedup))
             if key in self.guard.strata:  # guarded: off, but for a randomized share that keeps the evidence fresh
                 group, why = (TREATED, "guard probe") if pick else (CONTROL, "guard")
             elif pick:
                 group, why = CONTROL, "holdout"
-        a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why, load, now)
+        a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why, load, now, seq, clean)
         if group == CONTROL:
             self.changed[(content_class, bucket, arm, why)] += 1
             shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",
@@ -128,8 +134,9 @@ class Experimented:
             return
         now = self.clock() if now is None else now
         if self.windows is not None and a.window is not None:
-            pure = (a.regime == "off" or a.group == TREATED) and decode_s_per_token is not None \
-                and decode_s_per_token > 0 and self.windows.measured(a.worker, a.window, a.decided_at)
+            alone = self.occupancy.finish(a.worker, a.regime, a.seq, a.decided_at, a.clean, now)
+            pure = alone and (a.regime == "off" or a.group == TREATED) and decode_s_per_token is not None \
+                and decode_s_per_token > 0
             self.windows.finish(a.worker, a.window, output_tokens, decode_s_per_token, now)
             if pure and self.switchback.guard_requests:
                 self.regimes.observe(a.bucket, a.regime, decode_s_per_token)
@@ -189,6 +196,7 @@ class Experimented:
         if s0 is not None and s1 is not None and s0.model_dump(exclude={"guard", "min_windows"}) == s1.model_dump(
                 exclude={"guard", "min_windows"}):
             self.windows, self.regimes, self._evidence = previous.windows, previous.regimes, previous._evidence
+            self.occupancy = previous.occupancy
             self.guard.buckets = previous.guard.buckets
 
     # -- report ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from adaptspec.control.holdout import (
     CONTROL,
     TREATED,
     BlockAssigner,
+    RegimeOccupancy,
     RegimeRequests,
     SwitchbackBook,
     format_table,
@@ -228,6 +229,83 @@ def test_switchback_counts_what_the_worker_emitted_in_the_measured_part():
     assert (w0.regime, w0.tokens) == ("policy", pytest.approx(81 * 6 / 8 + 161 * 6 / 16))
     assert (w1.regime, w1.tokens) == ("off", pytest.approx(50 + 161 * 6 / 16))
     assert w0.decode == [0.1]  # only the request that started and ended in window 0
+
+
+def test_abba_order_runs_x_y_y_x_blocks_with_x_drawn_per_block():
+    # share 0.5, order abba: every block of 4 windows is x y y x; x = off in half the blocks (closed form n/2)
+    book = SwitchbackBook(0.5, 10.0, 2.0, seed=9, order="abba")
+    n, off_first = 4096, 0
+    for blk in range(n):
+        r = [book.regime("w0", 4 * blk + i) for i in range(4)]
+        assert r[0] == r[3] != r[1] == r[2]
+        off_first += r[0] == "off"
+    assert abs(off_first - n / 2) <= 6 * math.sqrt(n * 0.25) + 5
+    guarded = [book.regime("w0", i, guarded=True) for i in range(8)]
+    assert guarded == [{"off": "policy", "policy": "off"}[book.regime("w0", i)] for i in range(8)]
+    with pytest.raises(ConfigError) as e:
+        parse_config({"policy": {"kind": "goodput", "switchback": {"share": 0.3, "order": "abba"}}}, "pol.yaml")
+    assert e.value.key == "policy.switchback" and "abba" in str(e.value)
+
+
+def test_occupancy_says_which_requests_ran_with_their_regime_alone():
+    occ = RegimeOccupancy(stale_s=100.0)
+    a, clean_a = occ.admit("w0", "policy", 0.0)
+    b, clean_b = occ.admit("w0", "policy", 1.0)
+    assert clean_a and clean_b and occ.pure_since("w0", "off", 1.0) is None
+    assert occ.finish("w0", "policy", a, 0.0, clean_a, 5.0)  # alone with its own regime all its life
+    c, clean_c = occ.admit("w0", "off", 6.0)  # b still runs: c is not pure, and b no longer either
+    assert not clean_c
+    assert not occ.finish("w0", "policy", b, 1.0, clean_b, 8.0)
+    assert occ.pure_since("w0", "off", 9.0) == 8.0  # the last policy request ended at 8
+    d, clean_d = occ.admit("w0", "off", 9.0)
+    assert clean_d and occ.finish("w0", "off", d, 9.0, clean_d, 12.0)
+    assert not occ.finish("w0", "off", c, 6.0, clean_c, 13.0)
+    assert occ.admit("w1", "off", 13.0)[1]  # workers are separate
+    # a request never reported stops counting as running stale_s after its decision
+    occ.admit("w0", "policy", 20.0)
+    assert occ.pure_since("w0", "off", 119.0) is None and occ.pure_since("w0", "off", 121.0) == 8.0
+
+
+def test_windows_are_measured_from_when_the_worker_runs_their_regime_alone():
+    # a policy request runs 0-25 s: the off window 1 (10-20) never runs alone and is not measured; window 2
+    # (off, no switch: no washout) is measured from 25 s, when it ended
+    clock = _Clock()
+    pol = _experiment(switchback={"share": 0.5, "window_s": 10.0, "washout_s": 2.0, "settle_s": 1.0,
+                                  "guard": False}, clock=clock)
+    book = pol.windows
+    book.regime = lambda worker, window, guarded=False: "policy" if window == 0 else "off"
+    alphas = AlphaTable()
+    clock.t = 0.5
+    long = pol.decide("chat", [_worker(0)], alphas)
+    off = []
+    for t in (11.0, 15.0, 21.0):
+        clock.t = t
+        off.append(pol.decide("chat", [_worker(1)], alphas))
+        assert not off[-1].assignment.clean
+    pol.record(long, 246, 0.1, now=25.0)
+    clock.t = 26.0
+    late = pol.decide("chat", [_worker(1)], alphas)
+    assert late.assignment.clean
+    for d in off:
+        pol.record(d, 50, 0.1, now=27.0)
+    pol.record(late, 30, 0.1, now=29.0)
+    book.close_all(40.0)
+    got = {w.start: (w.measure_from, w.tokens) for b in book.buckets() for w in book.windows(b)}
+    assert 10.0 not in got  # never pure
+    assert got[20.0][0] == 25.0
+    assert pol.regimes.count("2-3") == 1  # only `late` ran alone: the guard's request evidence
+
+
+def test_request_looks_wait_for_the_regime_with_fewer_samples():
+    rr = RegimeRequests(first_look=20)
+    for _ in range(300):
+        rr.observe("128-255", "policy", 0.1)
+        assert rr.look("128-255") is None  # nothing to compare: no look is spent
+    for i in range(10):
+        rr.observe("128-255", "off", 0.07 + 0.001 * i)
+        iv = rr.look("128-255")
+        assert (iv is None) == (i < 9)
+    assert iv.high < 1.0 and rr.look("128-255") is None  # the next look at 20 a regime
 
 
 @pytest.mark.parametrize("section, key, value", [
