@@ -330,7 +330,7 @@ class _CostModelPolicy:
         return choice, shown, missed, thin
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
-                    bound: int) -> int:
+                    bound: int, exact: bool = False) -> int:
         """One gamma for every request a draft model / head drafts for on this worker (0: do not use it).
 
         Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
@@ -340,13 +340,18 @@ class _CostModelPolicy:
         The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
         proposer when the mix's total goodput without it beats the total with it (everyone paying its
         passes) by the margin.
+
+        Memoised per half-octave of batch for admissions (the first batch asked prices its bucket);
+        `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
+        its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
         """
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         alphas = getattr(alphas, "class_level", alphas)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
-        key = (w.name, prof.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))
+        where = ("at", batch) if exact else round(2.0 * math.log2(batch))
+        key = (w.name, prof.name, proposer, where, _prefill_bucket(rho))
         hit = self._common.get(key)
         if hit is not None and hit[1] == version:
             return hit[0]
@@ -464,7 +469,7 @@ class _CostModelPolicy:
         rows = []
         for b in levels():
             if shared and b >= 2:
-                g = self.batch_gamma(w, prof, proposer, alphas, float(b), bound)
+                g = self.batch_gamma(w, prof, proposer, alphas, float(b), bound, exact=True)
                 step = self.cache.at(prof, proposer, a, float(b), g, rate, rho) if g else None
             else:
                 step = self.cache.best(prof, proposer, a, float(b), bound, rate, rho)
