@@ -118,6 +118,7 @@ class PlanCache:
     def __init__(self, max_entries: int = 50_000) -> None:
         self.max_entries = max_entries
         self._plans: dict[tuple, costmodel.Plan] = {}
+        self._goodputs: dict[tuple, tuple[float, ...]] = {}
 
     def best(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
              max_gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
@@ -146,6 +147,21 @@ class PlanCache:
                                       prefill_chunk=f[1])
             self._store(key, plan)
         return plan
+
+    def goodputs(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float, max_gamma: int,
+                 rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> tuple[float, ...]:
+        """`at(...).goodput` for gamma = 1..max_gamma under one key (a batch-wide gamma search over a class mix
+        at every level of a schedule would otherwise bucket its arguments once per gamma)."""
+        a, b, r, f = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate), _prefill_bucket(prefill)
+        key = (profile.name, proposer, b, a, max_gamma, "goodputs", r, f)
+        got = self._goodputs.get(key)
+        if got is None:
+            got = tuple(self.at(profile, proposer, alpha, batch, g, rate, prefill).goodput
+                        for g in range(1, max_gamma + 1))
+            if len(self._goodputs) >= self.max_entries:
+                self._goodputs.clear()
+            self._goodputs[key] = got
+        return got
 
     def off(self, profile: Profile, batch: float, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
         f = _prefill_bucket(prefill)
@@ -256,6 +272,7 @@ class _CostModelPolicy:
         self._mix_version: dict[str, int] = {}
         self._common: dict[tuple, tuple[int, int]] = {}
         self._schedules: dict[tuple, Schedule] = {}
+        self._levels: dict[tuple, tuple[dict[int, int], int]] = {}  # see _level_gammas
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -330,7 +347,7 @@ class _CostModelPolicy:
         return choice, shown, missed, thin
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
-                    bound: int) -> int:
+                    bound: int, exact: bool = False) -> int:
         """One gamma for every request a draft model / head drafts for on this worker (0: do not use it).
 
         Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
@@ -340,13 +357,18 @@ class _CostModelPolicy:
         The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
         proposer when the mix's total goodput without it beats the total with it (everyone paying its
         passes) by the margin.
+
+        Memoised per half-octave of batch for admissions (the first batch asked prices its bucket);
+        `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
+        its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
         """
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         alphas = getattr(alphas, "class_level", alphas)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
-        key = (w.name, prof.name, proposer, round(2.0 * math.log2(batch)), _prefill_bucket(rho))
+        where = ("at", batch) if exact else round(2.0 * math.log2(batch))
+        key = (w.name, prof.name, proposer, where, _prefill_bucket(rho))
         hit = self._common.get(key)
         if hit is not None and hit[1] == version:
             return hit[0]
@@ -355,10 +377,10 @@ class _CostModelPolicy:
         ests = {c: estimate(alphas, w.name, proposer, c) for c in mix}
         alpha = {c: e.per_position or e.mean for c, e in ests.items()}
         rate = {c: e.propose_rate for c, e in ests.items()}
+        curve = {c: self.cache.goodputs(prof, proposer, alpha[c], batch, bound, rate[c], rho) for c in mix}
         best_g, best_v = 1, -1.0
         for g in range(1, bound + 1):
-            v = sum(n * self.cache.at(prof, proposer, alpha[c], batch, g, rate[c], rho).goodput
-                    for c, n in mix.items())
+            v = sum(n * curve[c][g - 1] for c, n in mix.items())
             if v > best_v:
                 best_g, best_v = g, v
         cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
@@ -379,6 +401,8 @@ class _CostModelPolicy:
                                         for p in alts])
         if without_v > with_v * self.margin:  # dropping the proposer must pay the margin too (no flapping)
             best_g = 0
+        if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
+            self._common.clear()
         self._common[key] = (best_g, version)
         return best_g
 
@@ -461,10 +485,11 @@ class _CostModelPolicy:
         hit = self._schedules.get(key)
         if hit is not None:
             return hit
+        common = self._level_gammas(w, prof, proposer, alphas, bound) if shared else {}
         rows = []
         for b in levels():
             if shared and b >= 2:
-                g = self.batch_gamma(w, prof, proposer, alphas, float(b), bound)
+                g = common[b]
                 step = self.cache.at(prof, proposer, a, float(b), g, rate, rho) if g else None
             else:
                 step = self.cache.best(prof, proposer, a, float(b), bound, rate, rho)
@@ -475,6 +500,23 @@ class _CostModelPolicy:
             self._schedules.clear()
         self._schedules[key] = sched
         return sched
+
+    def _level_gammas(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource,
+                      bound: int) -> dict[int, int]:
+        """`batch_gamma` at every schedule level from 2 up, each priced at its own batch; one table per worker,
+        profile, proposer, prefill bucket and bound, replanned when the worker's class mix is refreshed (every
+        request's schedule shares it: it does not depend on the request's own alpha)."""
+        version = self._mix_version.get(w.name, 0)
+        key = (w.name, prof.name, proposer, _prefill_bucket((w.prefill_ratio, w.prompt_tokens)), bound)
+        hit = self._levels.get(key)
+        if hit is not None and hit[1] == version:
+            return hit[0]
+        table = {b: self.batch_gamma(w, prof, proposer, alphas, float(b), bound, exact=True)
+                 for b in levels() if b >= 2}
+        if len(self._levels) >= 4096:
+            self._levels.clear()
+        self._levels[key] = (table, version)
+        return table
 
     def _note(self, w: WorkerState, content_class: str) -> None:
         """Record the request in the worker's recent class mix (what its running batch is made of)."""

@@ -47,11 +47,14 @@ def test_vllm_pool_gets_the_schedule_as_an_xarg(upstreams, proxies):
     assert rows[-1][0] == ANY_BATCH and max(c for _, c in rows) == xargs["adaptspec_num_spec_tokens"] > 0
 
 
-def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies):
+@pytest.mark.parametrize("proposer", ["ngram", pytest.param("eagle", marks=pytest.mark.slow),
+                                      pytest.param("hybrid", marks=pytest.mark.slow)])
+def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies, proposer):
     """Real reference worker: eight concurrent greedy requests of different lengths through a schedule-sending
     proxy give exactly the text of the same requests sent alone without speculation. With the cpu-tiny profile
-    the n-gram caps fall from 4 (alone) to 2 (5+ requests), so the longest request, which ends alone, runs
-    at more than one gamma."""
+    the caps fall as the batch grows (n-gram: 4 alone, 2 from 5 requests; EAGLE head: 4 alone, 3 with others;
+    hybrid: 4 up to 2 requests, then 3), so the longest request, which ends alone, runs at more than one
+    gamma."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     worker = Server([sys.executable, "-m", "adaptspec", "worker", "--port", str(port), "--threads", "1",
@@ -59,7 +62,7 @@ def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies):
     try:
         worker.wait_http(url + "/health", timeout_s=120)
         px = proxies({"pools": [{"name": "ref", "engine": "adaptspec", "per_request": True,
-                                 "profile": "cpu-tiny", "proposers": ["ngram"],
+                                 "profile": "cpu-tiny", "proposers": [proposer],
                                  "workers": [{"name": "w0", "url": url}]}],
                       "policy": SCHEDULE_POLICY,
                       # the caps this test expects are cpu-tiny's: a fit of this (loaded) box, trusted after a few
@@ -69,7 +72,7 @@ def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies):
                    for i in range(8)]
 
         # the last request outlives the others by ~140 tokens, so it surely runs alone (cap 4) after running
-        # in the full batch (cap 2), whatever the timing of the threads
+        # in the full batch (a lower cap), whatever the timing of the threads
         lengths = [16 + 8 * i for i in range(7)] + [200]
 
         def plain(i: int) -> str:
@@ -77,16 +80,19 @@ def test_greedy_output_is_byte_identical_across_schedules(tmp_path, proxies):
                     "ignore_eos": True, "speculation": {"proposer": "none"}}
             return httpx.post(url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
 
-        def proxied(i: int) -> dict:
+        def proxied(i: int) -> tuple[str, dict]:
             body = {"model": "tiny", "prompt": prompts[i], "max_tokens": lengths[i], "temperature": 0,
                     "ignore_eos": True}
-            return httpx.post(px.url + "/v1/completions", json=body, timeout=120).json()
+            r = httpx.post(px.url + "/v1/completions", json=body, timeout=120)
+            return r.headers["x-adaptspec-proposer"], r.json()
 
         reference = [plain(i) for i in range(8)]
         with ThreadPoolExecutor(8) as pool_:
-            got = list(pool_.map(proxied, range(8)))
+            answers = list(pool_.map(proxied, range(8)))
     finally:
         worker.stop()
+    assert {h for h, _ in answers} == {proposer}
+    got = [g for _, g in answers]
     assert [g["choices"][0]["text"] for g in got] == reference
     spec = [g["usage"]["speculative"] for g in got]
     assert all(sum(s["steps_by_gamma"].values()) == s["steps"] for s in spec)
