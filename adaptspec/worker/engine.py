@@ -95,6 +95,10 @@ PROPOSER_NAMES = ("none", "ngram", "draft", "eagle", "hybrid")
 # The smallest positive temperature accepted: logits / T must stay finite in float32 (|logits| of a real
 # model are far below 3e38 * 1e-30).
 MIN_TEMPERATURE = 1e-30
+# The cost of one model-drafted token (a model pass and a verified position) as a share of a target step:
+# a hybrid's model part drafts position j only while its estimated chance that positions 1..j all survive
+# is at least this (proposers/hybrid.py). MEASURED_LATER
+HYBRID_MODEL_COST = 0.35
 
 
 @dataclass
@@ -247,7 +251,8 @@ class Engine:
                  max_batch: int = 32, max_model_len: int | None = None,
                  default_speculation: dict | tuple | None = None, max_speculative_tokens: int = 16,
                  max_prefill_tokens: int = 2048, num_threads: int | None = None,
-                 ngram_min_n: int = 2, ngram_max_n: int = 4, eagle_head: EagleHead | None = None):
+                 ngram_min_n: int = 2, ngram_max_n: int = 4, eagle_head: EagleHead | None = None,
+                 hybrid_model_cost: float = HYBRID_MODEL_COST):
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template = tokenizer.chat_template
@@ -275,7 +280,8 @@ class Engine:
             self._proposers["eagle"] = EagleProposer(eagle_head, model)
         model_proposer = self._proposers.get("eagle") or self._proposers.get("draft")
         if model_proposer is not None:  # n-gram lookup first, the model where lookup finds nothing
-            self._proposers["hybrid"] = HybridProposer(self._proposers["ngram"], model_proposer)
+            self._proposers["hybrid"] = HybridProposer(self._proposers["ngram"], model_proposer,
+                                                       hybrid_model_cost)
         self.proposers = tuple(self._proposers)
         self.default_proposer, self.default_k = self._parse_default(default_speculation)
 
