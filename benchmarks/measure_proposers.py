@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # train_tiny_models
 from train_tiny_models import build_corpus  # noqa: E402
 
 from adaptspec.bench.prompts import default_prompts  # noqa: E402
@@ -85,29 +85,38 @@ def _hybrid_counters(hybrid) -> dict:
     return {name: (dict(v) if isinstance(v := getattr(hybrid, name), dict) else v) for name in HYBRID_COUNTERS}
 
 
-def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer) -> dict:
-    res = {p: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0,
-               "propose_seconds": 0.0} for p in PROPOSERS}
+def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer,
+            hybrid_costs: tuple[float, ...] = ()) -> dict:
+    """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, rows "hybrid@C";
+    they share the hybrid's pooled survival counts), one request at a time, round robin."""
     hybrid = engine._proposers["hybrid"]
-    h0 = _hybrid_counters(hybrid)
+    default_cost = hybrid.model_cost
+    rows = [(p, p, default_cost) for p in PROPOSERS] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
+    res = {label: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0,
+                   "propose_seconds": 0.0} for label, _, _ in rows}
+    hc: dict[str, dict] = {label: {} for label, p, _ in rows if p == "hybrid"}  # hybrid counters per row
     for n, messages in enumerate(prompts):
         ids = engine.encode(engine.apply_chat_template(messages))
         ref = None
-        for p in PROPOSERS:
-            req = GenRequest(f"{p}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
+        for label, p, cost in rows:
+            hybrid.model_cost = cost
+            c0 = _hybrid_counters(hybrid)
+            req = GenRequest(f"{label}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
                              num_speculative_tokens=gamma if p != "none" else 0)
             m0 = engine.metrics()
             d0 = timer.seconds.get(p, 0.0)
             t0 = time.perf_counter()
             out = engine.generate_sync([req])[req.request_id]
             dt = time.perf_counter() - t0
-            res[p]["propose_seconds"] += timer.seconds.get(p, 0.0) - d0
+            res[label]["propose_seconds"] += timer.seconds.get(p, 0.0) - d0
+            if label in hc:
+                _add_counters(hc[label], c0, _hybrid_counters(hybrid))
             m1 = engine.metrics()
             if ref is None:
                 ref = out
             elif out != ref:
-                raise AssertionError(f"greedy output of {p} differs from none on prompt {n}")
-            r = res[p]
+                raise AssertionError(f"greedy output of {label} differs from none on prompt {n}")
+            r = res[label]
             r["tokens"] += len(out)
             r["seconds"] += dt
             r["draft_tokens"] += m1.spec_num_draft_tokens - m0.spec_num_draft_tokens
@@ -121,18 +130,28 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
         r["propose_ms_per_step"] = round(1e3 * r["propose_seconds"] / r["steps"], 3)
         r["seconds"] = round(r["seconds"], 2)
         r["propose_seconds"] = round(r["propose_seconds"], 3)
-    h1 = _hybrid_counters(hybrid)
-    for name in HYBRID_COUNTERS:
-        a, b = h0[name], h1[name]
-        res["hybrid"][name] = {k: v - a[k] for k, v in b.items()} if isinstance(b, dict) else b - a
+    hybrid.model_cost = default_cost
+    for label, counters in hc.items():
+        res[label].update(counters)
     return res
+
+
+def _add_counters(acc: dict, before: dict, after: dict) -> None:
+    for name in HYBRID_COUNTERS:
+        a, b = before[name], after[name]
+        if isinstance(b, dict):
+            acc.setdefault(name, dict.fromkeys(b, 0))
+            for k, v in b.items():
+                acc[name][k] += v - a[k]
+        else:
+            acc[name] = acc.get(name, 0) + b - a
 
 
 def table(name: str, res: dict) -> str:
     base = res["none"]["tokens_per_s"]
     lines = [f"### {name}", "", "| proposer | tokens/s | x none | acceptance | tokens/step | propose ms/step | "
              "tokens | seconds |", "|---|---|---|---|---|---|---|---|"]
-    for p in PROPOSERS:
+    for p in res:
         r = res[p]
         acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
         lines.append(f"| {p} | {r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {acc} | "
@@ -141,6 +160,9 @@ def table(name: str, res: dict) -> str:
     lines += ["", f"hybrid / max(ngram, eagle) = {res['hybrid']['tokens_per_s'] / best:.3f}; "
               f"eagle / draft = {res['eagle']['tokens_per_s'] / res['draft']['tokens_per_s']:.3f}; hybrid: "
               + ", ".join(f"{k} {res['hybrid'][k]}" for k in HYBRID_COUNTERS)]
+    for label in (x for x in res if x.startswith("hybrid@")):
+        lines.append(f"{label} / max(ngram, eagle) = {res[label]['tokens_per_s'] / best:.3f}; "
+                     + ", ".join(f"{k} {res[label][k]}" for k in HYBRID_COUNTERS))
     return "\n".join(lines)
 
 
@@ -188,6 +210,8 @@ def main() -> None:
     ap.add_argument("--copy-prompts", type=int, default=12)
     ap.add_argument("--per-class", type=int, default=4)
     ap.add_argument("--summarize", type=int, default=0, help="shipped summarize prompts (0: skip the set)")
+    ap.add_argument("--hybrid-costs", default="", metavar="C,C,...",
+                    help="also run the hybrid at these model costs, interleaved (rows hybrid@C)")
     ap.add_argument("--hybrid-model-cost", type=float, default=None,
                     help="the hybrid's price of a model-drafted token, share of a step (default: the engine's)")
     ap.add_argument("--gamma", type=int, default=4)
@@ -207,6 +231,7 @@ def main() -> None:
             args.json.write_text(json.dumps(costs, indent=2) + "\n")
         return
     timer = ProposeTimer(engine)
+    costs = tuple(float(c) for c in args.hybrid_costs.split(",") if c)
     sets = {"copy_heavy": copy_heavy_prompts(args.data.resolve(), args.copy_prompts) if args.copy_prompts else [],
             "summarize": summarize_prompts(args.summarize), "mixed": mixed_prompts(args.per_class)}
     with engine:
@@ -216,7 +241,7 @@ def main() -> None:
                "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
         for name, prompts in sets.items():
             if prompts:
-                out[name] = run_set(engine, prompts, args.gamma, args.max_tokens, timer)
+                out[name] = run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs)
     for name in sets:
         if name in out:
             print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, hybrid "

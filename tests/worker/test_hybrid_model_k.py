@@ -52,6 +52,12 @@ def test_model_length_follows_the_survival_estimate():
                                 ProposeInput("new", NEW, 3, SamplingParams(0.0), HID)])
     assert copy.token_ids == [3, 4, 5] and new.token_ids == []  # lookup keeps its k; the model declines
     assert hybrid.model_declined == 1 and hybrid.tokens_by_source == {"ngram": 3, "eagle": 0}
+    # no lock-out: after explore_every (8) declines in a row the model drafts one token, then declines again
+    lengths = [len(hybrid.propose([ProposeInput("new", NEW, 3, SamplingParams(0.0), HID)])[0].token_ids)
+               for _ in range(9)]
+    assert lengths == [0] * 7 + [1, 0] and hybrid.model_declined == 9  # 8 in a row (one above), then 1
+    with pytest.raises(ValueError, match="explore_every"):
+        HybridProposer(NgramProposer(2, 4), hybrid.model, 0.5, explore_every=0)
 
 
 def test_survival_is_learned_from_the_committed_text():

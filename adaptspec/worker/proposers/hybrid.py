@@ -17,7 +17,9 @@ only while the estimated chance that positions 1..j all survive is at least `mod
 model-drafted token as a share of a target step (Engine default: measured on the CPU reference worker).
 Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
 hybrid's pooled counts over all requests (`prior_weight` pseudo-observations; pooled counts start at
-1 of 2). The draft length depends only on text already committed, so verification stays exact.
+1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), a request
+whose model has declined `explore_every` misses in a row drafts one token at the next. The draft length
+depends only on text already committed, so verification stays exact.
 
 The model proposer keeps its per-request state (a draft model's KV slot) across steps where lookup
 drafted: it catches up on the committed tokens the next time it runs. Each draft names its source
@@ -40,13 +42,16 @@ __all__ = ["HybridProposer"]
 class HybridProposer:
     name = "hybrid"
 
-    def __init__(self, ngram: NgramProposer, model: Proposer, model_cost: float = 0.0, prior_weight: float = 4.0):
+    def __init__(self, ngram: NgramProposer, model: Proposer, model_cost: float = 0.0, prior_weight: float = 4.0,
+                 explore_every: int = 8):
         if not 0.0 <= model_cost < 1.0:
             raise ValueError(f"model_cost must be in [0, 1), got {model_cost}")
         if prior_weight <= 0:
             raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
         self.ngram, self.model = ngram, model
-        self.model_cost, self.prior_weight = model_cost, prior_weight
+        if explore_every < 1:
+            raise ValueError(f"explore_every must be >= 1, got {explore_every}")
+        self.model_cost, self.prior_weight, self.explore_every = model_cost, prior_weight, explore_every
         self.needs_hidden_states = model.needs_hidden_states
         self.drafts_by_source = {"ngram": 0, model.name: 0}  # steps each source drafted (>= 1 token)
         self.tokens_by_source = {"ngram": 0, model.name: 0}  # tokens each source drafted
@@ -56,6 +61,7 @@ class HybridProposer:
         self._stats: dict[str, list[list[int]]] = {}
         self._pooled: list[list[int]] = []
         self._last: dict[str, tuple[int, list[int]]] = {}  # request -> (sequence length, its last model draft)
+        self._declined: dict[str, int] = {}  # request -> misses its model declined in a row
 
     def add(self, request_id: str) -> None:
         self.model.add(request_id)
@@ -64,12 +70,18 @@ class HybridProposer:
         self.model.remove(request_id)
         self._stats.pop(request_id, None)
         self._last.pop(request_id, None)
+        self._declined.pop(request_id, None)
 
     def model_k(self, request_id: str, k: int) -> int:
         """How many tokens the model part drafts for this request now: the longest j <= k whose estimated
-        chance that positions 1..j all survive is >= model_cost (k when model_cost is 0)."""
+        chance that positions 1..j all survive is >= model_cost (k when model_cost is 0); 1 instead of 0 after
+        `explore_every` declines in a row."""
         if self.model_cost <= 0:
             return k
+        j = self._survival_k(request_id, k)
+        return j if j or self._declined.get(request_id, 0) < self.explore_every else min(k, 1)
+
+    def _survival_k(self, request_id: str, k: int) -> int:
         own = self._stats.get(request_id, [])
         survive = 1.0
         for j in range(k):
@@ -109,6 +121,9 @@ class HybridProposer:
         misses = [i for i, d in enumerate(out) if not d.token_ids]
         ready = [i for i in misses if batch[i].hidden is not None or not self.needs_hidden_states]
         ks = {i: self.model_k(batch[i].request_id, batch[i].k) for i in misses}
+        for i, k in ks.items():
+            rid = batch[i].request_id
+            self._declined[rid] = 0 if k else self._declined.get(rid, 0) + 1
         asked = [i for i in misses if ks[i] > 0]
         self.model_shortened += sum(1 for i in asked if ks[i] < batch[i].k)
         if asked:
