@@ -1,6 +1,6 @@
 """The hybrid's model part drafts only as far as it pays (`HybridProposer.model_cost`): its draft length follows
-the estimated survival of the model's drafts, learned per request from the committed text (pooled over
-requests as the prior), in closed form; lookup drafts keep their k; greedy output through the engine is
+the estimated survival of the model's drafts, learned per request (pooled over requests as the prior) from the
+engine's verdicts, in closed form; lookup drafts keep their k; greedy output through the engine is
 byte-identical whatever the cost, and the sampled law (6 sigma per bin) holds with the draft length varying."""
 
 from __future__ import annotations
@@ -60,36 +60,32 @@ def test_model_length_follows_the_survival_estimate():
         HybridProposer(NgramProposer(2, 4), hybrid.model, 0.5, explore_every=0)
 
 
-def test_survival_is_learned_from_the_committed_text():
+def test_survival_is_learned_from_the_engines_verdicts():
     hybrid = _hybrid(0.2)
-    seq = list(NEW)
-    d = hybrid.propose([ProposeInput("r", seq, 4, SamplingParams(0.0), HID)])[0]
+    hybrid.add("r")
+    d = hybrid.propose([ProposeInput("r", NEW, 4, SamplingParams(0.0), HID)])[0]
     assert len(d.token_ids) == 2  # prior 1/2 per position: 0.5, 0.25 >= 0.2 > 0.125
-    # the step accepts both drafts and a bonus: positions 1 and 2 tried and accepted
-    seq = seq + d.token_ids + [9]
-    d2 = hybrid.propose([ProposeInput("r", seq, 4, SamplingParams(0.0), HID)])[0]
-    own, pooled = [(1, 1), (1, 1)], [(1, 1), (1, 1)]
+    hybrid.observe("r", "eagle", 2, 2)  # both accepted: positions 1 and 2 tried and accepted
+    own = pooled = [(1, 1), (1, 1)]
     assert hybrid._stats["r"] == [list(x) for x in own] and hybrid._pooled == [list(x) for x in pooled]
-    expect = sum(1 for p in _survival(own, pooled, 4) if p >= 0.2)
-    assert len(d2.token_ids) == expect == 3
-    # the next step rejects the first draft (the committed token differs): position 1 tried, not accepted
-    wrong = (d2.token_ids[0] + 1) % 12
-    seq = seq + [wrong]
-    d3 = hybrid.propose([ProposeInput("r", seq, 4, SamplingParams(0.0), HID)])[0]
-    own, pooled = [(2, 1), (1, 1), (0, 0)], [(2, 1), (1, 1), (0, 0)]  # the third drafted, never reached
+    d2 = hybrid.propose([ProposeInput("r", NEW, 4, SamplingParams(0.0), HID)])[0]
+    assert len(d2.token_ids) == sum(1 for p in _survival(own, pooled, 4) if p >= 0.2) == 3
+    hybrid.observe("r", "eagle", 3, 0)  # the first rejected: position 1 tried, 2 and 3 never reached
+    own = pooled = [(2, 1), (1, 1), (0, 0)]
     assert hybrid._stats["r"] == [list(x) for x in own] and hybrid._pooled == [list(x) for x in pooled]
+    d3 = hybrid.propose([ProposeInput("r", NEW, 4, SamplingParams(0.0), HID)])[0]
     assert len(d3.token_ids) == sum(1 for p in _survival(own, pooled, 4) if p >= 0.2)
-    # a new request starts from the pooled counts only; a finished one leaves them behind
+    hybrid.observe("r", "ngram", 4, 0)  # a lookup draft's verdict is not the model's
+    hybrid.observe("r", "eagle", 0, 0)
+    assert hybrid._stats["r"] == [list(x) for x in own] and hybrid._pooled == [list(x) for x in pooled]
+    # a finished request leaves the pooled counts behind; a new one starts from them
     hybrid.remove("r")
     assert "r" not in hybrid._stats and hybrid._pooled == [list(x) for x in pooled]
+    hybrid.observe("r", "eagle", 1, 1)  # a late verdict for a removed request: pooled only
+    assert "r" not in hybrid._stats and hybrid._pooled[0] == [3, 2]
+    hybrid.add("s")
     fresh = hybrid.propose([ProposeInput("s", NEW, 4, SamplingParams(0.0), HID)])[0]
-    assert len(fresh.token_ids) == sum(1 for p in _survival([], pooled, 4) if p >= 0.2)
-    # a lookup step in between does not count as the model's: nothing learned from it
-    before = [list(x) for x in hybrid._pooled]
-    hybrid.propose([ProposeInput("s", NEW + fresh.token_ids + [1, 2], 2, SamplingParams(0.0), HID)])
-    assert hybrid._pooled[0][0] == before[0][0] + 1  # the pending model draft is scored once ...
-    hybrid.propose([ProposeInput("s", NEW + fresh.token_ids + [1, 2, 3, 4], 2, SamplingParams(0.0), HID)])
-    assert hybrid._pooled[0][0] == before[0][0] + 1  # ... and the lookup draft never
+    assert len(fresh.token_ids) == sum(1 for p in _survival([], [(3, 2), (1, 1)], 4) if p >= 0.2)
 
 
 @pytest.mark.parametrize("model", ["eagle", "draft"])
@@ -113,6 +109,8 @@ def test_greedy_output_is_identical_whatever_the_model_cost(model):
     assert n0 == 0 and t0[model] >= 4 * d0[model] - 4  # free: k model tokens at every miss (capped at the end)
     assert t3[model] < 4 * d3[model] - 4  # priced: shorter model drafts
     assert t6[model] < t0[model] and n6 > 0  # dearer: fewer model tokens, some misses declined
+    # the engine reported every model draft's verdict: each tried position 1 exactly once
+    assert hybrid._pooled[0][0] == runs[0.6][0][model] and hybrid._stats == {}
 
 
 @pytest.mark.slow

@@ -10,16 +10,15 @@ The model part drafts only as far as it pays. A lookup draft costs nothing to pr
 costs a model pass and a verified position: on a CPU-bound target (a 5-token verify pass ~2x a 1-token
 decode) k model tokens at every lookup miss cost more than they yield, which made the hybrid slower than
 plain n-gram on copy-heavy text (its misses are where the text departs from the prompt). So the hybrid
-learns, per request, how often the model's drafts survive at each position — from the committed text
-itself: at the next step, the accepted prefix of the last model draft is its common prefix with the
-tokens committed after it (a correction never equals the draft it replaces) — and drafts model position j
+learns, per request, how often the model's drafts survive at each position (the engine reports each
+step's verdict through `observe`, the optional proposer hook of base.py) and drafts model position j
 only while the estimated chance that positions 1..j all survive is at least `model_cost`, the cost of one
 model-drafted token as a share of a target step (Engine default: measured on the CPU reference worker).
 Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
 hybrid's pooled counts over all requests (`prior_weight` pseudo-observations; pooled counts start at
 1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), a request
 whose model has declined `explore_every` misses in a row drafts one token at the next. The draft length
-depends only on text already committed, so verification stays exact.
+depends only on steps already verified, so verification stays exact.
 
 The model proposer keeps its per-request state (a draft model's KV slot) across steps where lookup
 drafted: it catches up on the committed tokens the next time it runs. Each draft names its source
@@ -60,16 +59,15 @@ class HybridProposer:
         # per position j of model drafts: [tried, accepted], per request and pooled over all requests
         self._stats: dict[str, list[list[int]]] = {}
         self._pooled: list[list[int]] = []
-        self._last: dict[str, tuple[int, list[int]]] = {}  # request -> (sequence length, its last model draft)
         self._declined: dict[str, int] = {}  # request -> misses its model declined in a row
 
     def add(self, request_id: str) -> None:
         self.model.add(request_id)
+        self._stats.setdefault(request_id, [])
 
     def remove(self, request_id: str) -> None:
         self.model.remove(request_id)
         self._stats.pop(request_id, None)
-        self._last.pop(request_id, None)
         self._declined.pop(request_id, None)
 
     def model_k(self, request_id: str, k: int) -> int:
@@ -93,28 +91,20 @@ class HybridProposer:
                 return j
         return k
 
-    def _learn(self, item: ProposeInput) -> None:
-        """Count how the request's last model draft fared, from the tokens committed after it."""
-        last = self._last.get(item.request_id)
-        if last is None or len(item.token_ids) <= last[0]:
-            return  # no model draft pending, or its step has not committed yet
-        del self._last[item.request_id]
-        n, draft = last
-        after = item.token_ids[n:n + len(draft)]
-        accepted = 0
-        while accepted < len(after) and after[accepted] == draft[accepted]:
-            accepted += 1
-        own = self._stats.setdefault(item.request_id, [])
-        for stats in (own, self._pooled):
-            while len(stats) < len(draft):
-                stats.append([0, 0])
-            for j in range(min(accepted + 1, len(draft))):  # tried: the accepted positions and the first miss
-                stats[j][0] += 1
-                stats[j][1] += j < accepted
+    def observe(self, request_id: str, source: str | None, drafted: int, accepted: int) -> None:
+        """The engine's verdict on one step's draft (`drafted` tokens from `source`, `accepted` of them kept):
+        a model draft counts towards its positions' survival, per request and pooled."""
+        if source != self.model.name or drafted <= 0:
+            return
+        stats = [self._pooled] + ([self._stats[request_id]] if request_id in self._stats else [])
+        for st in stats:
+            while len(st) < drafted:
+                st.append([0, 0])
+            for j in range(min(accepted + 1, drafted)):  # tried: the accepted positions and the first miss
+                st[j][0] += 1
+                st[j][1] += j < accepted
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
-        for item in batch:
-            self._learn(item)
         out = self.ngram.propose(batch)
         for d in out:
             d.source = "ngram"
@@ -131,8 +121,6 @@ class HybridProposer:
             for i, d in zip(asked, drafts, strict=True):
                 d.source = self.model.name
                 out[i] = d
-                if d.token_ids:
-                    self._last[batch[i].request_id] = (len(batch[i].token_ids), list(d.token_ids))
         self.drafts_by_source["ngram"] += len(batch) - len(misses)
         self.drafts_by_source[self.model.name] += sum(1 for i in misses if out[i].token_ids)
         self.model_declined += sum(1 for i in ready if not out[i].token_ids)
