@@ -1,14 +1,17 @@
 """Tokens/s and acceptance of each proposer in the reference engine at concurrency 1 (greedy, this CPU).
 
-Two prompt sets:
+Three prompt sets:
 - copy-heavy: held-out "Complete this <lang> function" stubs (HumanEval / HumanEval-X rows never trained on;
   the tiny target restates the stub before completing it, so its output copies long spans of the prompt);
+- summarize: the shipped `summarize` class (answers restate the given text; `--summarize` prompts, 0: skip);
 - mixed: the shipped benchmark prompts (adaptspec/bench/prompts.py, `--per-class` of each of the six classes).
 
 Every prompt runs once per proposer, the proposers interleaved prompt by prompt (round robin), so that load
 from other processes on a shared machine hits all of them alike; at temperature 0 every proposer emits the
 same tokens (checked), so tokens/s compares equal work. Per proposer: generated tokens / wall seconds,
-acceptance rate (accepted / drafted), tokens per target step, and for hybrid how many steps each source drafted.
+acceptance rate (accepted / drafted), tokens per target step, drafting wall seconds per step (the proposer's
+propose calls), and for hybrid the steps and tokens each source drafted and the lookup misses where its model
+declined to draft or drafted fewer than k (`--hybrid-model-cost`: its price of a model token, engine default).
 
     PYTHONPATH=. .venv/bin/python benchmarks/measure_proposers.py --data ../shared/data --gamma 4 --json out.json
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # train_tiny_models
 from train_tiny_models import build_corpus  # noqa: E402
 
 from adaptspec.bench.prompts import default_prompts  # noqa: E402
@@ -49,27 +52,71 @@ def mixed_prompts(per_class: int) -> list[list[dict]]:
     return out
 
 
-def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int) -> dict:
-    res = {p: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0}
-           for p in PROPOSERS}
+def summarize_prompts(n: int) -> list[list[dict]]:
+    return [item.chat_messages() for item in default_prompts() if item.category == "summarize"][:n]
+
+
+class ProposeTimer:
+    """Wall seconds of each proposer's outermost propose calls (a hybrid's call includes its parts')."""
+
+    def __init__(self, engine: Engine):
+        self.seconds: dict[str, float] = {}
+        self._depth = 0
+        for name, prop in engine._proposers.items():
+            prop.propose = self._timed(name, prop.propose)
+
+    def _timed(self, name: str, fn):
+        def propose(batch):
+            self._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(batch)
+            finally:
+                self._depth -= 1
+                if not self._depth:
+                    self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+        return propose
+
+
+HYBRID_COUNTERS = ("drafts_by_source", "tokens_by_source", "model_declined", "model_shortened")
+
+
+def _hybrid_counters(hybrid) -> dict:
+    return {name: (dict(v) if isinstance(v := getattr(hybrid, name), dict) else v) for name in HYBRID_COUNTERS}
+
+
+def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer,
+            hybrid_costs: tuple[float, ...] = ()) -> dict:
+    """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, rows "hybrid@C";
+    they share the hybrid's pooled survival counts), one request at a time, round robin."""
     hybrid = engine._proposers["hybrid"]
-    src0 = dict(hybrid.drafts_by_source)
+    default_cost = hybrid.model_cost
+    rows = [(p, p, default_cost) for p in PROPOSERS] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
+    res = {label: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0,
+                   "propose_seconds": 0.0} for label, _, _ in rows}
+    hc: dict[str, dict] = {label: {} for label, p, _ in rows if p == "hybrid"}  # hybrid counters per row
     for n, messages in enumerate(prompts):
         ids = engine.encode(engine.apply_chat_template(messages))
         ref = None
-        for p in PROPOSERS:
-            req = GenRequest(f"{p}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
+        for label, p, cost in rows:
+            hybrid.model_cost = cost
+            c0 = _hybrid_counters(hybrid)
+            req = GenRequest(f"{label}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
                              num_speculative_tokens=gamma if p != "none" else 0)
             m0 = engine.metrics()
+            d0 = timer.seconds.get(p, 0.0)
             t0 = time.perf_counter()
             out = engine.generate_sync([req])[req.request_id]
             dt = time.perf_counter() - t0
+            res[label]["propose_seconds"] += timer.seconds.get(p, 0.0) - d0
+            if label in hc:
+                _add_counters(hc[label], c0, _hybrid_counters(hybrid))
             m1 = engine.metrics()
             if ref is None:
                 ref = out
             elif out != ref:
-                raise AssertionError(f"greedy output of {p} differs from none on prompt {n}")
-            r = res[p]
+                raise AssertionError(f"greedy output of {label} differs from none on prompt {n}")
+            r = res[label]
             r["tokens"] += len(out)
             r["seconds"] += dt
             r["draft_tokens"] += m1.spec_num_draft_tokens - m0.spec_num_draft_tokens
@@ -80,20 +127,42 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
         r["tokens_per_s"] = round(r["tokens"] / r["seconds"], 1)
         r["acceptance"] = round(r["accepted"] / r["draft_tokens"], 3) if r["draft_tokens"] else None
         r["tokens_per_step"] = round(r["tokens"] / r["steps"], 2)
+        r["propose_ms_per_step"] = round(1e3 * r["propose_seconds"] / r["steps"], 3)
         r["seconds"] = round(r["seconds"], 2)
-    res["hybrid"]["drafts_by_source"] = {k: v - src0[k] for k, v in hybrid.drafts_by_source.items()}
+        r["propose_seconds"] = round(r["propose_seconds"], 3)
+    hybrid.model_cost = default_cost
+    for label, counters in hc.items():
+        res[label].update(counters)
     return res
+
+
+def _add_counters(acc: dict, before: dict, after: dict) -> None:
+    for name in HYBRID_COUNTERS:
+        a, b = before[name], after[name]
+        if isinstance(b, dict):
+            acc.setdefault(name, dict.fromkeys(b, 0))
+            for k, v in b.items():
+                acc[name][k] += v - a[k]
+        else:
+            acc[name] = acc.get(name, 0) + b - a
 
 
 def table(name: str, res: dict) -> str:
     base = res["none"]["tokens_per_s"]
-    lines = [f"### {name}", "", "| proposer | tokens/s | x none | acceptance | tokens/step | tokens | seconds |",
-             "|---|---|---|---|---|---|---|"]
-    for p in PROPOSERS:
+    lines = [f"### {name}", "", "| proposer | tokens/s | x none | acceptance | tokens/step | propose ms/step | "
+             "tokens | seconds |", "|---|---|---|---|---|---|---|---|"]
+    for p in res:
         r = res[p]
         acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
         lines.append(f"| {p} | {r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {acc} | "
-                     f"{r['tokens_per_step']} | {r['tokens']} | {r['seconds']} |")
+                     f"{r['tokens_per_step']} | {r['propose_ms_per_step']} | {r['tokens']} | {r['seconds']} |")
+    best = max(res["ngram"]["tokens_per_s"], res["eagle"]["tokens_per_s"])
+    lines += ["", f"hybrid / max(ngram, eagle) = {res['hybrid']['tokens_per_s'] / best:.3f}; "
+              f"eagle / draft = {res['eagle']['tokens_per_s'] / res['draft']['tokens_per_s']:.3f}; hybrid: "
+              + ", ".join(f"{k} {res['hybrid'][k]}" for k in HYBRID_COUNTERS)]
+    for label in (x for x in res if x.startswith("hybrid@")):
+        lines.append(f"{label} / max(ngram, eagle) = {res[label]['tokens_per_s'] / best:.3f}; "
+                     + ", ".join(f"{k} {res[label][k]}" for k in HYBRID_COUNTERS))
     return "\n".join(lines)
 
 
@@ -140,6 +209,11 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=ROOT / "../shared/data")
     ap.add_argument("--copy-prompts", type=int, default=12)
     ap.add_argument("--per-class", type=int, default=4)
+    ap.add_argument("--summarize", type=int, default=0, help="shipped summarize prompts (0: skip the set)")
+    ap.add_argument("--hybrid-costs", default="", metavar="C,C,...",
+                    help="also run the hybrid at these model costs, interleaved (rows hybrid@C)")
+    ap.add_argument("--hybrid-model-cost", type=float, default=None,
+                    help="the hybrid's price of a model-drafted token, share of a step (default: the engine's)")
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
@@ -147,7 +221,8 @@ def main() -> None:
     ap.add_argument("--costs", default=None, metavar="B,B,...",
                     help="only time single passes (target, draft model, EAGLE head) at these batch sizes")
     args = ap.parse_args()
-    engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads)
+    opts = {} if args.hybrid_model_cost is None else {"hybrid_model_cost": args.hybrid_model_cost}
+    engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads, **opts)
     if args.costs:
         torch.set_num_threads(args.threads)
         costs = {b: pass_costs_at(engine, int(b)) for b in args.costs.split(",")}
@@ -155,17 +230,23 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(costs, indent=2) + "\n")
         return
+    timer = ProposeTimer(engine)
+    costs = tuple(float(c) for c in args.hybrid_costs.split(",") if c)
+    sets = {"copy_heavy": copy_heavy_prompts(args.data.resolve(), args.copy_prompts) if args.copy_prompts else [],
+            "summarize": summarize_prompts(args.summarize), "mixed": mixed_prompts(args.per_class)}
     with engine:
         warm = [[{"role": "user", "content": "Hello there."}]]
-        run_set(engine, warm, args.gamma, 16)
+        run_set(engine, warm, args.gamma, 16, timer)
         out = {"gamma": args.gamma, "max_tokens": args.max_tokens,
-               "copy_heavy": run_set(engine, copy_heavy_prompts(args.data.resolve(), args.copy_prompts),
-                                     args.gamma, args.max_tokens),
-               "mixed": run_set(engine, mixed_prompts(args.per_class), args.gamma, args.max_tokens)}
-    for name in ("copy_heavy", "mixed"):
-        print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1)", out[name]))
-        print()
-    print("hybrid sources:", {k: out[k]["hybrid"]["drafts_by_source"] for k in ("copy_heavy", "mixed")})
+               "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
+        for name, prompts in sets.items():
+            if prompts:
+                out[name] = run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs)
+    for name in sets:
+        if name in out:
+            print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, hybrid "
+                        f"model_cost {out['hybrid_model_cost']})", out[name]))
+            print()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
 

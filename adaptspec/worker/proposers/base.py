@@ -14,6 +14,10 @@ point-mass drafts (the verifier then accepts x with probability p_target(x)). A 
 than `k` tokens (even none): the engine verifies what it gets. A proposer made of others (hybrid) names, in
 `Draft.source`, the part that drafted, so the engine's telemetry counts what really ran.
 
+A proposer may also define `observe(request_id, source, drafted, accepted)`: the engine then reports, after
+verifying each step, how many of the request's `drafted` tokens (from `Draft.source`, or the proposer's own
+name) it accepted, e.g. for a proposer that adapts its draft length (hybrid).
+
 An EAGLE-style head implements the same protocol; `needs_hidden_states` tells the engine to pass, in
 `ProposeInput.hidden` (`[h]`), the target's final hidden state at the position before the request's last
 committed token (the row whose logits produced that token), from the request's last verified step; None

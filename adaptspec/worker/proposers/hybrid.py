@@ -6,13 +6,31 @@ and on copy-heavy text usually long runs); otherwise the model proposer drafts, 
 distribution as the draft probs. Each step's draft comes wholly from one source, so the verifier sees
 either point masses or the model's distributions — exact either way (the engine batches both kinds).
 
+The model part drafts only as far as it pays. A lookup draft costs nothing to propose, but each model token
+costs a model pass and a verified position: on a CPU-bound target (a 5-token verify pass ~2x a 1-token
+decode) k model tokens at every lookup miss cost more than they yield, which made the hybrid slower than
+plain n-gram on copy-heavy text (its misses are where the text departs from the prompt). So the hybrid
+learns, per request, how often the model's drafts survive at each position (the engine reports each
+step's verdict through `observe`, the optional proposer hook of base.py) and drafts model position j
+only while the estimated chance that positions 1..j all survive is at least `model_cost`, the cost of one
+model-drafted token as a share of a target step (Engine default: measured on the CPU reference worker).
+Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
+hybrid's pooled counts over all requests (`prior_weight` pseudo-observations; pooled counts start at
+1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), a request
+whose model has declined `explore_every` misses in a row drafts one token at the next. The draft length
+depends only on steps already verified, so verification stays exact.
+
 The model proposer keeps its per-request state (a draft model's KV slot) across steps where lookup
 drafted: it catches up on the committed tokens the next time it runs. Each draft names its source
 (`Draft.source`: "ngram" or the model proposer's name), so the engine counts model passes only for the steps
-the model drafted; `drafts_by_source` counts the steps each source drafted, for the measurements and tests.
+the model drafted; `drafts_by_source` / `tokens_by_source` count the steps / tokens each source drafted and
+`model_declined` / `model_shortened` the misses where the model was not worth asking / asked for fewer than
+k tokens, for the measurements and tests.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from adaptspec.worker.proposers.base import Draft, ProposeInput, Proposer
 from adaptspec.worker.proposers.ngram import NgramProposer
@@ -23,26 +41,89 @@ __all__ = ["HybridProposer"]
 class HybridProposer:
     name = "hybrid"
 
-    def __init__(self, ngram: NgramProposer, model: Proposer):
+    def __init__(self, ngram: NgramProposer, model: Proposer, model_cost: float = 0.0, prior_weight: float = 4.0,
+                 explore_every: int = 8):
+        if not 0.0 <= model_cost < 1.0:
+            raise ValueError(f"model_cost must be in [0, 1), got {model_cost}")
+        if prior_weight <= 0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
         self.ngram, self.model = ngram, model
+        if explore_every < 1:
+            raise ValueError(f"explore_every must be >= 1, got {explore_every}")
+        self.model_cost, self.prior_weight, self.explore_every = model_cost, prior_weight, explore_every
         self.needs_hidden_states = model.needs_hidden_states
-        self.drafts_by_source = {"ngram": 0, model.name: 0}
+        self.drafts_by_source = {"ngram": 0, model.name: 0}  # steps each source drafted (>= 1 token)
+        self.tokens_by_source = {"ngram": 0, model.name: 0}  # tokens each source drafted
+        self.model_declined = 0  # lookup misses where no model token was worth drafting
+        self.model_shortened = 0  # lookup misses where the model drafted, fewer tokens than k
+        # per position j of model drafts: [tried, accepted], per request and pooled over all requests
+        self._stats: dict[str, list[list[int]]] = {}
+        self._pooled: list[list[int]] = []
+        self._declined: dict[str, int] = {}  # request -> misses its model declined in a row
 
     def add(self, request_id: str) -> None:
         self.model.add(request_id)
+        self._stats.setdefault(request_id, [])
 
     def remove(self, request_id: str) -> None:
         self.model.remove(request_id)
+        self._stats.pop(request_id, None)
+        self._declined.pop(request_id, None)
+
+    def model_k(self, request_id: str, k: int) -> int:
+        """How many tokens the model part drafts for this request now: the longest j <= k whose estimated
+        chance that positions 1..j all survive is >= model_cost (k when model_cost is 0); 1 instead of 0 after
+        `explore_every` declines in a row."""
+        if self.model_cost <= 0:
+            return k
+        j = self._survival_k(request_id, k)
+        return j if j or self._declined.get(request_id, 0) < self.explore_every else min(k, 1)
+
+    def _survival_k(self, request_id: str, k: int) -> int:
+        own = self._stats.get(request_id, [])
+        survive = 1.0
+        for j in range(k):
+            gt, ga = self._pooled[j] if j < len(self._pooled) else (0, 0)
+            pooled = (ga + 1) / (gt + 2)
+            t, a = own[j] if j < len(own) else (0, 0)
+            survive *= (a + self.prior_weight * pooled) / (t + self.prior_weight)
+            if survive < self.model_cost:
+                return j
+        return k
+
+    def observe(self, request_id: str, source: str | None, drafted: int, accepted: int) -> None:
+        """The engine's verdict on one step's draft (`drafted` tokens from `source`, `accepted` of them kept):
+        a model draft counts towards its positions' survival, per request and pooled."""
+        if source != self.model.name or drafted <= 0:
+            return
+        stats = [self._pooled] + ([self._stats[request_id]] if request_id in self._stats else [])
+        for st in stats:
+            while len(st) < drafted:
+                st.append([0, 0])
+            for j in range(min(accepted + 1, drafted)):  # tried: the accepted positions and the first miss
+                st[j][0] += 1
+                st[j][1] += j < accepted
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         out = self.ngram.propose(batch)
-        misses = [i for i, d in enumerate(out) if not d.token_ids]
         for d in out:
             d.source = "ngram"
-        if misses:
-            for i, d in zip(misses, self.model.propose([batch[i] for i in misses]), strict=True):
+        misses = [i for i, d in enumerate(out) if not d.token_ids]
+        ready = [i for i in misses if batch[i].hidden is not None or not self.needs_hidden_states]
+        ks = {i: self.model_k(batch[i].request_id, batch[i].k) for i in misses}
+        for i, k in ks.items():
+            rid = batch[i].request_id
+            self._declined[rid] = 0 if k else self._declined.get(rid, 0) + 1
+        asked = [i for i in misses if ks[i] > 0]
+        self.model_shortened += sum(1 for i in asked if ks[i] < batch[i].k)
+        if asked:
+            drafts = self.model.propose([replace(batch[i], k=ks[i]) for i in asked])
+            for i, d in zip(asked, drafts, strict=True):
                 d.source = self.model.name
                 out[i] = d
         self.drafts_by_source["ngram"] += len(batch) - len(misses)
         self.drafts_by_source[self.model.name] += sum(1 for i in misses if out[i].token_ids)
+        self.model_declined += sum(1 for i in ready if not out[i].token_ids)
+        for d in out:
+            self.tokens_by_source[d.source] += len(d.token_ids)
         return out
