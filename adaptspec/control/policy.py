@@ -338,8 +338,8 @@ class _CostModelPolicy:
         requests with short drafts wait for the long ones. Pick the gamma with the highest total goodput
         over the worker's recent class mix (posterior-mean alphas), replanned when the mix is refreshed.
         The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
-        proposer when the mix's total goodput without it beats the total with it (everyone paying its
-        passes) by the margin.
+        proposer when the mix's total goodput without it beats the total with it, each class valued at the
+        plan its requests will pick (`options`), paying the passes when that is not this proposer.
         """
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
@@ -373,11 +373,14 @@ class _CostModelPolicy:
             for q in cheap:
                 e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate, rho))
-            without_v += n * max(p.goodput for p in alts)
+            alt = max(alts, key=lambda p: p.goodput)
+            without_v += n * alt.goodput
             mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
-            with_v += n * max([mine] + [p.expected_tokens / (p.draft_time_s + p.verify_time_s + pass_s)
-                                        for p in alts])
-        if without_v > with_v * self.margin:  # dropping the proposer must pay the margin too (no flapping)
+            # what the class's requests will do (`options` compares the plans without the passes) and what
+            # that is worth with the passes in the step: an alternative still pays them
+            with_v += n * (mine if mine >= alt.goodput else
+                           alt.expected_tokens / (alt.draft_time_s + alt.verify_time_s + pass_s))
+        if with_v < without_v:  # the passes must pay for themselves over the mix (no margin: a tie either way)
             best_g = 0
         self._common[key] = (best_g, version)
         return best_g
