@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = sorted((ROOT / "benchmarks" / "traces").glob("*.jsonl"))
 GPU_PROFILES = ("h100-llama3-8b-measured", "h200-llama3-70b")
 TINY_POLICIES = ("off", "static:ngram:4", "static:ngram:8", "static:draft:2", "static:draft:4", "adaptive", "oracle")
-GRADER_POLICIES = ("off", "static:eagle:3", "static:ngram:8", "adaptive", "oracle")
+GRADER_STATICS = ("off", "static:eagle:3", "static:ngram:8")
+GRADER_POLICIES = (*GRADER_STATICS, "adaptive", "oracle")
 GPU_POLICIES = ("off", "static:eagle:1", "static:eagle:3", "static:eagle:5", "static:ngram:4", "static:ngram:8",
                 "adaptive", "oracle")
 
@@ -83,6 +84,9 @@ def cells(rows: list[dict], tolerance: float) -> list[dict]:
         ad = tps["adaptive"]
         cell = {"case": case, "seed": seed, "concurrency": c, "adaptive": ad, "best_static": best,
                 "best_static_tps": statics[best], "ratio": ad / statics[best]}
+        grader = [tps[p] for p in GRADER_STATICS if p in tps]
+        if len(grader) == len(GRADER_STATICS):  # issue 10's command: off, static:eagle:3, static:ngram:8
+            cell["ratio_grader_statics"] = ad / max(grader)
         if "oracle" in tps:
             cell["adaptive_over_oracle"] = ad / tps["oracle"]
         cell["miss"] = cell["ratio"] < tolerance
@@ -128,7 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.97)
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--merge", nargs="+", default=None, help="only merge the rows of earlier --json files")
     args = ap.parse_args(argv)
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        rows = [r for p in parts for r in p["rows"]]
+        seeds = sorted({s for p in parts for s in p["seeds"]})
+        conc = parts[0]["concurrency"]
+        cl = cells(rows, args.tolerance)
+        command = " ; ".join(p["command"] for p in parts)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"command": command, "seeds": seeds, "concurrency": conc,
+                                                   "tolerance": args.tolerance, "cells": cl, "rows": rows}, indent=1))
+        if args.md:
+            Path(args.md).write_text(markdown(cl, conc, seeds, args.tolerance, command))
+        return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     conc = [int(c) for c in args.concurrency.split(",")]
     loads = [("concurrency", float(c)) for c in conc]
