@@ -81,6 +81,7 @@ def cells(rows: list[dict], tolerance: float) -> list[dict]:
     for (case, seed, c), tps in sorted(by.items()):
         statics = {p: v for p, v in tps.items() if p == "off" or p.startswith("static:")}
         best = max(statics, key=statics.get)
+        tps = {p: float(v) for p, v in tps.items()}
         ad = tps["adaptive"]
         cell = {"case": case, "seed": seed, "concurrency": c, "adaptive": ad, "best_static": best,
                 "best_static_tps": statics[best], "ratio": ad / statics[best]}
@@ -89,7 +90,7 @@ def cells(rows: list[dict], tolerance: float) -> list[dict]:
             cell["ratio_grader_statics"] = ad / max(grader)
         if "oracle" in tps:
             cell["adaptive_over_oracle"] = ad / tps["oracle"]
-        cell["miss"] = cell["ratio"] < tolerance
+        cell["miss"] = bool(cell["ratio"] < tolerance)
         out.append(cell)
     return out
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             specs = [parse_policy(p, prof, seed) for p in pols]
             for r in sweep(specs, prof, wl, loads, seed=seed, proposers=props, progress=False,
                            requests=args.requests):
-                r = {k: v for k, v in r.items() if k != "calibration"}
+                r = json.loads(json.dumps({k: v for k, v in r.items() if k != "calibration"}, default=float))
                 r["case"], r["concurrency"] = name, int(r["concurrency"])
                 rows.append(r)
             got = cells([r for r in rows if r["case"] == name and r["seed"] == seed], args.tolerance)
