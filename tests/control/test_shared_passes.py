@@ -1,4 +1,6 @@
-"""A draft model's passes are paid by the whole step: the goodput policy keeps the model for a worker's batch
+"""Two rules of the goodput policy found by the robustness sweep (scripts/sim_robustness.py).
+
+1. A draft model's passes are paid by the whole step: the goodput policy keeps the model for a worker's batch
 only when the batch's class mix is worth more with it than without it.
 
 The reference is a closed form independent of the policy's bookkeeping: the emitted tokens per second of one
@@ -66,3 +68,24 @@ def test_the_model_serves_a_busy_batch_only_when_the_mix_gains_from_its_passes(c
         # before the fix the model was kept unless dropping it gained the 5% margin, and the classes that
         # prefer lookup were valued as if they would switch to the model: this mix lost ~1.3% with it
         assert without / with_model < pol.margin
+
+
+def test_one_unlucky_request_does_not_keep_a_proposer_off_a_class():
+    """A key with thin evidence (< explore_below drafted tokens: one request) is planned at no less than its
+    prior mean; with more evidence the posterior rules. Acceptance varies several-fold between requests,
+    so one request's tokens are not independent trials."""
+    from adaptspec.control.estimators import AlphaTable
+
+    table = AlphaTable()
+    table.observe("w", "ngram", "summarize", 4000, 1600)  # n-gram well known: alpha ~0.4
+    table.observe("w", "eagle", "summarize", 140, 38)  # one request that accepted 27%
+    pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
+    w = WorkerState("w", proposers=("ngram", "eagle"), profile="h100-llama3-8b-measured")
+    prior = table.prior_mean("w", "eagle", "summarize")
+    assert table.get("w", "eagle", "summarize").mean < 0.4 < prior
+    d = pol.decide("summarize", [w], table)
+    want = costmodel.best_gamma(load_profile("h100-llama3-8b-measured"), "eagle", prior, 1.0, 8)
+    assert (d.proposer, d.gamma) == ("eagle", want.gamma), d.reason
+    table.observe("w", "eagle", "summarize", 300, 81)  # a second request as unlucky: the evidence rules
+    assert table.get("w", "eagle", "summarize").n >= pol.explore_below
+    assert pol.decide("summarize", [w], table).proposer == "ngram"
