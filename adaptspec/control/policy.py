@@ -304,6 +304,20 @@ class _CostModelPolicy:
         """The alpha to plan with, and how to show it."""
         raise NotImplementedError
 
+    def hopeful(self, est: AlphaEstimate, alphas: AlphaSource, worker: str, proposer: str, content_class: str
+                ) -> AlphaEstimate:
+        """A key with thin evidence (fewer than `explore_below` drafted tokens, e.g. one request) is planned at
+        no less than its prior mean: acceptance varies several-fold from request to request, so one unlucky
+        request must not keep a proposer off a class for good (its tokens are not independent trials)."""
+        if est.n >= self.explore_below or est.n <= 0:
+            return est
+        source = getattr(alphas, "class_level", alphas)  # a per-request view reads through to its table
+        prior_mean = getattr(getattr(source, "table", source), "prior_mean", None)  # a RegimeView's table
+        if prior_mean is None:
+            return est
+        m0 = prior_mean(worker, proposer, content_class)
+        return est if m0 <= est.mean else replace(est, mean=m0, per_position=None)
+
     def options(self, w: WorkerState, content_class: str, alphas: AlphaSource
                 ) -> tuple[costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None]:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
@@ -324,7 +338,7 @@ class _CostModelPolicy:
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
-            est = estimate(alphas, w.name, p, content_class)
+            est = self.hopeful(estimate(alphas, w.name, p, content_class), alphas, w.name, p, content_class)
             a, shown_p = self.alpha(est)
             rate = est.propose_rate
             if rate < 0.995:
@@ -355,8 +369,8 @@ class _CostModelPolicy:
         requests with short drafts wait for the long ones. Pick the gamma with the highest total goodput
         over the worker's recent class mix (posterior-mean alphas), replanned when the mix is refreshed.
         The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
-        proposer when the mix's total goodput without it beats the total with it (everyone paying its
-        passes) by the margin.
+        proposer when the mix's total goodput without it beats the total with it, each class valued at the
+        plan its requests will pick (`options`), paying the passes when that is not this proposer.
 
         Memoised per half-octave of batch for admissions (the first batch asked prices its bucket);
         `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
@@ -374,7 +388,7 @@ class _CostModelPolicy:
             return hit[0]
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
-        ests = {c: estimate(alphas, w.name, proposer, c) for c in mix}
+        ests = {c: self.hopeful(estimate(alphas, w.name, proposer, c), alphas, w.name, proposer, c) for c in mix}
         alpha = {c: e.per_position or e.mean for c, e in ests.items()}
         rate = {c: e.propose_rate for c, e in ests.items()}
         curve = {c: self.cache.goodputs(prof, proposer, alpha[c], batch, bound, rate[c], rho) for c in mix}
@@ -395,11 +409,14 @@ class _CostModelPolicy:
             for q in cheap:
                 e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate, rho))
-            without_v += n * max(p.goodput for p in alts)
+            alt = max(alts, key=lambda p: p.goodput)
+            without_v += n * alt.goodput
             mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
-            with_v += n * max([mine] + [p.expected_tokens / (p.draft_time_s + p.verify_time_s + pass_s)
-                                        for p in alts])
-        if without_v > with_v * self.margin:  # dropping the proposer must pay the margin too (no flapping)
+            # what the class's requests will do (`options` compares the plans without the passes) and what
+            # that is worth with the passes in the step: an alternative still pays them
+            with_v += n * (mine if mine >= alt.goodput else
+                           alt.expected_tokens / (alt.draft_time_s + alt.verify_time_s + pass_s))
+        if with_v < without_v:  # the passes must pay for themselves over the mix (no margin: a tie either way)
             best_g = 0
         if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
             self._common.clear()
