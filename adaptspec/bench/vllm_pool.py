@@ -71,9 +71,10 @@ def pool(name: str, proposer: str, urls: Sequence[str], *, python: Path | str, m
 
 def cpu_env(work: Path) -> dict[str, str]:
     """What vLLM's CPU build needs here: a small KV cache (GiB), no hub, one OpenMP thread (2 shared cores),
-    its temp and compile caches under `work`."""
+    its temp files and compile caches under `work` (work/vllm-tmp, work/vllm-cache)."""
+    (work / "vllm-tmp").mkdir(parents=True, exist_ok=True)
     return {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-            "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache")}
+            "TMPDIR": str(work / "vllm-tmp"), "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
 
 
 def servers(pool_section: dict, work: Path, *, file: str | None = None,
