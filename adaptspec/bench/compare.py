@@ -7,6 +7,11 @@ load sweep (same prompts in the same order) through it. Every policy has its own
 estimates); the workers are shared. All proxies run at once and each load point is split into `--rounds`
 rounds that visit every policy in a rotated order, so slow drifts of a shared machine hit all alike. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
 `adaptive` (goodput) or `bandit` from the file's policy section.
+
+`--engine vllm`: the workers are real vLLM servers with the adaptspec plugin instead (bench/vllm_pool.py: the
+`engine: vllm` per-request pool a user would write, one speculative method per process, `--vllm-proposer`),
+started and stopped by the command; `--worker-url` uses running workers of either kind instead. A policy the
+pool cannot run is skipped, a threshold table runs with the pool's proposer (`policy_for_pool`).
 """
 
 from __future__ import annotations
@@ -116,13 +121,20 @@ def _labels(files: Sequence[Path]) -> list[str]:
     return labels
 
 
+def _get(url: str) -> bytes:
+    """GET a running worker's endpoint; RuntimeError (the command's error) when it does not answer 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read()
+    except (OSError, ValueError) as exc:  # URLError / HTTPError are OSErrors; a malformed URL a ValueError
+        raise RuntimeError(f"--worker-url: {url} did not answer: {exc}") from exc
+
+
 def _reference_workers(args, stack: contextlib.ExitStack, logs: Path) -> dict:
     """Start `--workers` reference workers (or use `--worker-url`s) -> their pool section."""
     profile = getattr(args, "profile", None) or "cpu-tiny"
-    urls, healths = list(getattr(args, "worker_url", None) or []), []
-    for url in urls:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=10) as r:
-            healths.append(json.loads(r.read()))
+    urls = [u.rstrip("/") for u in getattr(args, "worker_url", None) or []]
+    healths = [json.loads(_get(url + "/health")) for url in urls]
     if not urls:
         py = [sys.executable, "-m", "adaptspec"]
         for i in range(max(1, args.workers)):
@@ -140,7 +152,9 @@ def _vllm_workers(args, stack: contextlib.ExitStack, logs: Path) -> dict:
     """Start `--workers` vLLM servers with the plugin (or use `--worker-url`s) -> their pool section."""
     from adaptspec.bench import vllm_pool
 
-    given = list(getattr(args, "worker_url", None) or [])
+    given = [u.rstrip("/") for u in getattr(args, "worker_url", None) or []]
+    for url in given:
+        _get(url + "/v1/models")
     python = Path(args.vllm_python) if args.vllm_python else vllm_pool.default_python()
     if not given:
         vllm_pool.check_python(python)

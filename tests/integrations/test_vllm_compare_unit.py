@@ -80,3 +80,14 @@ def test_bad_choices_are_usage_errors(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "compare", *bad])
     assert exc.value.code == 2 and bad[1] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["vllm", "adaptspec"])
+def test_a_worker_url_that_does_not_answer_is_a_clear_error(engine, tmp_path, capsys):
+    from adaptspec.bench.loadgen import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    rc = main(["bench", "compare", "--engine", engine, "--worker-url", url, "--concurrency", "1", "--requests", "1",
+               "--no-progress", "--logs", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"--worker-url: {url}" in err and "did not answer" in err
