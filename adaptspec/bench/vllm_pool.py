@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,17 +71,23 @@ def pool(name: str, proposer: str, urls: Sequence[str], *, python: Path | str, m
     return out
 
 
-def cpu_env(work: Path) -> dict[str, str]:
+def cpu_env(work: Path, tmp: Path) -> dict[str, str]:
     """What vLLM's CPU build needs here: a small KV cache (GiB), no hub, one OpenMP thread (2 shared cores),
-    its temp files and compile caches under `work` (work/vllm-tmp, work/vllm-cache)."""
-    (work / "vllm-tmp").mkdir(parents=True, exist_ok=True)
+    its compile caches under `work` (work/vllm-cache) and its temp files in `tmp`. vLLM puts its ZMQ IPC
+    sockets in TMPDIR, and a socket path must fit in 107 bytes: `tmp` has to be short (`short_tmp`)."""
     return {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-            "TMPDIR": str(work / "vllm-tmp"), "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
+            "TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
 
 
-def servers(pool_section: dict, work: Path, *, file: str | None = None,
+def short_tmp() -> Path:
+    """A fresh directory under the system temp dir (short enough for vLLM's IPC socket paths)."""
+    return Path(tempfile.mkdtemp(prefix="adaptspec-vllm-"))
+
+
+def servers(pool_section: dict, work: Path, tmp: Path, *, file: str | None = None,
             start_timeout_s: float = START_TIMEOUT_S) -> list[Server]:
-    """One not-yet-started Server per worker of the pool (enter them to start; ready when /v1/models answers)."""
+    """One not-yet-started Server per worker of the pool (enter them to start; ready when /v1/models answers);
+    logs and caches in `work`, temp files in `tmp`."""
     from adaptspec.control.config import PoolConfig
     from adaptspec.integrations._vllm_launch import vllm_commands
 
@@ -88,13 +96,15 @@ def servers(pool_section: dict, work: Path, *, file: str | None = None,
     for worker, cmd in zip(pool_section["workers"], commands, strict=True):
         port = int(worker["url"].rsplit(":", 1)[1])
         out.append(Server(cmd.argv, port, work / f"vllm-{cmd.worker}.log", f"vLLM {cmd.worker}", start_timeout_s,
-                          env={**cmd.env, **cpu_env(work)}, cwd=work, ready_path="/v1/models", new_session=True))
+                          env={**cmd.env, **cpu_env(work, tmp)}, cwd=work, ready_path="/v1/models", new_session=True))
     return out
 
 
 @contextlib.contextmanager
 def started(pool_section: dict, work: Path, **kw):
     """Start every worker of the pool one after the other (2 cores: in parallel they only slow each other);
-    yields the started Servers, stops them all on exit."""
+    yields the started Servers, stops them all and removes their temp dir on exit."""
+    tmp = short_tmp()
     with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(s) for s in servers(pool_section, work, **kw)]
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)  # after the servers stopped (LIFO)
+        yield [stack.enter_context(s) for s in servers(pool_section, work, tmp, **kw)]

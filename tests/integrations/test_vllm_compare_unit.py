@@ -29,9 +29,19 @@ def test_pool_is_a_valid_user_config_and_launches_the_tiny_pair(tmp_path):
     spec = argv[argv.index("--speculative-config") + 1]
     assert '"method":"draft_model"' in spec and '"num_speculative_tokens":3' in spec
     assert str(vllm_pool.TINY_DRAFT) in spec
-    servers = vllm_pool.servers(section, tmp_path)
+    servers = vllm_pool.servers(section, tmp_path, tmp_path / "t")
     assert [s.port for s in servers] == [18001, 18002] and all(s.new_session for s in servers)
     assert servers[0].env["OMP_NUM_THREADS"] == "1" and servers[0].ready_path == "/v1/models"
+    assert servers[0].env["TMPDIR"] == str(tmp_path / "t")
+
+
+def test_the_temp_dir_leaves_room_for_vllm_ipc_socket_paths():
+    tmp = vllm_pool.short_tmp()
+    try:
+        # vLLM names its sockets ipc://TMPDIR/<uuid4>; sun_path holds 107 bytes
+        assert len(str(tmp / "cc5a3084-8217-4da8-99d3-b14244373aef")) <= 107
+    finally:
+        tmp.rmdir()
 
 
 def test_default_python_follows_the_environment(monkeypatch, tmp_path):
