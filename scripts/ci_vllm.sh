@@ -6,7 +6,8 @@
 # time). This checkout is installed into it (--no-deps, editable) so vLLM loads the plugin through its
 # `vllm.general_plugins` entry point; the tests themselves run in the current Python (the project's venv)
 # and start `python -m vllm.entrypoints.openai.api_server` from the vLLM venv. ADAPTSPEC_REQUIRE_VLLM=1
-# makes a missing vLLM a test failure, never a skip.
+# makes a missing vLLM a test failure, never a skip. Besides the plugin tests this runs `adaptspec bench compare
+# --engine vllm` for a few seconds on the tiny pair (tests/integrations/test_vllm_compare.py).
 #
 #   bash scripts/ci_vllm.sh [PYTEST_ARGS]   # idempotent; rebuilds the venv only if vllm 0.32.0 is missing
 set -euo pipefail

@@ -7,6 +7,11 @@ load sweep (same prompts in the same order) through it. Every policy has its own
 estimates); the workers are shared. All proxies run at once and each load point is split into `--rounds`
 rounds that visit every policy in a rotated order, so slow drifts of a shared machine hit all alike. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
 `adaptive` (goodput) or `bandit` from the file's policy section.
+
+`--engine vllm`: the workers are real vLLM servers with the adaptspec plugin instead (bench/vllm_pool.py: the
+`engine: vllm` per-request pool a user would write, one speculative method per process, `--vllm-proposer`),
+started and stopped by the command; `--worker-url` uses running workers of either kind instead. A policy the
+pool cannot run is skipped, a threshold table runs with the pool's proposer (`policy_for_pool`).
 """
 
 from __future__ import annotations
@@ -15,13 +20,9 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from adaptspec.bench._server import Server
 from adaptspec.bench.loadgen import LoadConfig, free_port, run_point, summarize
 from adaptspec.bench.prompts import PromptItem
 from adaptspec.control.config import pool_proposers
@@ -58,54 +60,6 @@ def label_for(policy: dict) -> str:
     return {"goodput": "adaptive"}.get(kind, str(kind))
 
 
-class Server:
-    """A child process serving HTTP on loopback; started and health-checked on enter, stopped on exit."""
-
-    def __init__(self, argv: Sequence[str], port: int, log_path: Path, name: str, start_timeout_s: float = 180.0):
-        self.argv, self.port, self.log_path, self.name = list(argv), port, log_path, name
-        self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen | None = None
-        self.health: object = None  # the /health body once healthy (a worker's reports its proposers)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Server:
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in __exit__)
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._stop()
-                tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} while starting:\n{tail}")
-            with contextlib.suppress(urllib.error.URLError, OSError), \
-                    urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    with contextlib.suppress(ValueError):
-                        self.health = json.loads(resp.read())
-                    return self
-            time.sleep(0.3)
-        self._stop()
-        raise RuntimeError(f"{self.name} did not become healthy within {self.start_timeout_s:.0f}s "
-                           f"(log: {self.log_path})")
-
-    def _stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop()
-
-
 def _policy_files(spec: str | None) -> list[Path]:
     if spec:
         files = [Path(s.strip()) for s in spec.split(",") if s.strip()]
@@ -118,56 +72,133 @@ def _policy_files(spec: str | None) -> list[Path]:
     return files
 
 
-def proxy_config(policy_file: Path, worker_urls: Sequence[str], port: int, profile: str = "cpu-tiny",
-                 proposers: Sequence[str] = ("ngram", "draft")) -> dict:
-    """The proxy config for one run: the file's policy + estimator, our workers as the only pool, offering
-    `proposers` per request."""
-    from adaptspec.control.config import load_config
+def reference_pool(worker_urls: Sequence[str], profile: str, proposers: Sequence[str]) -> dict:
+    """The pool of reference workers (`adaptspec worker`), offering `proposers` per request."""
+    return {"name": "tiny", "engine": "adaptspec", "per_request": True, "proposers": list(proposers),
+            "max_gamma": 8, "profile": profile,
+            "workers": [{"name": f"w{i}", "url": u} for i, u in enumerate(worker_urls)]}
+
+
+def policy_for_pool(policy: dict, offered: Sequence[str]) -> dict | None:
+    """The file's policy as it can run on a pool that offers only `offered`: None for a static policy whose
+    proposer it lacks (it would be plain decoding, a second `off`); a threshold table's proposers not
+    offered become the pool's only one (a vLLM pool runs one method). Anything else unchanged."""
+    kind, want = policy.get("kind"), policy.get("proposer", "none")
+    if kind == "static" and int(policy.get("gamma", 0)) > 0 and want not in ("none", *offered):
+        return None
+    if kind == "threshold" and len(offered) == 1:
+        only = offered[0]
+        by_class = {c: (p if p in ("none", *offered) else only)
+                    for c, p in (policy.get("proposer_by_class") or {}).items()}
+        return {**policy, "proposer": only, "proposer_by_class": by_class}
+    return policy
+
+
+def proxy_config(policy_file: Path, pool_section: dict, port: int) -> dict | None:
+    """The proxy config for one run: the file's policy (fitted to the pool, `policy_for_pool`) + estimator,
+    `pool_section` as the only pool; None when the policy cannot run on that pool."""
+    from adaptspec.control.config import load_config, parse_config
 
     load_config(policy_file)  # validates; errors name file, key and value
     raw = yaml.safe_load(policy_file.read_text()) or {}
     cfg = {k: raw[k] for k in ("policy", "estimator") if k in raw}
-    cfg["pools"] = [{"name": "tiny", "engine": "adaptspec", "per_request": True, "proposers": list(proposers),
-                     "max_gamma": 8, "profile": profile,
-                     "workers": [{"name": f"w{i}", "url": u} for i, u in enumerate(worker_urls)]}]
+    if "policy" in cfg:
+        cfg["policy"] = policy_for_pool(cfg["policy"], pool_section["proposers"])
+        if cfg["policy"] is None:
+            return None
+    cfg["pools"] = [pool_section]
     cfg["server"] = {"host": "127.0.0.1", "port": port}
+    parse_config(cfg, str(policy_file))  # the rewritten policy validates too
     return cfg
+
+
+def _labels(files: Sequence[Path]) -> list[str]:
+    labels: list[str] = []
+    for f in files:
+        raw = yaml.safe_load(f.read_text()) or {}
+        label = label_for(raw.get("policy") or {"kind": "goodput"})
+        labels.append(label if label not in labels else f"{label}({f.stem})")
+    return labels
+
+
+def _get(url: str) -> bytes:
+    """GET a running worker's endpoint; RuntimeError (the command's error) when it does not answer 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read()
+    except (OSError, ValueError) as exc:  # URLError / HTTPError are OSErrors; a malformed URL a ValueError
+        raise RuntimeError(f"--worker-url: {url} did not answer: {exc}") from exc
+
+
+def _reference_workers(args, stack: contextlib.ExitStack, logs: Path) -> dict:
+    """Start `--workers` reference workers (or use `--worker-url`s) -> their pool section."""
+    profile = getattr(args, "profile", None) or "cpu-tiny"
+    urls = [u.rstrip("/") for u in getattr(args, "worker_url", None) or []]
+    healths = [json.loads(_get(url + "/health")) for url in urls]
+    if not urls:
+        py = [sys.executable, "-m", "adaptspec"]
+        for i in range(max(1, args.workers)):
+            port = free_port()
+            argv = [*py, "worker", "--port", str(port), *shlex.split(args.worker_args or "")]
+            w = stack.enter_context(Server(argv, port, logs / f"worker{i}.log", f"worker {i}"))
+            urls.append(w.url)
+            healths.append(w.health)
+    # what every worker reports (the same command line: the same models) and the profile prices
+    offered = [p for p in pool_proposers(healths[0], profile) if all(p in pool_proposers(h, profile) for h in healths)]
+    return reference_pool(urls, profile, offered)
+
+
+def _vllm_workers(args, stack: contextlib.ExitStack, logs: Path) -> dict:
+    """Start `--workers` vLLM servers with the plugin (or use `--worker-url`s) -> their pool section."""
+    from adaptspec.bench import vllm_pool
+
+    given = [u.rstrip("/") for u in getattr(args, "worker_url", None) or []]
+    for url in given:
+        _get(url + "/v1/models")
+    python = Path(args.vllm_python) if args.vllm_python else vllm_pool.default_python()
+    if not given:
+        vllm_pool.check_python(python)
+    urls = given or [f"http://127.0.0.1:{free_port()}" for _ in range(max(1, args.workers))]
+    extra = shlex.split(args.worker_args or "")
+    section = vllm_pool.pool("vllm", args.vllm_proposer, urls, python=python, max_gamma=args.max_gamma,
+                             max_num_seqs=args.max_num_seqs, profile=getattr(args, "profile", None),
+                             extra_args=extra)
+    if not given:
+        (logs / "pool-vllm.yaml").write_text(yaml.safe_dump({"pools": [section]}, sort_keys=False))
+        log.info("starting %d vLLM server(s) (%s, up to %.0f s each; logs in %s)", len(urls), python,
+                 vllm_pool.START_TIMEOUT_S, logs)
+        stack.enter_context(vllm_pool.started(section, logs, file=str(logs / "pool-vllm.yaml")))
+    return section
 
 
 def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]]) -> list[dict]:
     """Run every policy file over the same sweep; returns the combined rows."""
     files = _policy_files(getattr(args, "policies", None))
-    labels = []
-    for f in files:
-        raw = yaml.safe_load(f.read_text()) or {}
-        label = label_for(raw.get("policy") or {"kind": "goodput"})
-        labels.append(label if label not in labels else f"{label}({f.stem})")
+    labels = _labels(files)
     logs = Path(args.logs or tempfile.mkdtemp(prefix="adaptspec-compare-"))
     logs.mkdir(parents=True, exist_ok=True)
-    py = [sys.executable, "-m", "adaptspec"]
-    rows: list[dict] = []
+    engine = getattr(args, "engine", "adaptspec") or "adaptspec"
     with contextlib.ExitStack() as stack:
-        workers = []
-        for i in range(max(1, args.workers)):
+        section = (_vllm_workers if engine == "vllm" else _reference_workers)(args, stack, logs)
+        worker_urls = [w["url"] for w in section["workers"]]
+        log.info("workers up: %s (%s, proposers %s; logs in %s)", ", ".join(worker_urls), engine,
+                 ", ".join(section["proposers"]), logs)
+        targets = []
+        for label, f in zip(labels, files, strict=True):
             port = free_port()
-            argv = [*py, "worker", "--port", str(port), *shlex.split(args.worker_args or "")]
-            workers.append(stack.enter_context(Server(argv, port, logs / f"worker{i}.log", f"worker {i}")))
-        profile = getattr(args, "profile", None) or "cpu-tiny"
-        # what every worker reports (the same command line: the same models) and the profile prices
-        offered = [p for p in pool_proposers(workers[0].health, profile)
-                   if all(p in pool_proposers(w.health, profile) for w in workers)]
-        log.info("workers up: %s (proposers %s; logs in %s)", ", ".join(w.url for w in workers),
-                 ", ".join(offered), logs)
-        proxies = []
-        for f in files:
-            port = free_port()
+            cfg = proxy_config(f, section, port)
+            if cfg is None:
+                log.warning("%s (%s) skipped: the pool offers only %s", label, f.name, ", ".join(section["proposers"]))
+                continue
             cfg_path = logs / f"proxy-{f.stem}.yaml"
-            cfg = proxy_config(f, [w.url for w in workers], port, profile, offered)
             cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            argv = [*py, "serve", "--config", str(cfg_path), "--port", str(port), "--watch", "0"]
-            proxies.append(stack.enter_context(Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})")))
-        rows = interleaved(args, loads, stream, list(zip(labels, proxies, files, strict=True)),
-                           [w.url for w in workers])
+            argv = [sys.executable, "-m", "adaptspec", "serve", "--config", str(cfg_path), "--port", str(port),
+                    "--watch", "0"]
+            proxy = stack.enter_context(Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})"))
+            targets.append((label, proxy, f))
+        rows = interleaved(args, loads, stream, targets, worker_urls)
+    for r in rows:
+        r["engine_kind"] = engine
     return rows
 
 

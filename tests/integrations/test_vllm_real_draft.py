@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from ._servers import TINY_DRAFT
 from ._vllm import MAX_GAMMA, complete, counters, delta, start_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.timeout(900)]
@@ -15,7 +14,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.timeout(900
 @pytest.fixture(scope="module")
 def vllm_draft_server(tmp_path_factory):
     """Draft-model speculation: vLLM's async scheduler (AsyncScheduler._update_after_schedule seam)."""
-    yield from start_vllm(tmp_path_factory, "draft", {"draft_model": str(TINY_DRAFT)})
+    yield from start_vllm(tmp_path_factory, "draft")
 
 
 def test_draft_model_per_request_length(vllm_draft_server):
