@@ -1,7 +1,7 @@
 """CPU per request of the proxy hop, in process, side by side with the harness's bare aiohttp pass-through.
 
     .venv/bin/python benchmarks/hop_cpu.py --harness ../shared/bench/overhead --python /tmp/gw/venv-base/bin/python \
-        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile]
+        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
 
 Starts the overhead harness's fake upstream once, then for each round and each gateway: the gateway in a
 fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool and the goodput policy, as the
@@ -92,6 +92,8 @@ async def _measure(args) -> dict:
     requests = res["rps"] * (args.seconds + 1)  # the warm-up second is served (and costs CPU) too
     if prof is not None:
         _print_profile(prof, requests)
+        if args.profile_out:
+            prof.dump_stats(f"{args.profile_out}.{args.gateway}")
     return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6)}
 
 
@@ -124,6 +126,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
+    ap.add_argument("--profile-out", metavar="FILE", help="with --profile: also FILE.<gateway>, pstats' format")
     ap.add_argument("--gateway", help=argparse.SUPPRESS)  # internal: run one measurement in this process
     args = ap.parse_args()
     if args.gateway:

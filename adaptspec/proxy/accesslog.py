@@ -119,13 +119,36 @@ async def _middleware(request: web.Request, handler):
         if not quiet and access_log.isEnabledFor(logging.INFO):
             record["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
             record["ts"] = _iso(started)
-            line = json.dumps({k: record.get(k) for k in FIELDS}, separators=(",", ":"))
-            # as access_log.info(line), without logging's search of the stack for the caller (not logged here)
-            access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, line, None, None))
+            _write(_ENCODER.encode({k: record.get(k) for k in FIELDS}))
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps with separators builds one per call
+
+
+def _write(line: str) -> None:
+    """As access_log.info(line). The usual handler (`adaptspec serve`'s BufferedLineHandler, formatter
+    "%(message)s", nothing else on the logger) takes the line as is; otherwise a LogRecord goes through
+    logging, without its search of the stack for the caller (not logged here)."""
+    handlers = access_log.handlers
+    if len(handlers) == 1 and not access_log.filters and not access_log.propagate:
+        h = handlers[0]
+        add_line = getattr(h, "add_line", None)
+        fmt = h.formatter
+        if (add_line is not None and not h.filters and h.level <= logging.INFO and type(fmt) is logging.Formatter
+                and fmt._fmt == "%(message)s"):
+            add_line(line)
+            return
+    access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, line, None, None))
+
+
+_SECOND: list = [-1, ""]  # [whole second, its "%Y-%m-%dT%H:%M:%S"]: formatted once a second
 
 
 def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+    second = int(t)
+    if second != _SECOND[0]:
+        _SECOND[:] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_SECOND[1]}.{int(t % 1 * 1000):03d}Z"
 
 
 async def _echo_id(request: web.Request, response: web.StreamResponse) -> None:

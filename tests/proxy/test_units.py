@@ -185,3 +185,39 @@ def test_public_api():
     import adaptspec.proxy
 
     assert adaptspec.proxy.__all__ == ["Proxy", "create_app", "load_config_file"]
+
+
+def test_access_lines_take_the_handlers_fast_path_or_logging_alike(tmp_path):
+    import logging
+    import time
+
+    from adaptspec.cli._logging import configure_access_log
+    from adaptspec.proxy import accesslog
+
+    path = tmp_path / "access.jsonl"
+    seen: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log = accesslog.access_log
+    before = log.handlers[:], log.level, log.propagate
+    try:
+        configure_access_log(str(path))  # BufferedLineHandler, "%(message)s": the line is added as is
+        accesslog._write('{"a":1}')
+        extra = Capture()
+        accesslog.access_log.addHandler(extra)  # another handler: every line goes through logging
+        accesslog._write('{"b":2}')
+        accesslog.access_log.removeHandler(extra)
+        accesslog.access_log.handlers[0].setFormatter(logging.Formatter("access %(message)s"))
+        accesslog._write('{"c":3}')  # a formatter of its own: logging formats the line
+    finally:
+        configure_access_log("off")  # closes (flushes) the file handler
+        log.handlers[:], log.propagate = before[0], before[2]
+        log.setLevel(before[1])
+    assert path.read_text().splitlines() == ['{"a":1}', '{"b":2}', 'access {"c":3}']
+    assert seen == ['{"b":2}']
+    for t in (0.0, 1.9995, 1764600000.25, 1764600000.999, 1764600001.0):  # formatted once a second, as before
+        want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+        assert accesslog._iso(t) == want
