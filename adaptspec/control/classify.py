@@ -125,13 +125,15 @@ class Classifier:
             raise TypeError(f"predict() takes a str, not {type(text).__name__}")
         return self._result(self._evidence(text) + self._b)
 
-    def predict_request(self, body: Mapping) -> tuple[str, dict[str, float], str | None]:
+    def predict_request(self, body: Mapping, texts: tuple[str, str] | None = None
+                        ) -> tuple[str, dict[str, float], str | None]:
         """(class, scores, forced_by) for an OpenAI chat/completions body.
 
         `forced_by` names the request field that made the request `structured` regardless of its text
         (tools, functions, response_format, guided_json), else None; `scores` are always the text model's.
+        `texts`: the body's `request_text`, when the caller has it already.
         """
-        last, context = request_text(body)
+        last, context = request_text(body) if texts is None else texts
         forced = _structured_field(body)
         cls, scores = self._text_class(last, context)
         return ("structured" if forced else cls), dict(scores), forced

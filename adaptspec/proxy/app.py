@@ -147,9 +147,10 @@ class Proxy:
         if custom:
             cls = self.classify(body)
             scores = {cls: 1.0}
+            last, context = request_text(body)
         else:
-            cls, scores, _ = Classifier.default().predict_request(body)  # text scores remembered there
-        last, context = request_text(body)
+            last, context = request_text(body)
+            cls, scores, _ = Classifier.default().predict_request(body, (last, context))  # scores remembered there
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         temperature = body.get("temperature")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != temperature:
