@@ -221,3 +221,24 @@ def test_access_lines_take_the_handlers_fast_path_or_logging_alike(tmp_path):
     for t in (0.0, 1.9995, 1764600000.25, 1764600000.999, 1764600001.0):  # formatted once a second, as before
         want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
         assert accesslog._iso(t) == want
+
+
+def test_fast_metric_updates_give_the_samples_of_the_public_methods():
+    from prometheus_client import generate_latest
+
+    from adaptspec.proxy import metrics as mn
+
+    fast, public = ProxyMetrics(), ProxyMetrics()
+    values = [0.0, 1e-5, 1.5e-5, 0.005, 0.0050001, 0.3, 1.0, 119.9, 120.0, 1e9, -1.0]  # bounds, between, past all
+    for m, observe, inc in ((fast, mn.observe, mn.inc), (public, lambda c, v: c.observe(v), lambda c, a=1.0: c.inc(a))):
+        for v in values:
+            observe(m.child(m.e2e, "code", "ngram"), v)
+            observe(m.overhead, abs(v))
+            inc(m.child(m.requests, "code", "ngram", "4", "w0", "200"))
+            inc(m.child(m.output_tokens, "w0", "ngram", "code"), 17.0)
+
+    def samples(m: ProxyMetrics) -> list[str]:  # the _created timestamps differ
+        return [ln for ln in generate_latest(m.registry).decode().splitlines() if "_created" not in ln]
+
+    assert samples(fast) == samples(public)
+    assert any(ln.startswith('adaptspec_e2e_seconds_bucket{content_class="code",le="0.005"') for ln in samples(fast))
