@@ -47,10 +47,16 @@ _TRACED = web.AppKey("adaptspec_traced", bool)
 
 
 def install(app: web.Application) -> None:
-    """Outermost middleware (sees the final status, errors included) + the id header on prepared streams."""
+    """Outermost middleware: sees the final status, errors included; puts the id header on the responses
+    handlers return (a stream a handler prepares itself carries `id_header()`)."""
     app[_TRACED] = tracing.enabled()
     app.middlewares.insert(0, _middleware)
-    app.on_response_prepare.append(_echo_id)
+
+
+def id_header() -> dict[str, str]:
+    """{"X-Request-Id": the current request's id} (empty outside a request), for a stream's headers."""
+    rid = REQUEST_ID.get()
+    return {} if rid is None else {"X-Request-Id": rid}
 
 
 def request_id(headers) -> str:
@@ -119,10 +125,30 @@ async def _middleware(request: web.Request, handler):
         if not quiet and access_log.isEnabledFor(logging.INFO):
             record["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
             record["ts"] = _iso(started)
-            _write(_ENCODER.encode({k: record.get(k) for k in FIELDS}))
+            _write(line(record))
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps with separators builds one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_STRING = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
+_KEYS = tuple((k, f'"{k}":') for k in FIELDS)
+
+
+def _value(v: object) -> str:
+    t = type(v)
+    if t is str:
+        return _STRING(v)
+    if v is None:
+        return "null"
+    if t is int or (t is float and v - v == 0):  # finite: json.dumps writes repr() too
+        return repr(v)
+    return _ENCODER.encode(v)
+
+
+def line(record: dict) -> str:
+    """The record as one JSON object with FIELDS in order (absent: null): what json.dumps(..., separators=(",",
+    ":")) writes, without building the dict and with C escaping of each string."""
+    get = record.get
+    return "{" + ",".join([key + _value(get(k)) for k, key in _KEYS]) + "}"
 
 
 def _write(line: str) -> None:
@@ -149,9 +175,3 @@ def _iso(t: float) -> str:
     if second != _SECOND[0]:
         _SECOND[:] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
     return f"{_SECOND[1]}.{int(t % 1 * 1000):03d}Z"
-
-
-async def _echo_id(request: web.Request, response: web.StreamResponse) -> None:
-    rid = REQUEST_ID.get()  # set while the handler runs, i.e. when it prepares a stream itself
-    if rid is not None:
-        response.headers["X-Request-Id"] = rid

@@ -473,7 +473,8 @@ class _SseScan:
 
 async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse, int]:
     plan = ctx.plan
-    resp = web.StreamResponse(status=200, headers={**plan.headers(ctx.cls), "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(status=200, headers={**plan.headers(ctx.cls), "Cache-Control": "no-cache",
+                                                   **accesslog.id_header()})
     resp.content_type = "text/event-stream"
     await resp.prepare(ctx.request)
     t_first = None

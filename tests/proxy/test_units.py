@@ -242,3 +242,18 @@ def test_fast_metric_updates_give_the_samples_of_the_public_methods():
 
     assert samples(fast) == samples(public)
     assert any(ln.startswith('adaptspec_e2e_seconds_bucket{content_class="code",le="0.005"') for ln in samples(fast))
+
+
+def test_access_line_is_what_json_dumps_writes():
+    from adaptspec.proxy import accesslog
+
+    records = [{}, {"ts": "2026-12-01T20:00:00.123Z", "request_id": "abc", "method": "POST", "path": "/v1/x",
+                    "model": 'm"od\\el\n\u00e9\U0001f600', "class": "code", "proposer": "ngram", "gamma": 4,
+                    "worker": "w0", "status": 200, "prompt_tokens": 12, "output_tokens": 3.5, "ttft_ms": 0.1 + 0.2,
+                    "total_ms": 1e-7, "retries": 0},
+               {"model": ["not", {"a": "str"}], "gamma": True, "ttft_ms": float("nan"), "total_ms": float("inf"),
+                "status": -1, "prompt_tokens": 10**30, "output_tokens": -0.0, "worker": None, "extra": "dropped"}]
+    for record in records:
+        want = json.dumps({k: record.get(k) for k in accesslog.FIELDS}, separators=(",", ":"))
+        assert accesslog.line(record) == want
+        assert list(json.loads(want)) == list(accesslog.FIELDS)  # every field, in order (NaN: as json reads it)
