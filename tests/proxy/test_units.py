@@ -257,3 +257,26 @@ def test_access_line_is_what_json_dumps_writes():
         want = json.dumps({k: record.get(k) for k in accesslog.FIELDS}, separators=(",", ":"))
         assert accesslog.line(record) == want
         assert list(json.loads(want)) == list(accesslog.FIELDS)  # every field, in order (NaN: as json reads it)
+
+
+def test_worker_state_is_reused_only_while_its_inputs_stay_the_same():
+    from adaptspec.control.types import WorkerState
+
+    w = Worker(name="w0", url="http://127.0.0.1:9", pool="p", proposers=("ngram",), max_gamma=6)
+
+    def fresh(other: int = 0) -> WorkerState:
+        return WorkerState(name=w.name, engine=w.engine, per_request=w.per_request, proposers=w.proposers,
+                           gamma=w.gamma, max_gamma=w.max_gamma, profile=w.profile, running=w.running,
+                           waiting=w.waiting, kv_usage=w.kv_usage, inflight=w.inflight + other, healthy=w.healthy,
+                           prefill_ratio=w.traffic.prefill_ratio, prompt_tokens=w.traffic.prompt_tokens,
+                           step_costs=w.step_costs)
+
+    first = w.state()
+    assert first == fresh() and w.state() is first  # nothing changed: the same record
+    for change in (lambda: setattr(w, "inflight", 2), lambda: setattr(w, "running", 3.0),
+                   lambda: setattr(w, "healthy", False), lambda: w.traffic.note(100.0, 10.0),
+                   lambda: setattr(w, "profile", "cpu-tiny")):
+        before = w.state()
+        change()
+        assert w.state() == fresh() and w.state() is not before
+    assert w.state(5) == fresh(5) and w.state(5).inflight == w.inflight + 5
