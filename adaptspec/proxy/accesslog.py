@@ -130,7 +130,6 @@ async def _middleware(request: web.Request, handler):
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 _STRING = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
-_KEYS = tuple((k, f'"{k}":') for k in FIELDS)
 
 
 def _value(v: object) -> str:
@@ -146,9 +145,23 @@ def _value(v: object) -> str:
 
 def line(record: dict) -> str:
     """The record as one JSON object with FIELDS in order (absent: null): what json.dumps(..., separators=(",",
-    ":")) writes, without building the dict and with C escaping of each string."""
-    get = record.get
-    return "{" + ",".join([key + _value(get(k)) for k, key in _KEYS]) + "}"
+    ":")) writes, without building a dict, strings escaped by json's C function where they are strings."""
+    g = record.get
+    ts, rid, method, path, model, cls, proposer, worker = (g("ts"), g("request_id"), g("method"), g("path"),
+                                                           g("model"), g("class"), g("proposer"), g("worker"))
+    s, v = _STRING, _value
+    return (f'{{"ts":{s(ts) if type(ts) is str else v(ts)},'
+            f'"request_id":{s(rid) if type(rid) is str else v(rid)},'
+            f'"method":{s(method) if type(method) is str else v(method)},'
+            f'"path":{s(path) if type(path) is str else v(path)},'
+            f'"model":{s(model) if type(model) is str else v(model)},'
+            f'"class":{s(cls) if type(cls) is str else v(cls)},'
+            f'"proposer":{s(proposer) if type(proposer) is str else v(proposer)},'
+            f'"gamma":{v(g("gamma"))},'
+            f'"worker":{s(worker) if type(worker) is str else v(worker)},'
+            f'"status":{v(g("status"))},"prompt_tokens":{v(g("prompt_tokens"))},'
+            f'"output_tokens":{v(g("output_tokens"))},"ttft_ms":{v(g("ttft_ms"))},"total_ms":{v(g("total_ms"))},'
+            f'"retries":{v(g("retries"))}}}')
 
 
 def _write(line: str) -> None:
