@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -123,9 +124,14 @@ async def _middleware(request: web.Request, handler):
         if span is not None:
             span.end(record)
         if not quiet and access_log.isEnabledFor(logging.INFO):
-            record["total_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+            record["total_ms"] = ms(time.perf_counter() - t0)
             record["ts"] = _iso(started)
             _write(line(record))
+
+
+def ms(seconds: float) -> float:
+    """Seconds -> milliseconds to the microsecond (round(x, 3) goes through a decimal string: ~10x slower)."""
+    return math.floor(seconds * 1e6 + 0.5) / 1000
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
