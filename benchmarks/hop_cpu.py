@@ -1,7 +1,8 @@
 """CPU per request of the proxy hop, in process, side by side with the harness's bare aiohttp pass-through.
 
     .venv/bin/python benchmarks/hop_cpu.py --harness ../shared/bench/overhead --python /tmp/gw/venv-base/bin/python \
-        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile]
+        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
+        [--instructions N]
 
 Starts the overhead harness's fake upstream once, then for each round and each gateway: the gateway in a
 fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool and the goodput policy, as the
@@ -12,6 +13,10 @@ compare figures from one run only. `--stub classify` replaces the classifier by 
 classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
 the gateway's time goes (cProfile's own time per file, then the top functions), one round. `--access-log`
 writes adaptspec's access log as the CLI does (off here unless given; `adaptspec serve` defaults to stderr).
+`--instructions N` counts instead the instructions each gateway executes (user space, valgrind's callgrind,
+instrumented only while N requests at c=1 run, after 100 unmeasured): a figure the box's load does not move.
+Kernel time (syscalls, loopback TCP) is not in it, and the access log's batched writes weigh more than at
+full speed (fewer lines per 0.1 s batch under valgrind).
 """
 
 from __future__ import annotations
@@ -20,14 +25,18 @@ import argparse
 import asyncio
 import collections
 import cProfile
+import glob
 import importlib.util
 import json
 import os
 import pstats
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 UP_PORT, GW_PORT = 18931, 18932
 
@@ -72,26 +81,56 @@ async def _naive_site(args):
     return runner
 
 
+async def _load(args, *how: str) -> dict:
+    extra = ["--stream", "--chunks", "32"] if args.stream else []
+    load = await asyncio.create_subprocess_exec(
+        args.python, f"{args.harness}/load.py", "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
+        "-c", "1", *how, *extra, stdout=asyncio.subprocess.PIPE)
+    out, _ = await load.communicate()
+    return json.loads(out)
+
+
+async def _callgrind(*command: str) -> None:
+    """callgrind_control on this process (run by valgrind), awaited so that the loop stays responsive."""
+    proc = await asyncio.create_subprocess_exec("callgrind_control", *command, str(os.getpid()),
+                                                stdout=asyncio.subprocess.DEVNULL)
+    if await proc.wait():
+        raise RuntimeError(f"callgrind_control {' '.join(command)} failed")
+
+
+async def _count_instructions(args) -> dict:
+    """Under callgrind: instructions executed while exactly `args.instructions` requests were served (after
+    100 unmeasured ones), user space only. Independent of the box's load, unlike CPU seconds."""
+    await _load(args, "-n", "100", "--warmup", "0")
+    await _callgrind("-i", "on")
+    res = await _load(args, "-n", str(args.instructions), "--warmup", "0")
+    await _callgrind("-i", "off")
+    await _callgrind("-d")
+    return {"requests": res["n_ok"]}
+
+
 async def _measure(args) -> dict:
     runner = await (_naive_site(args) if args.gateway == "naive" else _adaptspec_site(args))
     await asyncio.sleep(1.0)
+    if args.instructions:
+        try:
+            return await _count_instructions(args)
+        finally:
+            await runner.cleanup()
     prof = cProfile.Profile() if args.profile else None
     t0 = time.process_time()
     if prof is not None:
         prof.enable()
-    extra = ["--stream", "--chunks", "32"] if args.stream else []
-    load = await asyncio.create_subprocess_exec(
-        args.python, f"{args.harness}/load.py", "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
-        "-c", "1", "-d", str(args.seconds), "--warmup", "1", *extra, stdout=asyncio.subprocess.PIPE)
-    out, _ = await load.communicate()
+    res = await _load(args, "-d", str(args.seconds), "--warmup", "1")
     if prof is not None:
         prof.disable()
     cpu = time.process_time() - t0
     await runner.cleanup()
-    res = json.loads(out)
     requests = res["rps"] * (args.seconds + 1)  # the warm-up second is served (and costs CPU) too
     if prof is not None:
         _print_profile(prof, requests)
+        if args.profile_out:
+            prof.dump_stats(f"{args.profile_out}.{args.gateway}")
     return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6)}
 
 
@@ -124,10 +163,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
+    ap.add_argument("--profile-out", metavar="FILE", help="with --profile: also FILE.<gateway>, pstats' format")
+    ap.add_argument("--instructions", type=int, default=0, metavar="N",
+                    help="count instructions (valgrind's callgrind) for N requests instead of CPU seconds")
     ap.add_argument("--gateway", help=argparse.SUPPRESS)  # internal: run one measurement in this process
     args = ap.parse_args()
     if args.gateway:
         return _child(args)
+    if args.instructions:
+        return _instructions(args)
     up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs: dict[str, list[dict]] = {g: [] for g in args.gateways.split(",")}
@@ -145,6 +189,31 @@ def main() -> int:
     for gateway, results in runs.items():
         summary[gateway] = {key: statistics.median(r[key] for r in results) for key in results[0]}
         summary[gateway]["cpu_us_per_request_all"] = [r["cpu_us_per_request"] for r in results]
+    print(json.dumps(summary))
+    return 0
+
+
+def _instructions(args) -> int:
+    """Each gateway once under callgrind (instrumented only while its N requests run): instructions/request."""
+    up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary: dict = {"stream": args.stream, "stub": args.stub or "-", "requests": args.instructions}
+    try:
+        time.sleep(1.5)
+        with tempfile.TemporaryDirectory() as tmp:
+            for gateway in args.gateways.split(","):
+                dump = f"{tmp}/{gateway}.cg"
+                out = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                      f"--callgrind-out-file={dump}", sys.executable, __file__, *sys.argv[1:],
+                                      "--gateway", gateway], check=True, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True).stdout
+                served = json.loads(out.splitlines()[-1])["requests"]
+                totals = [int(m.group(1)) for path in glob.glob(dump + "*") for m in
+                          re.finditer(r"^(?:summary|totals): (\d+)", Path(path).read_text(), re.M)]
+                summary[gateway] = {"requests": served, "instructions_per_request": round(max(totals) / served)}
+    finally:
+        up.terminate()
+        up.wait()
     print(json.dumps(summary))
     return 0
 

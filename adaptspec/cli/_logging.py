@@ -71,17 +71,23 @@ class BufferedLineHandler(logging.Handler):
         except Exception:  # logging's contract: a bad record is reported by handleError, never raised
             self.handleError(record)
             return
-        self._lines.append(line)
-        self._size += len(line) + 1
-        if self._size >= self.max_bytes:
-            self._write()
-        elif self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
+        self.add_line(line)
+
+    def add_line(self, line: str) -> None:
+        """A line formatted already, batched as emit() batches a record's (the access log's fast path:
+        proxy/accesslog.py, when this handler's formatter is plain "%(message)s")."""
+        with self.lock:  # reentrant: emit() holds it already
+            self._lines.append(line)
+            self._size += len(line) + 1
+            if self._size >= self.max_bytes:
                 self._write()
-                return
-            self._timer = loop.call_later(self.flush_s, self.flush)
+            elif self._timer is None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    self._write()
+                    return
+                self._timer = loop.call_later(self.flush_s, self.flush)
 
     def flush(self) -> None:
         with self.lock:

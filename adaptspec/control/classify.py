@@ -35,9 +35,9 @@ VOCABULARY_FILE = "vocabulary.json.gz"
 # the last turn counts twice, but a RAG context in the system prompt can still outweigh a short question.
 LAST_TURN_WEIGHT = 0.2
 _JSON_FORMATS = ("json_object", "json_schema")
-# classify_request remembers the class of recent prompt texts (the model is a pure function of the text):
-# repeated prompts (retries, probes, benchmarks, fixed templates) skip the scoring. Bounded: MEMO_SIZE texts
-# of at most MEMO_MAX_CHARS characters each, oldest out first.
+# classify_request and predict_request remember the class and scores of recent prompt texts (the model is a
+# pure function of the text): repeated prompts (retries, probes, benchmarks, fixed templates) skip the
+# scoring. Bounded: MEMO_SIZE texts of at most MEMO_MAX_CHARS characters each, oldest out first.
 MEMO_SIZE = 1024
 MEMO_MAX_CHARS = 4096
 
@@ -66,7 +66,7 @@ class Classifier:
         self._w = np.ascontiguousarray(coef, dtype=np.float64)  # [n_features, n_classes]
         self._b = np.asarray(intercept, dtype=np.float64)  # [n_classes]
         self._w_struct_t = np.ascontiguousarray(self._w[self.featurizer.n_ngram_columns :].T)  # [n_classes, n_struct]
-        self._memo: dict[tuple[str, str], str] = {}  # (last turn, context) -> text class
+        self._memo: dict[tuple[str, str], tuple[str, dict[str, float]]] = {}  # (last turn, context) -> (class, scores)
 
     @classmethod
     def load(cls, directory: str | Path) -> Classifier:
@@ -125,16 +125,30 @@ class Classifier:
             raise TypeError(f"predict() takes a str, not {type(text).__name__}")
         return self._result(self._evidence(text) + self._b)
 
-    def predict_request(self, body: Mapping) -> tuple[str, dict[str, float], str | None]:
+    def predict_request(self, body: Mapping, texts: tuple[str, str] | None = None
+                        ) -> tuple[str, dict[str, float], str | None]:
         """(class, scores, forced_by) for an OpenAI chat/completions body.
 
         `forced_by` names the request field that made the request `structured` regardless of its text
         (tools, functions, response_format, guided_json), else None; `scores` are always the text model's.
+        `texts`: the body's `request_text`, when the caller has it already.
         """
-        last, context = request_text(body)
+        last, context = request_text(body) if texts is None else texts
         forced = _structured_field(body)
-        cls, scores = self._result(self._logits(last, context))
-        return ("structured" if forced else cls), scores, forced
+        cls, scores = self._text_class(last, context)
+        return ("structured" if forced else cls), dict(scores), forced
+
+    def _text_class(self, last: str, context: str) -> tuple[str, dict[str, float]]:
+        """(class, scores) of a prompt's text: scored, or remembered for a text seen recently (see MEMO_SIZE)."""
+        key = (last, context)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._result(self._logits(last, context))
+            if len(last) + len(context) <= MEMO_MAX_CHARS:
+                if len(self._memo) >= MEMO_SIZE:
+                    del self._memo[next(iter(self._memo))]
+                self._memo[key] = hit
+        return hit
 
     def _logits(self, last: str, context: str) -> np.ndarray:
         if context:
@@ -151,15 +165,7 @@ class Classifier:
         last, context = request_text(body)  # rejects a malformed body, structured or not
         if _structured_field(body):
             return "structured"
-        key = (last, context)
-        cls = self._memo.get(key)
-        if cls is None:
-            cls = self._result(self._logits(last, context))[0]
-            if len(last) + len(context) <= MEMO_MAX_CHARS:
-                if len(self._memo) >= MEMO_SIZE:
-                    del self._memo[next(iter(self._memo))]
-                self._memo[key] = cls
-        return cls
+        return self._text_class(last, context)[0]
 
 
 def classify_request(body: Mapping) -> str:

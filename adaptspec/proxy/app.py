@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from adaptspec.control.classify import Classifier, classify_request, request_text
+from adaptspec.control.classify import MEMO_MAX_CHARS, MEMO_SIZE, Classifier, classify_request, request_text
 from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.predict import AcceptancePredictor, RequestFeatures
@@ -60,6 +60,7 @@ class Proxy:
         self.session = None  # aiohttp: scrapes and probes
         self.h1 = H1Client()  # the generation hop (h1client.py)
         self.scraper = None
+        self._features_memo: dict[tuple, RequestFeatures] = {}  # classify_body: recent prompts' features
         self.apply_config(config)
         self.state = self._make_state(config)
         # per-request acceptance prediction (estimator.predict); learnt online, kept across reloads
@@ -142,18 +143,34 @@ class Proxy:
         scores the features carry; a custom `classify` gives the class, whose score is then 1."""
         if not self.predicting:
             return self.classify(body), None
-        if self.classify is classify_request:
-            cls, scores, _ = Classifier.default().predict_request(body)
-        else:
+        custom = self.classify is not classify_request
+        if custom:
             cls = self.classify(body)
             scores = {cls: 1.0}
-        last, context = request_text(body)
-        text = f"{context}\n\n{last}" if context else last
+            last, context = request_text(body)
+        else:
+            last, context = request_text(body)
+            cls, scores, _ = Classifier.default().predict_request(body, (last, context))  # scores remembered there
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         temperature = body.get("temperature")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != temperature:
             temperature = 0.0  # absent or not a number: the engine's default (greedy here)
-        return cls, RequestFeatures.from_prompt(text, max_tokens, float(temperature), scores)
+        temperature = float(temperature)
+        # the features are a pure function of (text, scores, max_tokens, temperature), the scores one of the
+        # text (or of a custom classifier's class): a repeated prompt (retries, templates, benchmarks) reuses them
+        memo = self._features_memo
+        key = (last, context, max_tokens, temperature, cls if custom else None)
+        keep = len(last) + len(context) <= MEMO_MAX_CHARS and (max_tokens is None or type(max_tokens) is int)
+        feats = memo.get(key) if keep else None
+        if feats is None:
+            text = f"{context}\n\n{last}" if context else last
+            feats = RequestFeatures.from_prompt(text, max_tokens, temperature, scores)
+            if keep:
+                feats.x.flags.writeable = False  # shared by the requests that hit it
+                if len(memo) >= MEMO_SIZE:
+                    del memo[next(iter(memo))]
+                memo[key] = feats
+        return cls, feats
 
     def decide(self, content_class: str, candidates: list[Worker], exclude: set[str] | frozenset = frozenset(),
                regime: str = GREEDY, features: RequestFeatures | None = None):

@@ -135,7 +135,7 @@ class Feedback:
         with), not the share of steps that drafted (always all of them)."""
         m = self.proxy.metrics
         if output_tokens > 0:
-            m.child(m.output_tokens, worker.name, proposer, content_class).inc(output_tokens)
+            mn.inc(m.child(m.output_tokens, worker.name, proposer, content_class), output_tokens)
             if prompt is not None:
                 worker.traffic.note(prompt, output_tokens)
         if stats is None:

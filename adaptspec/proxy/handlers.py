@@ -28,6 +28,7 @@ from adaptspec.control.alpha import GREEDY, sampling_regime
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
+from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import sse_error_event
 from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, spec_stats
 from adaptspec.proxy.h1client import ConnectFailed, Response, UpstreamConnectionError
@@ -256,7 +257,7 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         ctx.cls, ctx.features = proxy.classify_body(ctx.body)
         ctx.regime = sampling_regime(ctx.body.get("temperature"), ctx.body.get("top_k"))
         decision, worker = proxy.decide(ctx.cls, ctx.candidates, regime=ctx.regime, features=ctx.features)
-        proxy.metrics.decision_time.observe(time.perf_counter() - t1)
+        mn.observe(proxy.metrics.decision_time, time.perf_counter() - t1)
         if log.isEnabledFor(logging.DEBUG):  # why this request speculates (or not): for tuning and bug reports
             log.debug("decision on %s: %s", worker.name, decision.reason)
         ctx.plan = _Plan(ctx, decision, worker)
@@ -278,9 +279,9 @@ def _count_request(ctx: _Attempt, status: int) -> None:
     accesslog.note(model=ctx.model, status=status, **{"class": ctx.cls}, **({} if plan is None else {
         "proposer": plan.proposer, "gamma": plan.gamma, "worker": plan.worker.name}))
     if plan is None:
-        m.child(m.requests, ctx.cls, "none", "0", "none", str(status)).inc()
+        mn.inc(m.child(m.requests, ctx.cls, "none", "0", "none", str(status)))
     else:
-        m.child(m.requests, ctx.cls, plan.proposer, str(plan.gamma), plan.worker.name, str(status)).inc()
+        mn.inc(m.child(m.requests, ctx.cls, plan.proposer, str(plan.gamma), plan.worker.name, str(status)))
 
 
 async def _dispatch(ctx: _Attempt) -> tuple[web.StreamResponse, int]:
@@ -290,12 +291,12 @@ async def _dispatch(ctx: _Attempt) -> tuple[web.StreamResponse, int]:
     while True:
         plan = ctx.plan
         worker = plan.worker
-        proxy.metrics.child(proxy.metrics.decisions, ctx.cls, plan.proposer, str(plan.gamma),
-                            plan.decision.policy).inc()
+        mn.inc(proxy.metrics.child(proxy.metrics.decisions, ctx.cls, plan.proposer, str(plan.gamma),
+                                        plan.decision.policy))
         worker.inflight += 1
         up = None
         try:
-            proxy.metrics.overhead.observe(time.perf_counter() - ctx.t0)
+            mn.observe(proxy.metrics.overhead, time.perf_counter() - ctx.t0)
             try:
                 up, data = await _send(ctx, plan)
             except _UPSTREAM_ERRORS as exc:
@@ -404,12 +405,12 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,
-                   ttft_ms=None if t_first is None else round((t_first - ctx.t0) * 1000, 3))
-    m.child(m.e2e, cls, plan.proposer).observe(now - ctx.t0)
+                   ttft_ms=None if t_first is None else accesslog.ms(t_first - ctx.t0))
+    mn.observe(m.child(m.e2e, cls, plan.proposer), now - ctx.t0)
     if t_first is not None:
-        m.child(m.ttft, cls, plan.proposer).observe(t_first - ctx.t0)
+        mn.observe(m.child(m.ttft, cls, plan.proposer), t_first - ctx.t0)
         if streamed and tokens > 1:
-            m.child(m.tpot, cls, plan.proposer).observe((now - t_first) / (tokens - 1))
+            mn.observe(m.child(m.tpot, cls, plan.proposer), (now - t_first) / (tokens - 1))
 
 
 def _finish_plain(ctx: _Attempt, up: Response, data: bytes) -> web.Response:
@@ -472,7 +473,8 @@ class _SseScan:
 
 async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse, int]:
     plan = ctx.plan
-    resp = web.StreamResponse(status=200, headers={**plan.headers(ctx.cls), "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(status=200, headers={**plan.headers(ctx.cls), "Cache-Control": "no-cache",
+                                                   **accesslog.id_header()})
     resp.content_type = "text/event-stream"
     await resp.prepare(ctx.request)
     t_first = None

@@ -50,6 +50,7 @@ upstream request being sent: body parsing, auth, classification, decision, body 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -110,6 +111,37 @@ class ProxyMetrics:
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
+
+
+def _fast_observe(child, value: float) -> None:
+    if value == value:  # NaN: counted in the sum only, as Histogram.observe does
+        child._buckets[bisect_left(child._upper_bounds, value)].inc(1)
+    child._sum.inc(value)
+
+
+def _fast_inc(child, amount: float = 1.0) -> None:
+    child._value.inc(amount)
+
+
+def _has_internals() -> bool:
+    probe = CollectorRegistry()
+    h = Histogram("probe", "", buckets=(1.0,), registry=probe)
+    c = Counter("probe_c", "", registry=probe)
+    return (isinstance(getattr(h, "_upper_bounds", None), list) and len(getattr(h, "_buckets", ())) == 2
+            and hasattr(h, "_sum") and hasattr(c, "_value"))
+
+
+# The request path's updates (a few per request), without prometheus_client's per-call checks and its loop over
+# the buckets (a bisect instead): the same samples (tests/proxy/test_units.py compares the expositions). With a
+# prometheus_client whose internals differ, the public methods.
+if _has_internals():
+    observe, inc = _fast_observe, _fast_inc
+else:  # pragma: no cover - another prometheus_client layout
+    def observe(child, value: float) -> None:
+        child.observe(value)
+
+    def inc(child, amount: float = 1.0) -> None:
+        child.inc(amount)
 
 
 # Gauges read from live state at scrape time (app.Proxy._gauges, feedback.Feedback.gauges): name and help, once.

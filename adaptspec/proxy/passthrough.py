@@ -183,7 +183,8 @@ class _Relay:
 
     async def _relay_stream(self, up: aiohttp.ClientResponse) -> tuple[web.StreamResponse, int]:
         worker, stall = self.worker, self.proxy.stall_timeout_s
-        resp = web.StreamResponse(status=200, headers={**self._headers(), "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(status=200, headers={**self._headers(), "Cache-Control": "no-cache",
+                                                       **accesslog.id_header()})
         resp.content_type = "text/event-stream"
         await resp.prepare(self.request)
         while True:

@@ -70,6 +70,7 @@ class Worker:
         self.auth_headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self.adapter = adapter(self.engine)  # what differs per engine (engines.py)
         self.per_request = self.per_request and self.adapter.per_request
+        self._last_state: tuple[tuple, WorkerState] | None = None  # state()'s last (inputs, record)
 
     def apply_sample(self, sample) -> None:
         if sample.running is not None:
@@ -81,12 +82,18 @@ class Worker:
         self.sampled_at = time.monotonic()
 
     def state(self, other_inflight: int = 0) -> WorkerState:
-        return WorkerState(name=self.name, engine=self.engine, per_request=self.per_request,
-                           proposers=self.proposers, gamma=self.gamma, max_gamma=self.max_gamma,
-                           profile=self.profile, running=self.running, waiting=self.waiting,
-                           kv_usage=self.kv_usage, inflight=self.inflight + other_inflight, healthy=self.healthy,
-                           prefill_ratio=self.traffic.prefill_ratio, prompt_tokens=self.traffic.prompt_tokens,
-                           step_costs=self.step_costs)
+        """The worker as the policy sees it (a frozen record: the last one is reused while nothing in it changed,
+        as between most requests)."""
+        t = self.traffic
+        key = (self.name, self.engine, self.per_request, self.proposers, self.gamma, self.max_gamma, self.profile,
+               self.running, self.waiting, self.kv_usage, self.inflight + other_inflight, self.healthy,
+               t.prefill_ratio, t.prompt_tokens, self.step_costs)
+        last = self._last_state
+        if last is not None and last[0] == key:
+            return last[1]
+        state = WorkerState(*key)
+        self._last_state = (key, state)
+        return state
 
     def fixed_plan(self) -> tuple[str, int]:
         """(proposer, gamma) a fixed-speculation worker applies to every request."""

@@ -387,9 +387,11 @@ def test_memo_gives_what_scoring_gives_and_stays_bounded(monkeypatch):
     bodies = [{"messages": [{"role": "system", "content": "You translate."}, {"role": "user", "content": text}]}
               for texts in CLEAR_PROMPTS.values() for text in texts]
     bodies += [{"prompt": "x " * 3000}]  # longer than MEMO_MAX_CHARS: scored every time, never kept
-    scored = [model.predict_request(b)[0] for b in bodies]
+    reference = Classifier.load(ARTIFACT_DIR)  # sees each text once: every answer scored
+    scored = [reference.predict_request(b) for b in bodies]
     for _ in range(2):  # the second pass answers the last MEMO_SIZE texts from the memo
-        assert [model.classify_request(b) for b in bodies] == scored
+        assert [model.classify_request(b) for b in bodies] == [s[0] for s in scored]
+        assert [model.predict_request(b) for b in bodies] == scored  # class, scores and field alike
     assert len(model._memo) == 4
     assert all(len(last) + len(ctx) <= classify_module.MEMO_MAX_CHARS for last, ctx in model._memo)
     tools = {**bodies[0], "tools": [{"type": "function"}]}  # a field still decides over a memoised text

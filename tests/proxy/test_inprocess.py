@@ -143,8 +143,10 @@ async def test_all_workers_dead_is_a_503_in_openai_shape():
 
 async def test_stream_is_relayed_and_the_usage_the_proxy_asked_for_is_stripped():
     async with upstream(chunks=5) as up, proxy_for([{"name": "w0", "url": up.url}]) as (proxy, client):
-        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "stream": True})
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "stream": True},
+                              headers={"X-Request-Id": "stream-7"})
         assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        assert r.headers["X-Request-Id"] == "stream-7"  # on a stream the handler prepared itself too
         text = (await r.read()).decode()
         events = [e for e in text.split("\n\n") if e]
         assert len(events) == 5 + 2 and events[-1] == "data: [DONE]"  # 5 content, finish, DONE

@@ -75,3 +75,31 @@ def test_features_only_for_policies_that_read_alphas():
         assert cls == "code" and (feats is not None) == on
     off = Proxy(parse_config({"estimator": {"predict": False}, "pools": pools}))
     assert off.classify_body(body) == ("code", None)
+
+
+def test_features_of_a_repeated_prompt_are_remembered_and_equal_fresh_ones(monkeypatch):
+    import adaptspec.proxy.app as app_module
+    from adaptspec.control.classify import Classifier, request_text
+    from adaptspec.control.predict import RequestFeatures
+
+    monkeypatch.setattr(app_module, "MEMO_SIZE", 3)
+    pools = [{"name": "p", "engine": "adaptspec", "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]
+    proxy = Proxy(parse_config({"pools": pools}))
+    bodies = [{"model": "tiny", "messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": edit(i)}], "max_tokens": 8 + i,
+               "temperature": 0.5 * (i % 2)} for i in range(5)]
+    bodies += [{"model": "tiny", "prompt": "x " * 3000}]  # longer than MEMO_MAX_CHARS: never kept
+    bodies += [{**bodies[0], "tools": [{"type": "function"}]}]  # same text: same features, class from the field
+    for _ in range(2):  # the second pass answers the last MEMO_SIZE prompts from the memo
+        for body in bodies:
+            cls, feats = proxy.classify_body(body)
+            want_cls, scores, _ = Classifier.default().predict_request(body)
+            last, context = request_text(body)
+            text = f"{context}\n\n{last}" if context else last
+            fresh = RequestFeatures.from_prompt(text, body.get("max_tokens"),
+                                                float(body.get("temperature", 0.0)), scores)
+            assert cls == want_cls and feats.class_scores == fresh.class_scores
+            assert feats.x.tolist() == fresh.x.tolist()
+    assert cls == "structured"
+    assert len(proxy._features_memo) == 3
+    assert all(not f.x.flags.writeable for f in proxy._features_memo.values())  # shared: read-only

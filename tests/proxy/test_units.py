@@ -185,3 +185,98 @@ def test_public_api():
     import adaptspec.proxy
 
     assert adaptspec.proxy.__all__ == ["Proxy", "create_app", "load_config_file"]
+
+
+def test_access_lines_take_the_handlers_fast_path_or_logging_alike(tmp_path):
+    import logging
+    import time
+
+    from adaptspec.cli._logging import configure_access_log
+    from adaptspec.proxy import accesslog
+
+    path = tmp_path / "access.jsonl"
+    seen: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log = accesslog.access_log
+    before = log.handlers[:], log.level, log.propagate
+    try:
+        configure_access_log(str(path))  # BufferedLineHandler, "%(message)s": the line is added as is
+        accesslog._write('{"a":1}')
+        extra = Capture()
+        accesslog.access_log.addHandler(extra)  # another handler: every line goes through logging
+        accesslog._write('{"b":2}')
+        accesslog.access_log.removeHandler(extra)
+        accesslog.access_log.handlers[0].setFormatter(logging.Formatter("access %(message)s"))
+        accesslog._write('{"c":3}')  # a formatter of its own: logging formats the line
+    finally:
+        configure_access_log("off")  # closes (flushes) the file handler
+        log.handlers[:], log.propagate = before[0], before[2]
+        log.setLevel(before[1])
+    assert path.read_text().splitlines() == ['{"a":1}', '{"b":2}', 'access {"c":3}']
+    assert seen == ['{"b":2}']
+    for t in (0.0, 1.9995, 1764600000.25, 1764600000.999, 1764600001.0):  # formatted once a second, as before
+        want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+        assert accesslog._iso(t) == want
+
+
+def test_fast_metric_updates_give_the_samples_of_the_public_methods():
+    from prometheus_client import generate_latest
+
+    from adaptspec.proxy import metrics as mn
+
+    fast, public = ProxyMetrics(), ProxyMetrics()
+    values = [0.0, 1e-5, 1.5e-5, 0.005, 0.0050001, 0.3, 1.0, 119.9, 120.0, 1e9, -1.0]  # bounds, between, past all
+    for m, observe, inc in ((fast, mn.observe, mn.inc), (public, lambda c, v: c.observe(v), lambda c, a=1.0: c.inc(a))):
+        for v in values:
+            observe(m.child(m.e2e, "code", "ngram"), v)
+            observe(m.overhead, abs(v))
+            inc(m.child(m.requests, "code", "ngram", "4", "w0", "200"))
+            inc(m.child(m.output_tokens, "w0", "ngram", "code"), 17.0)
+
+    def samples(m: ProxyMetrics) -> list[str]:  # the _created timestamps differ
+        return [ln for ln in generate_latest(m.registry).decode().splitlines() if "_created" not in ln]
+
+    assert samples(fast) == samples(public)
+    assert any(ln.startswith('adaptspec_e2e_seconds_bucket{content_class="code",le="0.005"') for ln in samples(fast))
+
+
+def test_access_line_is_what_json_dumps_writes():
+    from adaptspec.proxy import accesslog
+
+    records = [{}, {"ts": "2026-12-01T20:00:00.123Z", "request_id": "abc", "method": "POST", "path": "/v1/x",
+                    "model": 'm"od\\el\n\u00e9\U0001f600', "class": "code", "proposer": "ngram", "gamma": 4,
+                    "worker": "w0", "status": 200, "prompt_tokens": 12, "output_tokens": 3.5, "ttft_ms": 0.1 + 0.2,
+                    "total_ms": 1e-7, "retries": 0},
+               {"model": ["not", {"a": "str"}], "gamma": True, "ttft_ms": float("nan"), "total_ms": float("inf"),
+                "status": -1, "prompt_tokens": 10**30, "output_tokens": -0.0, "worker": None, "extra": "dropped"}]
+    for record in records:
+        want = json.dumps({k: record.get(k) for k in accesslog.FIELDS}, separators=(",", ":"))
+        assert accesslog.line(record) == want
+        assert list(json.loads(want)) == list(accesslog.FIELDS)  # every field, in order (NaN: as json reads it)
+
+
+def test_worker_state_is_reused_only_while_its_inputs_stay_the_same():
+    from adaptspec.control.types import WorkerState
+
+    w = Worker(name="w0", url="http://127.0.0.1:9", pool="p", proposers=("ngram",), max_gamma=6)
+
+    def fresh(other: int = 0) -> WorkerState:
+        return WorkerState(name=w.name, engine=w.engine, per_request=w.per_request, proposers=w.proposers,
+                           gamma=w.gamma, max_gamma=w.max_gamma, profile=w.profile, running=w.running,
+                           waiting=w.waiting, kv_usage=w.kv_usage, inflight=w.inflight + other, healthy=w.healthy,
+                           prefill_ratio=w.traffic.prefill_ratio, prompt_tokens=w.traffic.prompt_tokens,
+                           step_costs=w.step_costs)
+
+    first = w.state()
+    assert first == fresh() and w.state() is first  # nothing changed: the same record
+    for change in (lambda: setattr(w, "inflight", 2), lambda: setattr(w, "running", 3.0),
+                   lambda: setattr(w, "healthy", False), lambda: w.traffic.note(100.0, 10.0),
+                   lambda: setattr(w, "profile", "cpu-tiny")):
+        before = w.state()
+        change()
+        assert w.state() == fresh() and w.state() is not before
+    assert w.state(5) == fresh(5) and w.state(5).inflight == w.inflight + 5
