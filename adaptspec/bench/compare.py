@@ -171,6 +171,17 @@ def _vllm_workers(args, stack: contextlib.ExitStack, logs: Path) -> dict:
     return section
 
 
+# the workers `bench compare` starts (or points at) per `--engine`
+_WORKERS = {"adaptspec": _reference_workers, "vllm": _vllm_workers}
+_TITLES = {"adaptspec": lambda args: "reference worker",
+           "vllm": lambda args: f"vLLM (CPU) + plugin, {args.vllm_proposer}"}
+
+
+def title(args) -> str:
+    """The results' heading for the workers `--engine` names."""
+    return f"adaptspec bench compare ({_TITLES[getattr(args, 'engine', 'adaptspec') or 'adaptspec'](args)} + proxy, this machine)"
+
+
 def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]]) -> list[dict]:
     """Run every policy file over the same sweep; returns the combined rows."""
     files = _policy_files(getattr(args, "policies", None))
@@ -179,7 +190,7 @@ def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Itera
     logs.mkdir(parents=True, exist_ok=True)
     engine = getattr(args, "engine", "adaptspec") or "adaptspec"
     with contextlib.ExitStack() as stack:
-        section = (_vllm_workers if engine == "vllm" else _reference_workers)(args, stack, logs)
+        section = _WORKERS[engine](args, stack, logs)
         worker_urls = [w["url"] for w in section["workers"]]
         log.info("workers up: %s (%s, proposers %s; logs in %s)", ", ".join(worker_urls), engine,
                  ", ".join(section["proposers"]), logs)

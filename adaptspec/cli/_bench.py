@@ -152,7 +152,7 @@ def run(args) -> int:
     if args.requests is None and args.duration is None:
         args.requests = 32
     if args.action == "compare":
-        from adaptspec.bench.compare import compare
+        from adaptspec.bench.compare import compare, title
 
         try:
             rows = compare(args, loads, stream)
@@ -160,8 +160,7 @@ def run(args) -> int:
             print(f"adaptspec bench compare: error: {exc}", file=sys.stderr)
             return 1
         try:
-            what = f"vLLM (CPU) + plugin, {args.vllm_proposer}" if args.engine == "vllm" else "reference worker"
-            write_outputs(args, rows, f"adaptspec bench compare ({what} + proxy, this machine)")
+            write_outputs(args, rows, title(args))
         except ConfigError as exc:
             print(f"adaptspec bench: error: {exc}", file=sys.stderr)
             return 1
