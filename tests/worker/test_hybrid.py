@@ -87,7 +87,10 @@ def test_sampled_output_follows_the_target_with_hybrid():
     prompt = [3, 7, 3, 7]
     temperature, top_p = 0.8, 0.9
     expected = first_three_tokens_law(target, prompt, temperature, top_p)
-    engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target))
+    # unpriced (cost 0): the head drafts k at every miss, whatever its acceptance, so both sources mix at scale;
+    # the priced hybrid's law is test_hybrid_model_k.py's (a random head's drafts rarely pay the default price)
+    engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target),
+                    hybrid_model_cost=0.0)
     assert_engine_follows(engine, prompt, "hybrid", temperature, top_p, expected)
     sources = engine._proposers["hybrid"].drafts_by_source
     assert sources["ngram"] > 1000 and sources["eagle"] > 1000
