@@ -124,6 +124,16 @@ def markdown(cl: list[dict], concurrency: list[int], seeds: list[int], tolerance
     return "\n".join(lines) + "\n"
 
 
+def _write(args, command: str, seeds: list[int], conc: list[int], cl: list[dict], rows: list[dict]) -> int:
+    """--json (cells + rows) and --md outputs, for a sweep and for --merge alike."""
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": command, "seeds": seeds, "concurrency": conc,
+                                               "tolerance": args.tolerance, "cells": cl, "rows": rows}, indent=1))
+    if args.md:
+        Path(args.md).write_text(markdown(cl, conc, seeds, args.tolerance, command))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="0,1")
@@ -142,12 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         conc = parts[0]["concurrency"]
         cl = cells(rows, args.tolerance)
         command = " ; ".join(p["command"] for p in parts)
-        if args.json:
-            Path(args.json).write_text(json.dumps({"command": command, "seeds": seeds, "concurrency": conc,
-                                                   "tolerance": args.tolerance, "cells": cl, "rows": rows}, indent=1))
-        if args.md:
-            Path(args.md).write_text(markdown(cl, conc, seeds, args.tolerance, command))
-        return 0
+        return _write(args, command, seeds, conc, cl, rows)
     seeds = [int(s) for s in args.seeds.split(",")]
     conc = [int(c) for c in args.concurrency.split(",")]
     loads = [("concurrency", float(c)) for c in conc]
@@ -173,12 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"  MISS {x['case']} seed={x['seed']} c={x['concurrency']}: adaptive {x['adaptive']:.0f} "
                          f"vs {x['best_static']} {x['best_static_tps']:.0f} = {x['ratio']:.3f}\n")
     command = "python scripts/sim_robustness.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.json:
-        Path(args.json).write_text(json.dumps({"command": command, "seeds": seeds, "concurrency": conc,
-                                               "tolerance": args.tolerance, "cells": cl, "rows": rows}, indent=1))
-    if args.md:
-        Path(args.md).write_text(markdown(cl, conc, seeds, args.tolerance, command))
-    return 0
+    return _write(args, command, seeds, conc, cl, rows)
 
 
 if __name__ == "__main__":

@@ -80,17 +80,24 @@ def test_greedy_output_is_identical_with_and_without_hybrid(model):
     assert 0 < m.spec_num_accepted_tokens <= m.spec_num_draft_tokens
 
 
-@pytest.mark.slow
-def test_sampled_output_follows_the_target_with_hybrid():
-    # after x1, the text 3 7 3 7 x1 repeats its bigram only when x1 = 3: lookup drafts then, the head otherwise
+def run_hybrid_law(hybrid_model_cost: float) -> Engine:
+    """A random target + head behind a hybrid at `hybrid_model_cost`: its sampled first three tokens follow the
+    target's closed-form law (assert_engine_follows); returns the engine for the callers' draft counts.
+    After x1, the text 3 7 3 7 x1 repeats its bigram only when x1 = 3: lookup drafts then, the head otherwise."""
     target = random_target()
     prompt = [3, 7, 3, 7]
     temperature, top_p = 0.8, 0.9
     expected = first_three_tokens_law(target, prompt, temperature, top_p)
+    engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target),
+                    hybrid_model_cost=hybrid_model_cost)
+    assert_engine_follows(engine, prompt, "hybrid", temperature, top_p, expected)
+    return engine
+
+
+@pytest.mark.slow
+def test_sampled_output_follows_the_target_with_hybrid():
     # unpriced (cost 0): the head drafts k at every miss, whatever its acceptance, so both sources mix at scale;
     # the priced hybrid's law is test_hybrid_model_k.py's (a random head's drafts rarely pay the default price)
-    engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target),
-                    hybrid_model_cost=0.0)
-    assert_engine_follows(engine, prompt, "hybrid", temperature, top_p, expected)
+    engine = run_hybrid_law(0.0)
     sources = engine._proposers["hybrid"].drafts_by_source
     assert sources["ngram"] > 1000 and sources["eagle"] > 1000

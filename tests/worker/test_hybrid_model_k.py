@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_requests import chat_ids, greedy_request
-from test_eagle import NoTokenizer, assert_engine_follows, first_three_tokens_law, random_head, random_target
-from test_hybrid import ASSETS, COPY_PROMPT, OPEN_PROMPT
+from test_eagle import random_head, random_target
+from test_hybrid import ASSETS, COPY_PROMPT, OPEN_PROMPT, run_hybrid_law
 
 from adaptspec.worker.engine import Engine
 from adaptspec.worker.proposers import (
@@ -116,13 +116,7 @@ def test_greedy_output_is_identical_whatever_the_model_cost(model):
 @pytest.mark.slow
 def test_sampled_output_follows_the_target_with_a_priced_hybrid():
     # as test_hybrid's law test, with the head's draft length chosen from what earlier drafts achieved
-    target = random_target()
-    prompt = [3, 7, 3, 7]
-    temperature, top_p = 0.8, 0.9
-    expected = first_three_tokens_law(target, prompt, temperature, top_p)
-    engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target),
-                    hybrid_model_cost=0.3)
-    assert_engine_follows(engine, prompt, "hybrid", temperature, top_p, expected)
+    engine = run_hybrid_law(0.3)
     hybrid = engine._proposers["hybrid"]
     drafted = hybrid.drafts_by_source["eagle"]
     assert drafted > 1000 and hybrid.drafts_by_source["ngram"] > 1000
