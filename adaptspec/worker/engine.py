@@ -776,7 +776,13 @@ class Engine:
     # ------------------------------------------------------------------ blocking helper (scripts, tests)
     def generate_sync(self, reqs: list[GenRequest], timeout: float = 300.0) -> dict[str, list[int]]:
         """Run `reqs` to completion from a plain thread; -> {request_id: generated token ids}."""
+        return {rid: tokens for rid, (tokens, _) in self.run_sync(reqs, timeout).items()}
+
+    def run_sync(self, reqs: list[GenRequest], timeout: float = 300.0) -> dict[str, tuple[list[int], StepOutput]]:
+        """Run `reqs` together to completion from a plain thread; -> {request_id: (generated token ids, its last
+        StepOutput)} (the last output carries the request's speculation counters)."""
         results: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+        last: dict[str, StepOutput] = {}
         done = threading.Event()
         remaining = [len(reqs)]
         errors: list[BaseException] = []
@@ -790,6 +796,7 @@ class Engine:
                         finished = True
                     else:
                         results[rid].extend(item.new_token_ids)
+                        last[rid] = item
                         finished = item.finished
                     if finished:
                         remaining[0] -= 1
@@ -801,7 +808,7 @@ class Engine:
             self.submit(r, make_sink(r.request_id))
         t0 = time.monotonic()
         if not done.wait(timeout):
-            raise TimeoutError(f"generate_sync: not done after {time.monotonic() - t0:.0f}s")
+            raise TimeoutError(f"run_sync: not done after {time.monotonic() - t0:.0f}s")
         if errors:
             raise errors[0]
-        return results
+        return {rid: (tokens, last[rid]) for rid, tokens in results.items()}

@@ -3,7 +3,6 @@ output unchanged whatever the schedule, steps counted per gamma, bad schedules r
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,31 +22,7 @@ TEXTS = [
 
 def run(engine: Engine, reqs) -> dict[str, tuple[list[int], StepOutput]]:
     """Submit `reqs` together; -> {id: (tokens, last StepOutput)}."""
-    got: dict[str, list] = {r.request_id: [[], None] for r in reqs}
-    done, lock, errors = threading.Event(), threading.Lock(), []
-    left = [len(reqs)]
-
-    def sink_for(rid):
-        def sink(item):
-            with lock:
-                if isinstance(item, BaseException):
-                    errors.append(item)
-                    finished = True
-                else:
-                    got[rid][0].extend(item.new_token_ids)
-                    got[rid][1] = item
-                    finished = item.finished
-                if finished:
-                    left[0] -= 1
-                    if not left[0]:
-                        done.set()
-        return sink
-
-    for r in reqs:
-        engine.submit(r, sink_for(r.request_id))
-    assert done.wait(300)
-    assert not errors, errors
-    return {k: (v[0], v[1]) for k, v in got.items()}
+    return engine.run_sync(reqs)
 
 
 def test_schedule_caps_gamma_alone(engine):
