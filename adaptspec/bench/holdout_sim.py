@@ -29,7 +29,15 @@ import math
 import sys
 from dataclasses import dataclass
 
-from adaptspec.bench.simulator import WORKER, PolicySpec, ProfileCost, SimConfig, _SimClock, parse_policy, simulate
+from adaptspec.bench.simulator import (
+    WORKER,
+    PolicySpec,
+    ProfileCost,
+    SimConfig,
+    _SimClock,
+    parse_policy,
+    simulate,
+)
 from adaptspec.bench.workloads import AlphaModel, get_workload
 from adaptspec.control.config import EstimatorConfig, HoldoutConfig, SwitchbackConfig
 from adaptspec.control.estimators import AlphaTable
