@@ -65,3 +65,6 @@ sim guard-h200-engine-c64 guard $ENG --concurrency 64 --requests 3000
 sim guard-h200-engine-c32-faster guard $ENG --concurrency 32 --requests 2000
 sim guard-h200-engine-c8-faster guard $ENG --concurrency 8 --requests 1500
 sim guard-h200-engine-c1-faster guard $ENG --concurrency 1 --requests 300
+# ... and the switchback interval of the same windows vs the true throughput ratio at c=128
+sim switchback-h200-engine switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 4000 \
+    --warmup 500 --window-s 6 --washout-s 1 --order abba --engine-switch

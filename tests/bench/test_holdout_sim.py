@@ -143,3 +143,13 @@ def test_engine_switch_guard_leaves_a_faster_policy_alone():
                       SwitchbackConfig(**ENGINE, seed=0))
     assert not out["slower_than_off"] and out["guard_at_s"] is None and out["guarded_buckets"] == []
     assert out["evidence"]["32-63"]["windows"]["speedup"] > 1.0
+
+
+def test_engine_switch_windows_estimate_the_system_throughput_ratio():
+    # the 6 s windows of the engine-side switch, short run: the step-level window throughputs give the true
+    # c=128 ratio (20 seeds with 4000 requests in docs/results/holdout.md)
+    s = Setup("h200-llama3-70b", _workload(None, "mixed"), 128, 1, 1500, 300, engine_switch=True)
+    out = switchback_check(parse_policy("static:draft:4", "h200-llama3-70b"), s, SwitchbackConfig(**ENGINE, seed=1))
+    assert out["windows_policy"] >= 10 and out["windows_off"] >= 10
+    assert out["truth"] < 0.8 and out["high"] < 1.0
+    assert out["estimate"] == pytest.approx(out["truth"], rel=0.06), out
