@@ -56,3 +56,15 @@ sim guard-h200-abba-c64 guard $ABBA --concurrency 64 --requests 3000
 sim guard-h200-abba-c32-faster guard $ABBA --concurrency 32 --requests 2000
 sim guard-h200-abba-c8-faster guard $ABBA --concurrency 8 --requests 1500
 sim guard-h200-abba-c1-faster guard $ABBA --concurrency 1 --requests 300
+# engine-side switch (issue 17, h-guard2): the worker applies the window's regime to its running requests from
+# the next step on (no drain), and a window's throughput is the worker's step-level token count; one config
+# across loads: 6 s windows (1 s washout after a switch), x y y x blocks
+ENG="--profile h200-llama3-70b --window-s 6 --washout-s 1 --order abba --seeds 20 --engine-switch"
+sim guard-h200-engine guard $ENG --concurrency 128 --requests 3000
+sim guard-h200-engine-c64 guard $ENG --concurrency 64 --requests 3000
+sim guard-h200-engine-c32-faster guard $ENG --concurrency 32 --requests 2000
+sim guard-h200-engine-c8-faster guard $ENG --concurrency 8 --requests 1500
+sim guard-h200-engine-c1-faster guard $ENG --concurrency 1 --requests 300
+# ... and the switchback interval of the same windows vs the true throughput ratio at c=128
+sim switchback-h200-engine switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 4000 \
+    --warmup 500 --window-s 6 --washout-s 1 --order abba --engine-switch

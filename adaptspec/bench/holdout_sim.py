@@ -29,7 +29,15 @@ import math
 import sys
 from dataclasses import dataclass
 
-from adaptspec.bench.simulator import PolicySpec, ProfileCost, SimConfig, _SimClock, parse_policy, simulate
+from adaptspec.bench.simulator import (
+    WORKER,
+    PolicySpec,
+    ProfileCost,
+    SimConfig,
+    _SimClock,
+    parse_policy,
+    simulate,
+)
 from adaptspec.bench.workloads import AlphaModel, get_workload
 from adaptspec.control.config import EstimatorConfig, HoldoutConfig, SwitchbackConfig
 from adaptspec.control.estimators import AlphaTable
@@ -74,6 +82,8 @@ class Setup:
     requests: int
     warmup: int
     max_gamma: int = 8
+    engine_switch: bool = False  # the worker applies the switchback regime to running requests (EngineLooks)
+    look_s: float = 1.0  # how often the proxy looks at it (its scrape interval)
 
 
 def _workload(trace: str | None, name: str):
@@ -84,7 +94,7 @@ def _workload(trace: str | None, name: str):
     return get_workload(name)
 
 
-def _run(policy, s: Setup, finish=None, clock: _SimClock | None = None):
+def _run(policy, s: Setup, finish=None, clock: _SimClock | None = None, engine=None):
     cost = ProfileCost(load_profile(s.profile))
     worker = cost.worker(max_gamma=s.max_gamma, profile=s.profile)
     clock = clock or _SimClock()
@@ -92,7 +102,31 @@ def _run(policy, s: Setup, finish=None, clock: _SimClock | None = None):
     cfg = SimConfig(concurrency=s.concurrency, requests=s.requests, warmup=s.warmup, max_gamma=s.max_gamma,
                     seed=s.seed)
     return simulate(policy, cost, s.workload, cfg, truth=AlphaModel(aliases=cost.truth_aliases()), alphas=alphas,
-                    worker=worker, on_step=clock.set, on_finish=finish)
+                    worker=worker, on_step=clock.set, on_finish=finish, engine_control=engine)
+
+
+class EngineLooks:
+    """The proxy's looks at an engine-switched worker, on the simulated clock: every `every_s` (its scrape) it
+    reads the worker's cumulative output tokens, hands them to the experiment and applies the cap it returns to
+    the worker's running requests until the next look (so a switch lands up to one look after the window's
+    boundary, as in the proxy)."""
+
+    def __init__(self, policy: Experimented, worker: str = WORKER, every_s: float = 1.0) -> None:
+        self.policy, self.worker, self.every_s = policy, worker, every_s
+        self.cap: int | None = None
+        self.next_at = 0.0
+        self.switches = 0
+        self.guarded_at: float | None = None  # the first look that found the guard engaged
+
+    def __call__(self, now: float, output_tokens: int) -> tuple[int | None, float]:
+        if now >= self.next_at:
+            cap = self.policy.engine_tick(self.worker, now, float(output_tokens))
+            self.switches += cap != self.cap
+            self.cap = cap
+            self.next_at = now + self.every_s
+            if self.guarded_at is None and (self.policy.guard.buckets or self.policy.guard.strata):
+                self.guarded_at = now
+        return self.cap, self.next_at
 
 
 def run_experiment(spec: PolicySpec, s: Setup, holdout: HoldoutConfig | None,
@@ -110,8 +144,13 @@ def run_experiment(spec: PolicySpec, s: Setup, holdout: HoldoutConfig | None,
         if not guard_at and (pol.guard.buckets or pol.guard.strata):
             guard_at.append(float(now))
 
-    res = _run(pol, s, finish, clock)
-    return res, pol, rec, seen, (guard_at[0] if guard_at else None)
+    engine = None
+    if s.engine_switch and switchback is not None:
+        pol.engine_switch(WORKER)
+        engine = EngineLooks(pol, WORKER, s.look_s)
+    res = _run(pol, s, finish, clock, engine)
+    times = guard_at + ([engine.guarded_at] if engine is not None and engine.guarded_at is not None else [])
+    return res, pol, rec, seen, (min(times) if times else None)
 
 
 def _decode_by_rid(policy, s: Setup) -> tuple[object, dict[int, float | None]]:
@@ -211,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cooldown-s", type=float, default=0.0)
     ap.add_argument("--order", choices=("pairs", "abba"), default="pairs", help="switchback.order")
     ap.add_argument("--first-look", type=int, default=20, help="switchback.first_look (the guard's requests)")
+    ap.add_argument("--engine-switch", action="store_true",
+                    help="the worker applies the switchback regime to its running requests (engine-side switch)")
+    ap.add_argument("--look-s", type=float, default=1.0,
+                    help="with --engine-switch: how often the proxy looks at the worker (scrape interval)")
     args = ap.parse_args(argv)
     workload = _workload(args.trace, args.workload)
     default_policy = {"coverage": "adaptive", "cost": "adaptive", "switchback": "static:draft:4",
@@ -225,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         hits = total = 0
         costs = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            s = Setup(args.profile, workload, conc, seed, args.requests, args.warmup)
+            s = Setup(args.profile, workload, conc, seed, args.requests, args.warmup,
+                      engine_switch=args.engine_switch, look_s=args.look_s)
             # the experiment's own randomness (which requests / windows) follows the seed too: a trace replay
             # has the same requests for every seed
             holdout = holdout.model_copy(update={"seed": seed})
@@ -250,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             total += 1
             _emit(out)
         summary = {"check": args.check, "policy": spec.name, "profile": args.profile,
+                   "engine_switch": args.engine_switch,
                    "workload": args.trace or args.workload, "concurrency": conc, "seeds": total, "passed": hits}
         if costs:
             summary["mean_cost"] = sum(costs) / len(costs)

@@ -293,6 +293,7 @@ def simulate(
     calibrator: StepCalibrator | None = None,
     on_finish: Callable[[object, int, float, int, float | None], None] | None = None,
     predictor: TracePredictor | None = None,
+    engine_control: Callable[[float, int], tuple[int | None, float]] | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
 
@@ -310,6 +311,11 @@ def simulate(
 
     `on_finish(decision, request id, now, output tokens, decode seconds per token after the first or None)`:
     every completion, with the policy's Decision for it (the holdout / switchback experiment's feedback).
+
+    `engine_control(now, output tokens emitted so far) -> (cap, until)`: a worker-wide cap on every running
+    request's gamma (None: no cap; 0: speculation off for all, from this step on), as a proxy sets it on a
+    worker that supports the switch (a switchback's off window); asked before each step, and again no later
+    than `until` (the next time the controller looks: spans of steps stop there).
 
     `predictor`: per-request acceptance prediction on trace replays (bench/trace_predict.py): each traced
     request with a prompt is decided on its own predicted alphas and teaches the predictor when it finishes.
@@ -482,6 +488,11 @@ def simulate(
         dec_idx = np.flatnonzero(active & (prefill_left == 0))
         n_dec = len(dec_idx)
         g_dec = caps[dec_idx, min(n_active, slots)]  # this step's gamma: k capped by the running batch
+        engine_until = math.inf
+        if engine_control is not None:  # the worker-wide cap (engine-side switch), applied to running requests
+            engine_cap, engine_until = engine_control(t0 + t, tokens_total)
+            if engine_cap is not None:
+                g_dec = np.minimum(g_dec, engine_cap)
         decode_tokens = int(g_dec.sum()) + n_dec
         budget = max(0, config.max_batched_tokens - decode_tokens)
         chunks: list[tuple[int, int]] = []
@@ -526,6 +537,7 @@ def simulate(
         next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
         if config.ramp:  # a span stops at the ramp's next step, like at an arrival
             next_arrival = min(next_arrival, config.next_phase(t))
+        next_arrival = min(next_arrival, engine_until - t0)  # and at the engine controller's next look
         for j in range(h):
             dt = 0.0
             verify = cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))

@@ -187,6 +187,10 @@ class _Window:
     floor: float = 0.0  # where the measured part starts at the earliest (start, or start + washout after a switch)
     loads: list = field(default_factory=list)
     decode: list = field(default_factory=list)
+    # engine-side switch: the worker applies the regime to its running requests from the switch on, and the
+    # window's tokens are the worker's own step-level count (`SwitchbackBook.note_tokens`), not finished requests'
+    engine: bool = False
+    worker: str = ""
 
     @property
     def throughput(self) -> float:
@@ -236,6 +240,8 @@ class SwitchbackBook:
         self.cooldown_s = cooldown_s
         self._open: dict[tuple[str, int], _Window] = {}
         self._done: dict[str, deque] = {}  # bucket -> closed windows
+        self._counted: dict[str, tuple[float, float]] = {}  # worker -> (time, its cumulative output tokens)
+        self._first: set[tuple[str, int]] = set()  # (worker, window): an engine-switched worker's first window
         self._last: dict[str, tuple[int, str]] = {}  # worker -> (index, regime) of its latest opened window
         self.max_windows = max_windows
 
@@ -273,6 +279,15 @@ class SwitchbackBook:
         H200-70B c=128 plain requests beside drafting ones: 2.5-4 minutes), and a batch with a few drafting
         requests pays their draft passes in every step. A window that never runs pure is not measured.
         """
+        w = self.open(worker, window, regime, now, next_regime, pure_since)
+        w.loads.append(load)
+
+    def open(self, worker: str, window: int, regime: str, now: float, next_regime: str | None = None,
+             pure_since: float | None = -math.inf, engine: bool = False) -> _Window:
+        """The worker's window (opened with `regime` if new; marked mixed if it ran another one before).
+        `engine`: the worker switches its running requests at the window's start (no drain to wait for: the
+        window is pure from its start, its washout only lets the batch settle) and its tokens come from
+        `note_tokens`."""
         key = (worker, window)
         w = self._open.get(key)
         if w is None:
@@ -283,14 +298,37 @@ class SwitchbackBook:
             floor = start + (self.washout_s if after_switch else 0.0)
             w = self._open[key] = _Window(start, math.inf, start + self.window_s, regime,
                                           start + self.window_s - (self.cooldown_s if before_switch else 0.0),
-                                          floor=floor)
+                                          floor=floor, engine=engine, worker=worker)
+            if engine and prev is None:  # the worker's first window: its batch may still be filling (a start-up,
+                self._first.add(key)    # seconds of prefill at a few % of the throughput); not measured
             self._last[worker] = (window, regime)
             self._close_before(now)
         elif w.regime != regime:
             w.mixed = True
-        if w.measure_from == math.inf and pure_since is not None:
+        if w.measure_from == math.inf and engine and key not in self._first:
+            w.measure_from = w.floor
+        elif w.measure_from == math.inf and pure_since is not None and not engine:
             w.measure_from = max(w.floor, pure_since)
-        w.loads.append(load)
+        return w
+
+    def note_tokens(self, worker: str, now: float, total: float) -> None:
+        """The worker's cumulative output tokens at `now` (its step-level counter, e.g. a scrape of
+        vllm:generation_tokens_total). The tokens since its previous reading are spread evenly over the time
+        between the two and every engine-switched window gets the share that falls in its measured part: the
+        window's throughput is the worker's own, step by step. A counter that went down (a restart) starts over."""
+        prev = self._counted.get(worker)
+        self._counted[worker] = (now, total)
+        if prev is None or total < prev[1] or now <= prev[0]:
+            return
+        t1, dc = prev[0], total - prev[1]
+        for i in range(max(self.index(t1), self.index(now) - 10_000), self.index(now) + 1):
+            w = self._open.get((worker, i))
+            if w is None or not w.engine:
+                continue
+            lo, hi = max(t1, w.measure_from), min(now, w.end, w.measure_to)
+            if hi > lo:
+                w.tokens += dc * (hi - lo) / (now - t1)
+        self._close_before(now)
 
     def finish(self, worker: str, window: int, tokens: float, decode: float | None, now: float) -> None:
         """A request that started in `window` finished at `now` after `tokens` output tokens, decoding at
@@ -305,7 +343,7 @@ class SwitchbackBook:
         first, last = self.index(t1), self.index(now)
         for i in range(max(first, last - 10_000), last + 1):  # (a bogus timestamp is not worth a long loop)
             w = self._open.get((worker, i))
-            if w is None:
+            if w is None or w.engine:  # an engine-switched window counts the worker's steps instead
                 continue
             if now == t1:
                 w.tokens += tokens if w.measure_from <= now < min(w.end, w.measure_to) else 0.0
@@ -325,13 +363,21 @@ class SwitchbackBook:
 
     def _close_before(self, now: float) -> None:
         """Windows whose end is `settle_s` past: requests still running then are not waited for."""
-        for key in [k for k, w in self._open.items() if w.end + self.settle_s <= now]:
+        for key in [k for k, w in self._open.items() if self._settled(w, now)]:
             w = self._open.pop(key)
             if not w.loads or w.mixed or w.measure_from >= min(w.end, w.measure_to):
                 continue
             loads = sorted(w.loads)
             bucket = load_bucket(loads[len(loads) // 2])
             self._done.setdefault(bucket, deque(maxlen=self.max_windows)).append(w)
+
+    def _settled(self, w: _Window, now: float) -> bool:
+        """A window is evaluated `settle_s` after its end, an engine-switched one once the worker's counter
+        has been read past its measured part (all its tokens are in)."""
+        if w.engine:
+            seen = self._counted.get(w.worker)
+            return (seen is not None and seen[0] >= min(w.end, w.measure_to)) or w.end + self.settle_s <= now
+        return w.end + self.settle_s <= now
 
     def close_all(self, now: float) -> None:
         """Evaluate what has settled by `now` (the report calls it)."""

@@ -6,6 +6,16 @@
     policy.record(d, output_tokens, decode_s_per_token, now)   # when the request has finished
     policy.report()                                 # the realized-speedup tables (control/holdout.py)
 
+Engine-side switch: a worker that can cap its running requests' gamma at once (`policy.engine_switch(worker)`,
+from its advertised capability) gets its switchback regime as that cap instead of at admission:
+`cap = policy.engine_tick(worker, now, output_tokens_total)` at each look at the worker (the proxy's scrape;
+cap 0 in an off window, None otherwise) hands the worker's step-level token counter to the windows and says
+what the worker should apply to every running request from its next step on. Its decisions keep the policy's
+proposer (the cap turns it off while the window is off, and it drafts again in the next policy window), its
+windows are measured from their start (+ washout) with the worker's own token count, and a request counts as
+evidence of its regime only if no switch happened on its worker during its life. Other workers keep the
+admission path (regime per new request; windows measured once the other regime's requests have drained).
+
 The statistics, the assignment and the guard rules are in `control/holdout.py`. `clock` gives the switchback
 windows their time: wall time in the proxy (replicas agree on the window), the simulated clock in the
 simulator. Attributes the wrapper does not have (e.g. `default_profile`) are the inner policy's.
@@ -52,6 +62,9 @@ class Experimented:
         self.occupancy = RegimeOccupancy(switchback.inflight_s) if switchback is not None else None
         self._evidence: dict[str, dict[str, Interval]] = {}  # bucket -> {"windows" | "requests": latest}
         self.guard = Guard()
+        self.engine_workers: set[str] = set()  # workers that apply the regime to running requests (engine_tick)
+        self._applied: dict[str, tuple[str, float]] = {}  # worker -> (regime it runs, since when)
+        self._bucket_of: dict[str, str] = {}  # worker -> load bucket of its latest decision
         # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
         self.changed: Counter[tuple[str, str, str, str]] = Counter()
         self._closed = 0
@@ -73,14 +86,18 @@ class Experimented:
         group, why = TREATED, ""
         now = 0.0
         seq, clean = 0, False
+        engine = d.worker in self.engine_workers
         if self.windows is not None:
             now = self.clock()
             window = self.windows.index(now)
             guarded = bucket in self.guard.buckets
+            self._bucket_of[d.worker] = bucket
             regime = self.windows.regime(d.worker, window, guarded=guarded)
-            self.windows.note_decision(d.worker, window, regime, load, now,
-                                       next_regime=self.windows.regime(d.worker, window + 1, guarded=guarded),
-                                       pure_since=self.occupancy.pure_since(d.worker, regime, now))
+            w = self.windows.open(d.worker, window, regime, now,
+                                  next_regime=self.windows.regime(d.worker, window + 1, guarded=guarded),
+                                  pure_since=None if engine else self.occupancy.pure_since(d.worker, regime, now),
+                                  engine=engine)
+            w.loads.append(load)
             if regime == "off" and arm != "none":
                 group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
             seq, clean = self.occupancy.admit(d.worker, regime, now)
@@ -91,6 +108,9 @@ class Experimented:
             elif pick:
                 group, why = CONTROL, "holdout"
         a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why, load, now, seq, clean)
+        if engine and regime == "off" and group == CONTROL:  # the worker's cap keeps it off while the window is
+            self.changed[(content_class, bucket, arm, why)] += 1
+            return replace(d, reason=f"{why} off (window {window}, engine); {d.reason}", assignment=a)
         if group == CONTROL:
             self.changed[(content_class, bucket, arm, why)] += 1
             shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",
@@ -133,21 +153,57 @@ class Experimented:
         if not isinstance(a, Assignment):
             return
         now = self.clock() if now is None else now
+        switched = False  # engine-side switch: a switch on its worker during its life (its time mixes regimes)
         if self.windows is not None and a.window is not None:
             alone = self.occupancy.finish(a.worker, a.regime, a.seq, a.decided_at, a.clean, now)
+            if a.worker in self.engine_workers:
+                applied = self._applied.get(a.worker)
+                switched = applied is None or applied[0] != a.regime or applied[1] > a.decided_at
+                alone = not switched
             pure = alone and (a.regime == "off" or a.group == TREATED) and decode_s_per_token is not None \
                 and decode_s_per_token > 0
             self.windows.finish(a.worker, a.window, output_tokens, decode_s_per_token, now)
             if pure and self.switchback.guard_requests:
                 self.regimes.observe(a.bucket, a.regime, decode_s_per_token)
             self._update_bucket_guard(now, a.bucket if pure and self.switchback.guard_requests else None)
-        if a.arm == "none" or a.regime == "off" or decode_s_per_token is None or decode_s_per_token <= 0:
+        if a.arm == "none" or a.regime == "off" or switched or decode_s_per_token is None or decode_s_per_token <= 0:
             return  # request-level strata compare requests that shared the policy's windows only
         key = (a.content_class, a.bucket, a.arm)
         self.requests.observe(key, a.group, decode_s_per_token)
         if self.holdout is not None and self.holdout.guard:
             self.guard.update(key, self.requests.interval(key, self.holdout.confidence, self.holdout.min_samples),
                               self.guard.strata)
+
+    # -- engine-side switch ---------------------------------------------------------------------------
+    def engine_switch(self, worker: str, supported: bool = True) -> None:
+        """Whether `worker` applies a regime to its running requests (`engine_tick` sets it); without, the
+        switch happens at admission and the windows wait for the drain."""
+        (self.engine_workers.add if supported else self.engine_workers.discard)(worker)
+
+    def engine_regime(self, worker: str, now: float) -> str | None:
+        """The regime the worker should run now ('policy' | 'off'; None without switchback)."""
+        if self.windows is None:
+            return None
+        guarded = self._bucket_of.get(worker) in self.guard.buckets
+        return self.windows.regime(worker, self.windows.index(now), guarded=guarded)
+
+    def engine_tick(self, worker: str, now: float, output_tokens: float | None) -> int | None:
+        """One look at an engine-switched worker: its cumulative output tokens (step-level; None: unknown)
+        feed the windows; returns the gamma cap it should apply to every running request from its next step
+        (0: the window is off; None: no cap, the policy's own per-request choice)."""
+        regime = self.engine_regime(worker, now)
+        if regime is None or worker not in self.engine_workers:
+            return None
+        window = self.windows.index(now)
+        guarded = self._bucket_of.get(worker) in self.guard.buckets
+        self.windows.open(worker, window, regime, now,
+                          next_regime=self.windows.regime(worker, window + 1, guarded=guarded), engine=True)
+        if output_tokens is not None:
+            self.windows.note_tokens(worker, now, output_tokens)
+        if self._applied.get(worker, ("", 0.0))[0] != regime:
+            self._applied[worker] = (regime, now)
+        self._update_bucket_guard(now)
+        return 0 if regime == "off" else None
 
     def _update_bucket_guard(self, now: float, bucket: str | None = None) -> None:
         """The load buckets' guard from two kinds of evidence: the windows' throughput (each new closed window)
@@ -187,6 +243,7 @@ class Experimented:
         timing is. Requests decided before the reload still report to the old object, and are lost."""
         if not isinstance(previous, Experimented):
             return
+        self.engine_workers = previous.engine_workers  # what the workers can do is no part of the config
         h0, h1 = previous.holdout, self.holdout
         if h0 is not None and h1 is not None and (h0.confidence, h0.min_samples, h0.max_samples) == (
                 h1.confidence, h1.min_samples, h1.max_samples):
@@ -196,7 +253,7 @@ class Experimented:
         if s0 is not None and s1 is not None and s0.model_dump(exclude={"guard", "min_windows"}) == s1.model_dump(
                 exclude={"guard", "min_windows"}):
             self.windows, self.regimes, self._evidence = previous.windows, previous.regimes, previous._evidence
-            self.occupancy = previous.occupancy
+            self.occupancy, self._applied, self._bucket_of = previous.occupancy, previous._applied, previous._bucket_of
             self.guard.buckets = previous.guard.buckets
 
     # -- report ------------------------------------------------------------------------------------

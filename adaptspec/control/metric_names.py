@@ -38,6 +38,9 @@ VLLM_SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label: pos
 # request-steps by the gamma the step allowed the request (label gamma; 0: none; gamma schedules cap it by the
 # running batch): the adaptspec worker (counter base name)
 ENGINE_STEPS_BY_GAMMA = "adaptspec:engine_steps_by_gamma"
+# output tokens the engine emitted, counted at every step (a switchback window's throughput; vLLM's
+# generation_tokens counts per step too): the adaptspec worker (counter base name)
+ENGINE_OUTPUT_TOKENS = "adaptspec:engine_output_tokens"
 # per content class and proposer (adaptspec worker, vLLM plugin; base names)
 CLASS_SPEC_DRAFTS = "adaptspec:spec_decode_num_drafts_by_class"
 CLASS_SPEC_DRAFT_TOKENS = "adaptspec:spec_decode_num_draft_tokens_by_class"

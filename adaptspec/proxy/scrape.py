@@ -39,6 +39,7 @@ import aiohttp
 from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
 from adaptspec.control.counters import SGLANG_STYLE, VLLM_STYLE
+from adaptspec.proxy.engine_switch import EngineSwitch
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ _WAITING = (names.VLLM_WAITING, names.SGLANG_WAITING)
 _KV = (names.VLLM_KV_USAGE, names.VLLM_KV_USAGE_OLD, names.SGLANG_KV_USAGE)
 _SPEC = VLLM_STYLE | SGLANG_STYLE  # handed unchanged to the worker's engine adapter's `ingest`
 
+_OUTPUT_TOKENS = names.ENGINE_OUTPUT_TOKENS + "_total"
 Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.ingest_* take them
 
 _STEP_SCALARS = {telemetry.METRIC_STEPS + "_total": "steps", telemetry.METRIC_STEP_SECONDS + "_total": "step_seconds",
@@ -67,6 +69,7 @@ class WorkerSample:
     kv_usage: float | None = None
     spec: list[Sample] = field(default_factory=list)
     steps: telemetry.StepCounters | None = None  # cumulative step telemetry, when the worker exports it
+    output_tokens: float | None = None  # adaptspec:engine_output_tokens_total (counted per step; engine_switch.py)
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -109,6 +112,8 @@ def parse_metrics(text: str) -> WorkerSample:
         elif name in _STEP_SCALARS:
             key = _STEP_SCALARS[name]
             scalars[key] = scalars.get(key, 0.0) + value
+        elif name == _OUTPUT_TOKENS:
+            sample.output_tokens = (sample.output_tokens or 0.0) + value
         elif name in _STEP_BY_PROPOSER:
             per = by_proposer[_STEP_BY_PROPOSER[name]]
             proposer = _labels(labels).get("proposer", "")
@@ -130,6 +135,7 @@ class Scraper:
     def __init__(self, proxy, interval_s: float):
         self.proxy, self.interval_s = proxy, interval_s
         self._task: asyncio.Task | None = None
+        self.switch = EngineSwitch(proxy)  # the switchback's regime on workers that take it at once
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="adaptspec-scraper")
@@ -187,6 +193,7 @@ class Scraper:
         sample = parse_metrics(text)
         worker.apply_sample(sample)
         self.proxy.feedback.on_sample(worker, sample)
+        await self.switch.after_scrape(worker, sample)
 
     async def _probe(self, worker, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         for path in ("/health", "/v1/models"):

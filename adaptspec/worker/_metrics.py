@@ -204,6 +204,9 @@ class _Collector:
                 family.add_metric(["0", self.model_name, cls or "unknown", proposer], float(value))
         yield from families
         yield from _step_families(_field(s, "step_counters", None), base, labels)
+        if _field(s, "num_generated_tokens", None) is not None:
+            yield counter(names.ENGINE_OUTPUT_TOKENS, "Output tokens the engine emitted, counted at every step.",
+                          _field(s, "num_generated_tokens"))
 
 
 _LATENCY_DOCS = {

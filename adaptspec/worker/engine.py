@@ -47,6 +47,9 @@ API (docs/INTERFACES.md, "Worker"):
   `spec_num_drafts`, `spec_num_draft_tokens`, `spec_num_accepted_tokens`, `spec_accepted_per_pos` (list,
   position 0 first), `spec_by_class` {(content_class, proposer): (drafts, draft_tokens, accepted_tokens)},
   plus `num_steps`, `num_generated_tokens` (cumulative counters, like vLLM's).
+- `set_speculation_cap(cap)`: a worker-wide cap on every request's gamma from the next step on, running ones
+  included (0: no request drafts; None: lifted, each request back to its own k and schedule); the proxy sets it
+  for a switchback's off window (control/holdout_policy.py engine_tick). `speculation_cap`: the current one.
 - `hybrid_model_cost` (default `HYBRID_MODEL_COST`): a hybrid's price of one model-drafted token, as a share of a
   step; its model part drafts only as far as its drafts are likely to pay that (proposers/hybrid.py); 0: always k.
 - Threads: `num_threads=None` (the default) runs the step thread with 1 torch intra-op thread; pass N to
@@ -289,6 +292,7 @@ class Engine:
         self.proposers = tuple(self._proposers)
         self.default_proposer, self.default_k = self._parse_default(default_speculation)
 
+        self.speculation_cap: int | None = None  # worker-wide cap on every running request's gamma (None: none)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._waiting: deque[_Seq] = deque()
@@ -475,6 +479,15 @@ class Engine:
             self._aborts.add(request_id)
             self._wake.notify_all()
 
+    def set_speculation_cap(self, cap: int | None) -> None:
+        """Cap every request's gamma at `cap` from the next step on (0: speculation off for all, running requests
+        included; None: no cap). Raises ValueError for anything but None or an integer in [0, max k]."""
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)
+                                or not 0 <= cap <= self.max_speculative_tokens):
+            raise ValueError(f"speculation cap must be null or an integer between 0 and "
+                             f"{self.max_speculative_tokens}, got {cap!r}")
+        self.speculation_cap = cap  # one attribute: the step thread reads it once per step
+
     def metrics(self) -> EngineMetrics:
         with self._lock:
             m = self._m
@@ -567,8 +580,11 @@ class Engine:
         their own forward when others are decoding, so one long prompt does not pad every decode row to its
         length (one 300-token prefill inside a 32-request decode batch: ~200 ms, vs ~15 + ~30 ms apart)."""
         t0 = time.perf_counter()
+        cap = self.speculation_cap
         for s in batch:  # the running batch of this step sets each request's gamma (its schedule's cap)
             s.step_k = gamma_at(s.k, s.schedule, len(batch))
+            if cap is not None:  # the worker-wide cap (a switchback's off window), running requests included
+                s.step_k = min(s.step_k, cap)
         long = [s for s in batch if len(s.tokens) - s.kv_len > self.prefill_split_tokens]
         if long and len(long) < len(batch):
             short = [s for s in batch if len(s.tokens) - s.kv_len <= self.prefill_split_tokens]

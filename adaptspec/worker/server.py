@@ -13,6 +13,12 @@ that tried it and those that accepted it, so accepted[j] / tried[j] is the condi
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
 `continuous_usage_stats` too, every chunk carries the running usage).
 
+Engine-side switch (engines with `set_speculation_cap`): PUT /adaptspec/speculation_cap `{"cap": 0}` caps every
+request's gamma from the next step on, running requests included (`{"cap": null}` lifts it); GET returns the
+current cap. The model card says `"speculation_cap": true` where it is supported (the proxy's switchback then
+switches running requests instead of waiting for them to drain), and /metrics counts output tokens at every
+step (`adaptspec:engine_output_tokens_total`, a window's throughput).
+
 Stop strings are matched on text: the output ends before the first stop string. A client that goes away
 (stream or not) cancels its generation, which closes the engine's iterator and frees the slot at once.
 
@@ -41,6 +47,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
 from adaptspec.errors import RequestError
+from adaptspec.jsonlimits import loads_limited
 from adaptspec.worker import _metrics, _tokenize
 from adaptspec.worker._openai import (
     ChatCompletionRequest,
@@ -556,12 +563,18 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
         card = {"id": settings.served_model_name, "object": "model", "created": worker.created,
                 "owned_by": "adaptspec", "root": settings.model_root or settings.served_model_name,
                 "parent": None, "max_model_len": worker.max_model_len}
+        if capped:
+            card["speculation_cap"] = True  # the engine-side switch (PUT /adaptspec/speculation_cap)
         return _json({"object": "list", "data": [card]})
 
     @app.get("/metrics")
     async def metrics() -> Response:
         body = _metrics.render(engine.metrics(), worker.counters, settings.served_model_name)
         return Response(body, media_type=_metrics.CONTENT_TYPE)
+
+    capped = callable(getattr(engine, "set_speculation_cap", None))
+    if capped:
+        _add_cap_routes(app, engine)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -616,6 +629,26 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
 
     _tokenize.add_routes(app, worker, _json)
     return _Guard(_BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
+
+
+def _add_cap_routes(app: FastAPI, engine: Any) -> None:
+    """GET / PUT /adaptspec/speculation_cap: the worker-wide gamma cap (the proxy's engine-side switch)."""
+
+    @app.get("/adaptspec/speculation_cap")
+    async def get_cap() -> Response:
+        return _json({"cap": engine.speculation_cap})
+
+    @app.put("/adaptspec/speculation_cap")
+    async def put_cap(request: Request) -> Response:
+        data = loads_limited(await request.body())
+        if not isinstance(data, dict) or "cap" not in data:
+            raise RequestError('Request body must be a JSON object {"cap": null | integer}.', param="cap",
+                               code="invalid_value")
+        try:
+            engine.set_speculation_cap(data["cap"])
+        except ValueError as exc:
+            raise RequestError(f"Invalid value for 'cap': {exc}", param="cap", code="invalid_value") from None
+        return _json({"cap": engine.speculation_cap})
 
 
 async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dict], created: int,

@@ -94,3 +94,62 @@ def test_guard_at_moderate_load_leaves_a_faster_policy_alone():
                       SwitchbackConfig(**ABBA, seed=0))
     assert not out["slower_than_off"] and out["guard_at_s"] is None and out["guarded_buckets"] == []
     assert out["evidence"]["32-63"]["requests"]["low"] > 1.0
+
+
+ENGINE = {"share": 0.5, "window_s": 6.0, "washout_s": 1.0, "order": "abba"}
+
+
+def test_an_engine_cap_of_zero_runs_every_request_as_off_would():
+    # forced always-on draft:4 with the worker-wide cap at 0 from the first step: every step drafts nothing, so the
+    # run is step for step the off run (same requests, same coins): same tokens, same simulated time
+    from adaptspec.bench.holdout_sim import _run
+    from adaptspec.control.policy import build_policy
+
+    s = Setup("h200-llama3-70b", _workload(None, "mixed"), 16, 3, 200, 0)
+    looks = []
+
+    def capped(now, tokens):
+        looks.append((now, tokens))
+        return 0, now + 1.0
+
+    on = _run(build_policy(parse_policy("static:draft:4", "h200-llama3-70b").policy), s, engine=capped)
+    off = _run(build_policy(parse_policy("off", "h200-llama3-70b").policy), s)
+    free = _run(build_policy(parse_policy("static:draft:4", "h200-llama3-70b").policy), s)
+    assert on.draft_tokens == 0 and free.draft_tokens > 0
+    assert on.sim_time_s == pytest.approx(off.sim_time_s, rel=1e-9) and on.output_tokens == off.output_tokens
+    assert on.sim_time_s != pytest.approx(free.sim_time_s, rel=1e-3)
+    # asked before every span, and spans stop at the next look: no gap between looks longer than 1 s + one step
+    gaps = [b[0] - a[0] for a, b in zip(looks, looks[1:], strict=False)]
+    assert max(gaps) < 1.5 and [t for _, t in looks] == sorted(t for _, t in looks)
+
+
+def test_engine_switch_guard_at_load_engages_within_two_minutes():
+    # H200-70B c=128, forced always-on draft:4 (0.72x of off): with the switch applied to running requests there
+    # is no drain; 6 s windows of step-level throughput trip the guard in 48-103 s (8 seeds; 20 seeds in
+    # docs/results/holdout.md)
+    s = Setup("h200-llama3-70b", _workload(None, "mixed"), 128, 0, 1500, 0, engine_switch=True)
+    out = guard_check(parse_policy("static:draft:4", "h200-llama3-70b"), s, HoldoutConfig(share=0.02, seed=0),
+                      SwitchbackConfig(**ENGINE, seed=0))
+    assert out["slower_than_off"] and out["guarded_buckets"] == ["128-255"]
+    assert out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0, out
+    ev = out["evidence"]["128-255"]["windows"]
+    assert ev["high"] < 1.0 and ev["speedup"] == pytest.approx(out["ratio_truth"], rel=0.1)
+
+
+def test_engine_switch_guard_leaves_a_faster_policy_alone():
+    # c=32: always-on draft:4 makes 1.14x of off; the same 6 s windows see it faster
+    s = Setup("h200-llama3-70b", _workload(None, "mixed"), 32, 0, 1000, 0, engine_switch=True)
+    out = guard_check(parse_policy("static:draft:4", "h200-llama3-70b"), s, HoldoutConfig(share=0.02, seed=0),
+                      SwitchbackConfig(**ENGINE, seed=0))
+    assert not out["slower_than_off"] and out["guard_at_s"] is None and out["guarded_buckets"] == []
+    assert out["evidence"]["32-63"]["windows"]["speedup"] > 1.0
+
+
+def test_engine_switch_windows_estimate_the_system_throughput_ratio():
+    # the 6 s windows of the engine-side switch, short run: the step-level window throughputs give the true
+    # c=128 ratio (20 seeds with 4000 requests in docs/results/holdout.md)
+    s = Setup("h200-llama3-70b", _workload(None, "mixed"), 128, 1, 1500, 300, engine_switch=True)
+    out = switchback_check(parse_policy("static:draft:4", "h200-llama3-70b"), s, SwitchbackConfig(**ENGINE, seed=1))
+    assert out["windows_policy"] >= 10 and out["windows_off"] >= 10
+    assert out["truth"] < 0.8 and out["high"] < 1.0
+    assert out["estimate"] == pytest.approx(out["truth"], rel=0.06), out

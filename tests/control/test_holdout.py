@@ -457,3 +457,60 @@ def test_the_guard_trips_on_requests_before_any_window_could_be_compared():
         clock.t += 1.0
         plain.record(d, 100, 0.0125 if d.gamma else 0.01, now=clock.t)
     assert not plain.guard.buckets
+
+
+def test_engine_switched_windows_count_the_workers_step_tokens():
+    # an engine-switched worker: windows are measured from their start (+ washout after a switch) and filled from
+    # the worker's cumulative token counter, spread over the time between two readings; its first window (the
+    # batch may still be filling) is not measured; a window closes once the counter was read past its end
+    book = SwitchbackBook(0.5, 10.0, 2.0, seed=0, settle_s=100.0)
+    book.open("w0", 0, "policy", 0.0, next_regime="off", engine=True)
+    book.note_tokens("w0", 0.0, 0.0)
+    book.note_tokens("w0", 8.0, 800.0)
+    book.open("w0", 1, "off", 10.5, next_regime="off", engine=True)
+    book.open("w0", 1, "off", 10.5).loads.append(40.0)
+    book.note_tokens("w0", 11.0, 1100.0)  # 800 -> 1100 over 8-11 s: 100 in 11-12 (washout, 10-12 not measured)
+    book.note_tokens("w0", 16.0, 1600.0)  # 100 a second over 12-16: 400 in window 1
+    book.finish("w0", 1, 500, 0.01, 16.0)  # finished requests add nothing to an engine window
+    book.close_all(16.0)
+    assert book.windows("32-63") == []
+    book.open("w0", 2, "off", 20.5, next_regime="policy", engine=True).loads.append(40.0)
+    book.note_tokens("w0", 21.0, 2100.0)  # 100 a second: 400 in 16-20 for window 1, 100 in 20-21 for window 2
+    book.close_all(21.0)  # window 1 is read past its end (20): closed, although its settle_s has not passed
+    (w1,) = book.windows("32-63")
+    assert (w1.start, w1.regime, w1.measure_from, w1.engine) == (10.0, "off", 12.0, True)
+    assert w1.tokens == pytest.approx(800.0) and w1.throughput == pytest.approx(100.0)
+    assert book.measured("w0", 2, 20.0)  # off after off: no washout
+    book.note_tokens("w0", 25.0, 100.0)  # the counter went down (a restart): a new baseline, 21-25 counts nothing
+    book.note_tokens("w0", 30.0, 600.0)
+    book.close_all(30.0)
+    assert [w.tokens for w in book.windows("32-63")] == [pytest.approx(800.0), pytest.approx(100.0 + 500.0)]
+
+
+def test_engine_switch_caps_the_running_requests_and_keeps_the_proposer():
+    clock = _Clock()
+    pol = _experiment(switchback={"share": 0.5, "window_s": 10.0, "washout_s": 1.0, "order": "abba",
+                                  "guard": False}, clock=clock)
+    pol.engine_switch("w0")
+    alphas = AlphaTable()
+    regime = {i: pol.windows.regime("w0", i) for i in range(8)}
+    off = next(i for i in range(8) if regime[i] == "off")
+    on = next(i for i in range(8) if regime[i] == "policy")
+    clock.t = off * 10.0 + 0.5
+    assert pol.engine_tick("w0", clock.t, 0.0) == 0  # an off window: cap 0 for every running request
+    d = pol.decide("chat", [_worker(8)], alphas)
+    assert d.proposer == "ngram" and d.gamma == 4  # the engine keeps it off now and lets it draft later
+    assert d.assignment.regime == "off" and d.assignment.group == CONTROL and "engine" in d.reason
+    clock.t = on * 10.0 + 0.5
+    assert pol.engine_tick("w0", clock.t, 100.0) is None  # a policy window: no cap
+    e = pol.decide("chat", [_worker(8)], alphas)
+    assert e.proposer == "ngram" and e.assignment.regime == "policy" and e.assignment.group == TREATED
+    # d ran across the switch: no evidence for either regime; e ran inside its regime: one sample
+    pol.record(d, 100, 0.01, now=clock.t + 1.0)
+    pol.record(e, 100, 0.01, now=clock.t + 1.0)
+    assert pol.regimes.count("8-15") == 1
+    # a worker without the switch keeps the admission path: off at the decision
+    pol.engine_switch("w0", False)
+    clock.t = off * 10.0 + 0.5
+    f = pol.decide("chat", [_worker(8)], alphas)
+    assert f.proposer == "none" and f.gamma == 0 and pol.engine_tick("w0", clock.t, 0.0) is None
