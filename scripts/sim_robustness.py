@@ -52,22 +52,27 @@ def as_eagle(requests):
     return out
 
 
-def cases(seed: int, only: str | None):
+def _replay(reqs, name: str, seed: int, order: str) -> TraceWorkload:
+    """The workload `adaptspec simulate --trace --trace-order ORDER --seed SEED` replays."""
+    return TraceWorkload(reqs, name, order=order, seed=seed)
+
+
+def cases(seed: int, only: str | None, order: str = "shuffle"):
     """(case name, workload, profile, proposers, policies) for one seed."""
     out = []
     for path in TRACES:
         reqs = load_traces(path)
-        out.append((f"tiny/{path.stem}", TraceWorkload(reqs, path.stem), "cpu-tiny", ("ngram", "draft"),
+        out.append((f"tiny/{path.stem}", _replay(reqs, path.stem, seed, order), "cpu-tiny", ("ngram", "draft"),
                     TINY_POLICIES))
-        out.append((f"tiny-grader/{path.stem}", TraceWorkload(reqs, path.stem), "cpu-tiny", ("ngram", "eagle"),
+        out.append((f"tiny-grader/{path.stem}", _replay(reqs, path.stem, seed, order), "cpu-tiny", ("ngram", "eagle"),
                     GRADER_POLICIES))
         for prof in GPU_PROFILES:
-            out.append((f"gpu/{path.stem}@{prof}", TraceWorkload(as_eagle(reqs), path.stem + "-eagle"), prof,
+            out.append((f"gpu/{path.stem}@{prof}", _replay(as_eagle(reqs), path.stem + "-eagle", seed, order), prof,
                         ("ngram", "eagle"), GPU_POLICIES))
     for kind in sorted(gpu_like_traces.KINDS):
         reqs = gpu_like_traces.make(kind, 400, seed)
         for prof in GPU_PROFILES:
-            out.append((f"synth-{kind}@{prof}", TraceWorkload(reqs, f"synth-{kind}-{seed}"), prof, ("ngram", "eagle"),
+            out.append((f"synth-{kind}@{prof}", _replay(reqs, f"synth-{kind}-{seed}", seed, order), prof, ("ngram", "eagle"),
                         GPU_POLICIES))
     return [c for c in out if only is None or any(o in c[0] for o in only.split(","))]
 
@@ -141,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma-separated substrings of case names")
     ap.add_argument("--requests", type=int, default=None, help="measured completions per point (default: simulate's)")
     ap.add_argument("--tolerance", type=float, default=0.97)
+    ap.add_argument("--trace-order", choices=("shuffle", "file"), default="shuffle",
+                    help="replay order, as `adaptspec simulate --trace-order` (default shuffle, one per seed)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--merge", nargs="+", default=None, help="only merge the rows of earlier --json files")
@@ -159,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t0 = time.monotonic()
     for seed in seeds:
-        for name, wl, prof, props, pols in cases(seed, args.only):
+        for name, wl, prof, props, pols in cases(seed, args.only, args.trace_order):
             specs = [parse_policy(p, prof, seed) for p in pols]
             for r in sweep(specs, prof, wl, loads, seed=seed, proposers=props, progress=False,
                            requests=args.requests):

@@ -21,7 +21,8 @@ Stable API (the recorder, `adaptspec trace record`, writes through it):
     dump(requests, path) -> Path                   write JSONL that load_traces reads back unchanged
     TraceRequest.to_dict() -> dict                 one line's JSON object
     synthesize(workload, n, seed=0, max_k=8) -> list[TraceRequest]    a synthetic trace (tests, demos)
-    TraceWorkload(requests) / TraceWorkload.from_files(paths)          what `simulate` replays
+    TraceWorkload(requests, order=, seed=) / TraceWorkload.from_files(paths, order=, seed=)
+                                                   what `simulate` replays ("shuffle" | "file" order)
 """
 
 from __future__ import annotations
@@ -207,26 +208,44 @@ def synthesize(workload: Workload, n: int, *, seed: int = 0, max_k: int = 8, con
     return out
 
 
+TRACE_ORDERS: tuple[str, ...] = ("shuffle", "file")
+
+
 class TraceWorkload:
-    """Traces as a simulator workload: request r of a run is trace request r mod n, in file order.
+    """Traces as a simulator workload: request r of a run is entry r mod n of the replay order.
+
+    `order="shuffle"` (what `adaptspec simulate --trace` does by default): the requests in one fixed random
+    permutation drawn from `seed` (every file's requests mixed), as a live server's arrivals interleave users
+    and tasks; a recorded file's order is how its recorder walked its prompt set (the shipped traces come in
+    class blocks of 20-60), and replayed as it is, each concurrency point would measure different classes and
+    meet some of them cold mid-point: an artifact of the file, not of the policy. `order="file"`: the files'
+    order, files one after another (for a time-ordered production log whose sequence is the point).
 
     Has the `Workload` surface the simulator uses (`name`, `classes`, `sample`), plus the runs: the same
     requests come in the same order for every policy (common random numbers without any coin).
     """
 
-    def __init__(self, requests: Sequence[TraceRequest], name: str = "trace") -> None:
+    def __init__(self, requests: Sequence[TraceRequest], name: str = "trace", *, order: str = "file",
+                 seed: int = 0) -> None:
         if not requests:
             raise ConfigError("trace has no requests", key="--trace")
+        if order not in TRACE_ORDERS:
+            raise ConfigError(f"unknown trace order (one of {', '.join(TRACE_ORDERS)})", key="--trace-order",
+                              value=order)
         self.name = name
+        self.order = order
         self.requests = list(requests)
+        if order == "shuffle":
+            perm = np.random.default_rng([seed, 0x7ACE]).permutation(len(self.requests))  # [n]
+            self.requests = [self.requests[i] for i in perm]
         self.classes = CONTENT_CLASSES
         self.max_output = max(r.output_tokens for r in self.requests)
 
     @classmethod
-    def from_files(cls, paths: Sequence[str | Path]) -> TraceWorkload:
-        """Every file's requests, files mixed in the order given."""
+    def from_files(cls, paths: Sequence[str | Path], *, order: str = "file", seed: int = 0) -> TraceWorkload:
+        """Every file's requests, files one after another, replayed in `order` (see the class doc)."""
         reqs = [r for p in paths for r in load_traces(p)]
-        return cls(reqs, name="+".join(Path(p).stem for p in paths))
+        return cls(reqs, name="+".join(Path(p).stem for p in paths), order=order, seed=seed)
 
     def request(self, r: int) -> TraceRequest:
         return self.requests[r % len(self.requests)]

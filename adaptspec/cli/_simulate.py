@@ -11,7 +11,7 @@ Policies: `off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (the goodp
 prompts it predicts each request's acceptance as `estimator.predict` says, default on; `adaptive+predict` /
 `adaptive-class` force that on / off), `bandit` (the
 exploring one), `oracle` (per-request hindsight optimum; needs `--trace`), plus any policy YAML via
-`--policy-file` (named after the file). `--trace FILE` (repeatable, mixed in file order) replays measured
+`--policy-file` (named after the file). `--trace FILE` (repeatable; `--trace-order shuffle` by default) replays measured
 acceptance, classes and lengths from acceptance traces (format: adaptspec/bench/traces.py) instead of the
 synthetic `--workload`. `--profile` is what the policies believe, `--truth-profile` what the simulated
 engine costs (default: the same); both take a built-in name or a YAML path. As in the proxy, the policies
@@ -40,6 +40,10 @@ def register(subparsers) -> None:
     p.add_argument("--truth-profile", help="step-time profile the simulated engine costs (default: --profile)")
     p.add_argument("--trace", action="append", default=[],
                    help="acceptance trace JSONL to replay instead of --workload (repeatable)")
+    p.add_argument("--trace-order", choices=("shuffle", "file"), default="shuffle",
+                   help="replay order of the traces' requests: shuffle (default: one random permutation per "
+                        "--seed, every file mixed, as live arrivals interleave users; recorded files often come "
+                        "in class blocks) or file (the files' order, one after another)")
     p.add_argument("--workload", default="mixed", help="mixed | rag | agent | a class name (default mixed)")
     p.add_argument("--mix", help="class weights instead of the workload's, e.g. code=1,summarize=2")
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
@@ -97,7 +101,7 @@ def run(args) -> int:
             if args.mix:
                 raise ConfigError("--mix re-weights a synthetic workload; a trace has its own requests",
                                   key="--mix", value=args.mix)
-            workload = TraceWorkload.from_files(args.trace)
+            workload = TraceWorkload.from_files(args.trace, order=args.trace_order, seed=args.seed)
         else:
             workload = get_workload(args.workload, args.mix)
         specs = [parse_policy(s, args.profile, args.seed) for s in args.policies.split(",") if s.strip()]
