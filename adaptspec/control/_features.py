@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import re
-from array import array
 from collections.abc import Sequence
 from itertools import repeat
 
