@@ -169,7 +169,7 @@ class Featurizer:
         col += codes.size
         self.n_ngram_columns = col
         self.n_features = col + len(STRUCT_NAMES)
-        self._struct_columns = list(range(col, self.n_features))
+        self._struct_columns = np.arange(col, self.n_features)  # [n_struct] int64
 
     def _byte_columns(self, data: bytes) -> np.ndarray:
         codes = byte_ngrams(data)
@@ -178,34 +178,39 @@ class Featurizer:
         columns[self._codes[pos] != codes] = 2  # 2: the unknown byte 4-gram slot
         return columns
 
-    def grouped(self, text: str) -> tuple[np.ndarray, list[int], list[float], list[float]]:
-        """The same vector as `transform`, packed for a fast dot product.
+    def grouped(self, text: str) -> tuple[np.ndarray, list[int], list[float]]:
+        """The same vector as `transform`, packed for one gather, one segment sum and one dot product.
 
-        Returns (columns of all n-grams, int64, group after group; start offset of each non-empty group in
-        it; that group's value 1/sqrt(n); structural feature values). Bigrams are looked up as token pairs
-        (no joined strings), and the columns go to numpy as one list.
+        Returns (columns int64 [n]: each n-gram group's columns, then the structural columns; the start of
+        each segment in it: one per non-empty n-gram group, one per structural feature; each segment's value:
+        1/sqrt(group size) for a group, the feature's value for a structural column). Bigrams are looked up
+        as token pairs (no joined strings), and the columns go to numpy as one list.
         """
         toks, head, struct = _scan(text)
         offsets: list[int] = []
-        scales: list[float] = []
+        values: list[float] = []
+        words: list[int] = []
         if toks:
             unigrams = self._index[0]
             n = len(toks) + 1  # + the lead token
             words = [*map(unigrams.get, toks, repeat(0)), unigrams.get(LEAD_MARK + toks[0], 0)]
             offsets.append(0)
-            scales.append(1.0 / math.sqrt(n))
+            values.append(1.0 / math.sqrt(n))
             if n > 2:
                 words += map(self._pairs.get, zip(toks, toks[1:], strict=False), repeat(1))
                 offsets.append(n)
-                scales.append(1.0 / math.sqrt(n - 2))
-            columns = np.array(words, dtype=np.int64)
-        else:
-            columns = np.zeros(0, dtype=np.int64)
+                values.append(1.0 / math.sqrt(n - 2))
+        parts = [np.array(words, dtype=np.int64)]
+        end = len(words)
         if len(head) >= 4:
-            offsets.append(len(columns))
-            scales.append(1.0 / math.sqrt(len(head) - 3))
-            columns = np.concatenate((columns, self._byte_columns(head)))
-        return columns, offsets, scales, struct
+            offsets.append(end)
+            values.append(1.0 / math.sqrt(len(head) - 3))
+            parts.append(self._byte_columns(head))
+            end += len(head) - 3
+        parts.append(self._struct_columns)
+        offsets += range(end, end + len(struct))
+        values += struct
+        return np.concatenate(parts), offsets, values
 
     def transform(self, text: str) -> tuple[list[int], list[float]]:
         """(column indices, values) of `text`; indices may repeat (their values add up)."""
@@ -219,4 +224,4 @@ class Featurizer:
         if len(head) >= 4:
             indices += self._byte_columns(head).tolist()
             values += [1.0 / math.sqrt(len(head) - 3)] * (len(head) - 3)
-        return indices + self._struct_columns, values + struct
+        return indices + self._struct_columns.tolist(), values + struct
