@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/hop_cpu.py --harness ../shared/bench/overhead --python /tmp/gw/venv-base/bin/python \
         [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
-        [--instructions N]
+        [--instructions N] [--prompts distinct|FILE.jsonl]
 
 Starts the overhead harness's fake upstream once, then for each round and each gateway: the gateway in a
 fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool and the goodput policy, as the
@@ -17,6 +17,13 @@ writes adaptspec's access log as the CLI does (off here unless given; `adaptspec
 instrumented only while N requests at c=1 run, after 100 unmeasured): a figure the box's load does not move.
 Kernel time (syscalls, loopback TCP) is not in it, and the access log's batched writes weigh more than at
 full speed (fewer lines per 0.1 s batch under valgrind).
+
+`--prompts` sends a different prompt with every request (benchmarks/load_distinct.py: the harness's client with
+one prepared request per prompt) instead of the harness's one fixed prompt, which adaptspec's classifier and
+feature memos remember after the first request. `distinct`: the classifier's held-out test split
+(scripts/train_classifier.py's, from ../shared/data) cut to prompts of 200-4000 characters, shuffled (seed
+0), at most 2000, so that with a 1024-entry memo no prompt is ever remembered; or a JSONL file of
+{"prompt": ...} lines. The summary gives their count and median length.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import importlib.util
 import json
 import os
 import pstats
+import random
 import re
 import statistics
 import subprocess
@@ -39,6 +47,37 @@ import time
 from pathlib import Path
 
 UP_PORT, GW_PORT = 18931, 18932
+REPO = Path(__file__).resolve().parents[1]
+DISTINCT_CHARS = (200, 4000)  # --prompts distinct: realistic prompt lengths, in characters
+DISTINCT_MAX = 2000
+
+
+def distinct_prompts(data: Path) -> list[str]:
+    """The classifier's held-out test prompts of DISTINCT_CHARS characters, shuffled (seed 0), <= DISTINCT_MAX."""
+    spec = importlib.util.spec_from_file_location("train_classifier", REPO / "scripts" / "train_classifier.py")
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+    lo, hi = DISTINCT_CHARS
+    texts = [r["text"] for r in trainer.load_rows(data) if r["split"] == "test" and lo <= len(r["text"]) <= hi]
+    random.Random(0).shuffle(texts)
+    return texts[:DISTINCT_MAX]
+
+
+def _prepare_prompts(args) -> dict:
+    """Resolve --prompts into a JSONL file for the load client (args.prompt_file); its count and median length."""
+    args.prompt_file = None
+    if not args.prompts:
+        return {}
+    if args.prompts == "distinct":
+        texts = distinct_prompts(args.data)
+        fd, args.prompt_file = tempfile.mkstemp(prefix="hop_cpu_prompts_", suffix=".jsonl")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"prompt": t}) + "\n" for t in texts)
+    else:
+        args.prompt_file = args.prompts
+        with open(args.prompts, encoding="utf-8") as f:
+            texts = [json.loads(line)["prompt"] for line in f if line.strip()]
+    return {"prompts": len(texts), "prompt_chars_p50": statistics.median(map(len, texts))}
 
 
 def _stub(proxy, parts: set[str]) -> None:
@@ -83,8 +122,12 @@ async def _naive_site(args):
 
 async def _load(args, *how: str) -> dict:
     extra = ["--stream", "--chunks", "32"] if args.stream else []
+    client = [f"{args.harness}/load.py"]
+    if args.prompt_file:  # the same client, a different prompt per request
+        client = [str(REPO / "benchmarks" / "load_distinct.py"), "--harness", args.harness,
+                  "--prompts", args.prompt_file, "--"]
     load = await asyncio.create_subprocess_exec(
-        args.python, f"{args.harness}/load.py", "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
+        args.python, *client, "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
         "-c", "1", *how, *extra, stdout=asyncio.subprocess.PIPE)
     out, _ = await load.communicate()
     return json.loads(out)
@@ -166,12 +209,32 @@ def main() -> int:
     ap.add_argument("--profile-out", metavar="FILE", help="with --profile: also FILE.<gateway>, pstats' format")
     ap.add_argument("--instructions", type=int, default=0, metavar="N",
                     help="count instructions (valgrind's callgrind) for N requests instead of CPU seconds")
+    ap.add_argument("--prompts", metavar="distinct|FILE",
+                    help="a different prompt per request: 'distinct' (held-out test prompts, 200-4000 chars) "
+                         "or a JSONL file of {\"prompt\": ...} lines")
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data",
+                    help="the shared data folder, for --prompts distinct")
     ap.add_argument("--gateway", help=argparse.SUPPRESS)  # internal: run one measurement in this process
+    ap.add_argument("--prompt-file", help=argparse.SUPPRESS)  # internal: the resolved --prompts
     args = ap.parse_args()
     if args.gateway:
         return _child(args)
-    if args.instructions:
-        return _instructions(args)
+    prompts = _prepare_prompts(args)
+    try:
+        if args.instructions:
+            return _instructions(args, prompts)
+        return _cpu_seconds(args, prompts)
+    finally:
+        if args.prompts == "distinct":
+            os.unlink(args.prompt_file)
+
+
+def _child_argv(args, gateway: str) -> list[str]:
+    argv = [__file__, *sys.argv[1:], "--gateway", gateway]
+    return argv + ["--prompt-file", args.prompt_file] if args.prompt_file else argv
+
+
+def _cpu_seconds(args, prompts: dict) -> int:
     up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs: dict[str, list[dict]] = {g: [] for g in args.gateways.split(",")}
@@ -179,13 +242,13 @@ def main() -> int:
         time.sleep(1.5)
         for _ in range(args.rounds):
             for gateway, results in runs.items():
-                out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--gateway", gateway],
+                out = subprocess.run([sys.executable, *_child_argv(args, gateway)],
                                      check=True, stdout=subprocess.PIPE, text=True).stdout
                 results.append(json.loads(out))
     finally:
         up.terminate()
         up.wait()
-    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds}
+    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds, **prompts}
     for gateway, results in runs.items():
         summary[gateway] = {key: statistics.median(r[key] for r in results) for key in results[0]}
         summary[gateway]["cpu_us_per_request_all"] = [r["cpu_us_per_request"] for r in results]
@@ -193,19 +256,19 @@ def main() -> int:
     return 0
 
 
-def _instructions(args) -> int:
+def _instructions(args, prompts: dict) -> int:
     """Each gateway once under callgrind (instrumented only while its N requests run): instructions/request."""
     up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    summary: dict = {"stream": args.stream, "stub": args.stub or "-", "requests": args.instructions}
+    summary: dict = {"stream": args.stream, "stub": args.stub or "-", "requests": args.instructions, **prompts}
     try:
         time.sleep(1.5)
         with tempfile.TemporaryDirectory() as tmp:
             for gateway in args.gateways.split(","):
                 dump = f"{tmp}/{gateway}.cg"
                 out = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                      f"--callgrind-out-file={dump}", sys.executable, __file__, *sys.argv[1:],
-                                      "--gateway", gateway], check=True, stdout=subprocess.PIPE,
+                                      f"--callgrind-out-file={dump}", sys.executable, *_child_argv(args, gateway)],
+                                     check=True, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True).stdout
                 served = json.loads(out.splitlines()[-1])["requests"]
                 totals = [int(m.group(1)) for path in glob.glob(dump + "*") for m in

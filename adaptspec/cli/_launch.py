@@ -1,7 +1,7 @@
 """`adaptspec launch sglang|vllm --config FILE [--pool NAME] [--run]`: engine command lines for a config's pools.
 
 Prints one shell line per worker of each matching pool (the engine's own flags for the pool's proposer and
-gamma; see adaptspec/integrations/sglang.py and _vllm_launch.py), or with --run starts them and waits.
+gamma; see adaptspec/integrations/launch.py, sglang.py and _vllm_launch.py), or with --run starts them and waits.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import sys
 
 
 def register(subparsers) -> None:
+    from adaptspec.integrations.launch import LAUNCHERS
+
     p = subparsers.add_parser("launch", help="print (or run) the engine command line for each pool of a config")
-    p.add_argument("engine", choices=("sglang", "vllm"), help="engine whose pools to launch")
+    p.add_argument("engine", choices=tuple(LAUNCHERS), help="engine whose pools to launch")
     p.add_argument("--config", required=True, metavar="FILE", help="adaptspec config with pools")
     p.add_argument("--pool", metavar="NAME", help="only this pool (default: every pool of the engine)")
     p.add_argument("--run", action="store_true", help="start the engines instead of printing the commands")
@@ -21,17 +23,10 @@ def register(subparsers) -> None:
 
 
 def commands_for(cfg, engine: str, pool_name: str | None, file: str):
-    from adaptspec.errors import ConfigError
-    from adaptspec.integrations._vllm_launch import vllm_commands
-    from adaptspec.integrations.sglang import sglang_commands
+    """[(pool name, EngineCommand)]: integrations/launch.py's table picks the builder and the pools."""
+    from adaptspec.integrations.launch import pool_commands
 
-    build = vllm_commands if engine == "vllm" else sglang_commands
-    pools = [p for p in cfg.pools if p.engine == engine and (pool_name is None or p.name == pool_name)]
-    if not pools:
-        names = ", ".join(f"{p.name} ({p.engine})" for p in cfg.pools) or "none"
-        what = f"pool {pool_name!r} with engine {engine!r}" if pool_name else f"pools with engine {engine!r}"
-        raise ConfigError(f"no {what}; pools: {names}", file=file, key="pools", value=pool_name)
-    return [(p.name, c) for p in pools for c in build(p, file=file)]
+    return pool_commands(cfg, engine, pool_name, file)
 
 
 def run(args) -> int:

@@ -65,7 +65,6 @@ class Classifier:
         # float64 so that the sums match scikit-learn's decision_function to the last bit that matters.
         self._w = np.ascontiguousarray(coef, dtype=np.float64)  # [n_features, n_classes]
         self._b = np.asarray(intercept, dtype=np.float64)  # [n_classes]
-        self._w_struct_t = np.ascontiguousarray(self._w[self.featurizer.n_ngram_columns :].T)  # [n_classes, n_struct]
         self._memo: dict[tuple[str, str], tuple[str, dict[str, float]]] = {}  # (last turn, context) -> (class, scores)
 
     @classmethod
@@ -99,13 +98,11 @@ class Classifier:
 
     def _evidence(self, text: str) -> np.ndarray:
         # = transform(text) . W, without building the values vector: every n-gram of a group has the same
-        # value, so each group's rows are summed (reduceat) and scaled once. Few numpy calls per prompt.
-        columns, offsets, scales, struct = self.featurizer.grouped(text)
-        evidence = self._w_struct_t @ np.array(struct)  # [n_classes]
-        if offsets:
-            rows = self._w.take(columns, axis=0)  # [n_ngrams, n_classes]
-            evidence += np.array(scales) @ np.add.reduceat(rows, offsets, axis=0)
-        return evidence  # [n_classes], without the intercept
+        # value, so each group's rows are summed (reduceat) and scaled once; each structural column is a
+        # segment of its own. Four numpy calls per prompt (gather, segment sums, values, dot).
+        columns, offsets, values = self.featurizer.grouped(text)
+        rows = self._w.take(columns, axis=0)  # [n_ngrams + n_struct, n_classes]
+        return np.array(values) @ np.add.reduceat(rows, offsets, axis=0)  # [n_classes], without the intercept
 
     def _result(self, logits: np.ndarray) -> tuple[str, dict[str, float]]:
         z = logits.tolist()

@@ -40,6 +40,11 @@ def _fallback_class(body: dict) -> str:
     return FALLBACK_CLASS
 
 
+def _speculating(workers: Sequence[Worker]) -> bool:
+    """Whether any of `workers` has a proposer: only then do a request's predicted alphas matter."""
+    return any(p != "none" for w in workers for p in w.proposers)
+
+
 class Proxy:
     """Config-derived parts (policy, pools, limits) are swapped whole on reload; live state is kept."""
 
@@ -136,12 +141,15 @@ class Proxy:
         est = getattr(self.config, "estimator", None)
         return (est is None or est.predict) and getattr(self.policy, "uses_alphas", True)
 
-    def classify_body(self, body: dict) -> tuple[str, RequestFeatures | None]:
+    def classify_body(self, body: dict, candidates: Sequence[Worker] | None = None
+                      ) -> tuple[str, RequestFeatures | None]:
         """(content class, the request's features for acceptance prediction or None when it is off).
 
         With prediction on and the shipped classifier, one classifier pass gives both the class and the class
-        scores the features carry; a custom `classify` gives the class, whose score is then 1."""
-        if not self.predicting:
+        scores the features carry; a custom `classify` gives the class, whose score is then 1. `candidates`:
+        the workers that may serve it; when none of them speculates, no alpha is read or learnt for it, so its
+        features are not computed (None)."""
+        if not self.predicting or (candidates is not None and not _speculating(candidates)):
             return self.classify(body), None
         custom = self.classify is not classify_request
         if custom:

@@ -254,7 +254,7 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
         ctx.body, ctx.model, ctx.stream = _parse(ctx.raw, kind)
         ctx.candidates = proxy.pools.serving(ctx.model)
         t1 = time.perf_counter()
-        ctx.cls, ctx.features = proxy.classify_body(ctx.body)
+        ctx.cls, ctx.features = proxy.classify_body(ctx.body, ctx.candidates)
         ctx.regime = sampling_regime(ctx.body.get("temperature"), ctx.body.get("top_k"))
         decision, worker = proxy.decide(ctx.cls, ctx.candidates, regime=ctx.regime, features=ctx.features)
         mn.observe(proxy.metrics.decision_time, time.perf_counter() - t1)

@@ -289,13 +289,13 @@ def test_packed_inference_vector_equals_training_vector(model):
     for text in [*_held_out_texts(), "ab", "a", "日本語", "x" * 5000]:
         idx, val = fz.transform(text)
         dense = np.bincount(idx, weights=val, minlength=fz.n_features)
-        columns, offsets, scales, struct = fz.grouped(text)
+        columns, offsets, values = fz.grouped(text)
         packed = np.zeros(fz.n_features)
         bounds = [*offsets, len(columns)]
-        for k, scale in enumerate(scales):
-            np.add.at(packed, columns[bounds[k] : bounds[k + 1]], scale)
-        packed[fz.n_ngram_columns :] += struct
+        for k, value in enumerate(values):
+            np.add.at(packed, columns[bounds[k] : bounds[k + 1]], value)
         np.testing.assert_allclose(packed, dense, rtol=0, atol=1e-12)
+        assert columns[-len(_features.STRUCT_NAMES) :].tolist() == list(range(fz.n_ngram_columns, fz.n_features))
 
 
 def test_byte_ngrams_are_the_big_endian_codes_of_each_4_byte_window():

@@ -21,8 +21,9 @@ from adaptspec.proxy.engines import ADAPTERS, adapter
 from adaptspec.proxy.upstream import Worker
 
 PKG = Path(__file__).resolve().parents[2] / "adaptspec"
-# launchers build one engine's own command line by design; everything else asks the adapter
-_EXEMPT = {PKG / "proxy" / "engines.py", PKG / "cli" / "_launch.py"}
+# the adapters, and the integrations (each builds or patches one engine by design, integrations/launch.py's
+# table picks one per engine name); everything else asks them
+_EXEMPT = {PKG / "proxy" / "engines.py"}
 _NAMES = "|".join(ENGINES)
 _COMPARES = [re.compile(r"\bengine\s*(==|!=|\bin\b|\bnot in\b)"),
              re.compile(rf"""(==|!=|\bin\b)\s*[({{\[]?\s*["']({_NAMES})["']"""),
@@ -36,11 +37,20 @@ def test_every_engine_has_one_adapter():
         adapter("tgi")
 
 
+def _checked_files() -> list[Path]:
+    return [p for p in sorted(PKG.rglob("*.py")) if p not in _EXEMPT and "integrations" not in p.parts]
+
+
+def test_the_check_reads_the_cli_and_the_benches():
+    checked = _checked_files()
+    for folder in ("cli", "bench", "proxy", "control", "worker"):
+        assert any(p.parent == PKG / folder for p in checked), folder
+    assert PKG / "cli" / "_launch.py" in checked and PKG / "bench" / "compare.py" in checked
+
+
 def test_no_engine_name_compare_outside_the_adapters():
     offenders = []
-    for path in sorted(PKG.rglob("*.py")):
-        if path in _EXEMPT or "integrations" in path.parts:
-            continue
+    for path in _checked_files():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
             if any(p.search(code) for p in _COMPARES):
