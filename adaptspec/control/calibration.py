@@ -375,13 +375,14 @@ class StepCalibrator:
 
     def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray) -> list[np.ndarray]:
         """The groups to fit at the profile's ratios (module doc, Collinearity): the prior is positive on the
-        whole group and some member has data; and either a member is not identified next to one that is,
-        or all are fitted but weakly (a relative standard error above `weak_rel`) and their fitted ratio is
+        whole group, every member has data; and either a member is not identified next to one that is,
+        or all are fitted but weakly (estimates correlated below -0.9, a relative standard error above
+        `weak_rel`) and their fitted ratio is
         within two standard errors of the profile's (a Wald test of theta_i theta0_j = theta_j theta0_i)."""
         out = []
         g_s = np.diag(self._s)
         for g in self._groups():
-            if not (self.theta0[g] > 0).all() or not free[g].any() or not (g_s[g] > 0).any():
+            if not (self.theta0[g] > 0).all() or not free[g].any() or not (g_s[g] > 0).all():
                 continue
             if not free[g].all():
                 out.append(g)
