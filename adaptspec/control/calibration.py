@@ -377,8 +377,8 @@ class StepCalibrator:
         """The groups to fit at the profile's ratios (module doc, Collinearity): the prior is positive on the
         whole group, every member has data; and either a member is not identified next to one that is,
         or all are fitted but weakly (estimates correlated below -0.9, a relative standard error above
-        `weak_rel`) and their fitted ratio is
-        within two standard errors of the profile's (a Wald test of theta_i theta0_j = theta_j theta0_i)."""
+        `weak_rel`) and their fitted ratio is within two standard errors of the profile's (a Wald test of
+        theta_i theta0_j = theta_j theta0_i)."""
         out = []
         g_s = np.diag(self._s)
         for g in self._groups():
