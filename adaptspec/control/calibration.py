@@ -245,7 +245,6 @@ class StepCalibrator:
         # [sum n, sum n^2, sum n r, sum n r^2, sum y] -> its bias and the bias's standard error
         self._bias = np.zeros(5)
         self._last: StepCounters | None = None
-        self._cov = np.zeros((d, d))  # covariance of the last solve's coefficients
         self._cached: CalibratedCosts | None = None
 
     @property
@@ -321,8 +320,9 @@ class StepCalibrator:
             self._cached = self._fit()
         return self._cached
 
-    def _solve(self, free: np.ndarray, tied: Sequence[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coefficients, standard errors, sigma) with the `free` ones fitted and the others at the prior;
+    def _solve(self, free: np.ndarray, tied: Sequence[np.ndarray] = ()
+               ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+        """(coefficients, standard errors, sigma, covariance [d, d]) with the `free` ones fitted and the others at the prior;
         each group in `tied` (indices, all free) is fitted as one scale s of the prior's coefficients there
         (theta_g = s * theta0_g: the profile's ratios, the data's level).
 
@@ -332,8 +332,9 @@ class StepCalibrator:
         d = len(self.names)
         errors = np.full(d, math.nan)
         sigma = math.nan
+        cov = np.full((d, d), math.nan)
         if not free.any():
-            return theta, errors, sigma
+            return theta, errors, sigma, cov
         n = self.steps
         in_tie = np.zeros(d, dtype=bool)
         for g in tied:
@@ -361,8 +362,7 @@ class StepCalibrator:
             sigma = math.sqrt(max(rss, 0.0) / dof)
             cov = sigma**2 * (b @ np.linalg.inv(m) @ b.T)  # [d, d]
             errors[free] = np.sqrt(np.clip(np.diag(cov), 0.0, None))[free]
-            self._cov = cov
-        return theta, errors, sigma
+        return theta, errors, sigma, cov
 
     def _groups(self) -> list[np.ndarray]:
         """Coefficients that share a scale when the data cannot split them: the target's two slopes (batched
@@ -373,7 +373,7 @@ class StepCalibrator:
             out.append(np.array([3 + 2 * i, 4 + 2 * i]))
         return out
 
-    def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray) -> list[np.ndarray]:
+    def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray, cov: np.ndarray) -> list[np.ndarray]:
         """The groups to fit at the profile's ratios (module doc, Collinearity): the prior is positive on the
         whole group, every member has data; and either a member is not identified next to one that is,
         or all are fitted but weakly (estimates correlated below -0.9, a relative standard error above
@@ -388,13 +388,15 @@ class StepCalibrator:
                 out.append(g)
                 continue
             i, j = g[0], g[1]
-            corr = self._cov[i, j] / max(math.sqrt(self._cov[i, i] * self._cov[j, j]), 1e-300)
+            if not np.isfinite(cov[np.ix_(g, g)]).all():  # too few windows for errors yet
+                continue
+            corr = cov[i, j] / max(math.sqrt(cov[i, i] * cov[j, j]), 1e-300)
             if corr > -_COLLINEAR or not (errors[g] > self.weak_rel * np.maximum(theta[g], 1e-300)).any():
                 continue
             contrast = theta[i] * self.theta0[j] - theta[j] * self.theta0[i]
             grad = np.zeros(len(theta))
             grad[i], grad[j] = self.theta0[j], -self.theta0[i]
-            var = float(grad @ self._cov @ grad)
+            var = float(grad @ cov @ grad)
             if contrast * contrast <= 4.0 * var:
                 out.append(g)
         return out
@@ -446,22 +448,22 @@ class StepCalibrator:
     def _fit(self) -> CalibratedCosts:
         free = self._identified()
         n = self.steps
-        theta, errors, sigma = self._solve(free)
-        tied = self._ties(free, theta, errors)
+        theta, errors, sigma, cov = self._solve(free)
+        tied = self._ties(free, theta, errors, cov)
         for g in tied:
             free[g] = True
         in_tie = np.zeros(len(free), dtype=bool)
         for g in tied:
             in_tie[g] = True
         if tied:
-            theta, errors, sigma = self._solve(free, tied)
+            theta, errors, sigma, _ = self._solve(free, tied)
         # a slope the data hardly determine (standard error above its value) and that does not contradict
         # the prior (within 2 errors of it) keeps the prior's value: noise must not move a cost
         vague = free & ~in_tie & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
             np.abs(theta - self.theta0) <= 2.0 * errors)
         if vague.any():
             free = free & ~vague
-            theta, errors, sigma = self._solve(free, tied)
+            theta, errors, sigma, _ = self._solve(free, tied)
         snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
         kv, reqs = self._ctx
         ctx, ctx_i = _snap(float(kv / reqs)) if reqs > 0 and kv > 0 else (0.0, None)
