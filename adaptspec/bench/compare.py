@@ -33,6 +33,7 @@ import yaml
 from adaptspec.bench._server import Server
 from adaptspec.bench.loadgen import LoadConfig, free_port, run_point, summarize
 from adaptspec.bench.prompts import PromptItem
+from adaptspec.bench.steady import run_steady
 from adaptspec.control.config import pool_proposers
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.errors import ConfigError
@@ -255,7 +256,13 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
     On a shared machine the speed drifts over minutes; interleaving puts every policy under the same
     drift, so their ratios at a point are fair. A policy's row merges its rounds (tokens over the summed
     measured windows) and keeps each round's tokens/s (`round_output_tokens_per_s`, in round order: the
-    run-to-run spread of a ratio is that of its per-round ratios, `report.round_spread_text`). Warm-up requests run in the first round of each point only.
+    run-to-run spread of a ratio is that of its per-round ratios, `report.round_spread_text`).
+
+    `--duration` at a concurrency: every policy's round is a steady-state run (bench/steady.py): it warms
+    up until each client finished `--steady-lifetimes` requests (and `--warmup` seconds passed), then counts
+    the tokens that arrive in a window of duration / rounds seconds; the workers' counters are read at the
+    window's edges. `--requests` (or a rate, or --steady-lifetimes 0): whole requests started in the round
+    are counted, with warm-up requests in the first round of each point only.
     """
     from adaptspec.bench._progress import progress_bar
 
@@ -263,11 +270,16 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
     streams = {label: stream() for label, _, _ in targets}  # same prompt order for every policy
     per_round = None if args.requests is None else max(1, -(-args.requests // rounds))
     per_round_s = None if args.duration is None else args.duration / rounds
+    lifetimes = int(getattr(args, "steady_lifetimes", 1) or 0)
     rows = []
     with progress_bar(len(loads) * rounds * len(targets), "compare", not args.no_progress) as bar:
         for kind, value in loads:
+            steady = kind == "concurrency" and per_round_s is not None and per_round is None and lifetimes > 0
             records: dict[str, list] = {label: [] for label, _, _ in targets}
             windows = dict.fromkeys(records, 0.0)
+            tokens = dict.fromkeys(records, 0.0)  # steady: tokens that arrived inside the windows
+            done = dict.fromkeys(records, 0)  # steady: requests completed inside the windows
+            warmups: dict[str, list[float]] = {label: [] for label in records}
             by_round: dict[str, list[float]] = {label: [] for label in records}  # tokens/s of each round
             engine: dict[str, StepCounters | None] = dict.fromkeys(records, StepCounters())  # step telemetry
             for r in range(rounds):
@@ -279,19 +291,42 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
                                      warmup_requests=args.warmup_requests if r == 0 else 0,
                                      max_tokens=args.max_tokens, temperature=args.temperature,
                                      timeout_s=args.timeout, api_key=args.api_key, **{kind: value})
-                    before = engine_counters(worker_urls) if worker_urls else None
-                    recs, window = asyncio.run(run_point(cfg, streams[label]))
-                    after = engine_counters(worker_urls) if before is not None else None
+                    edges: dict[str, StepCounters | None] = {}
+
+                    def read_counters(edge: str, edges=edges) -> None:
+                        edges[edge] = engine_counters(worker_urls) if worker_urls else None
+
+                    if steady:
+                        res = asyncio.run(run_steady(cfg, streams[label], per_round_s, min_warmup_s=args.warmup,
+                                                     lifetimes=lifetimes, on_window=read_counters))
+                        recs, window = res.measured(), res.window_s
+                        tokens[label] += res.tokens_in_window()
+                        done[label] += res.completed_in_window()
+                        warmups[label].append(res.warmup_s)
+                        by_round[label].append(res.tokens_in_window() / window if window > 0 else 0.0)
+                        log.info("%s %s=%g round %d: warm-up %.1f s, %.0f tokens in %.1f s", label, kind, value,
+                                 r + 1, res.warmup_s, res.tokens_in_window(), window)
+                    else:
+                        read_counters("start")
+                        recs, window = asyncio.run(run_point(cfg, streams[label]))
+                        read_counters("end")
+                        by_round[label].append(summarize(recs, window)["output_tokens_per_s"])
+                    before, after = edges.get("start"), edges.get("end")
                     delta = after.since(before) if after is not None and before is not None else None
                     acc = engine[label]
                     engine[label] = None if delta is None or acc is None else _add(acc, delta)
                     records[label] += recs
                     windows[label] += window
-                    by_round[label].append(summarize(recs, window)["output_tokens_per_s"])
                     bar.update(1)
             for label, _, f in targets:
                 row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
                        "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": by_round[label]}
+                if steady and windows[label] > 0:
+                    # the steady throughput: tokens and completions inside the windows (latencies: the
+                    # requests started inside them)
+                    row.update(measure="steady", window_tokens=tokens[label], warmup_s=warmups[label],
+                               output_tokens_per_s=tokens[label] / windows[label],
+                               requests_per_s=done[label] / windows[label])
                 if engine[label] is not None and engine[label].steps:
                     row["engine"] = engine_summary(engine[label])
                 if row["errors"]:

@@ -86,6 +86,10 @@ def register(subparsers) -> None:
                    help="compare: step-time profile (name or YAML path) of the workers' pool (default cpu-tiny)")
     p.add_argument("--rounds", type=int, default=4,
                    help="compare: split each point into this many rounds over all policies (default 4)")
+    p.add_argument("--steady-lifetimes", type=int, default=1,
+                   help="compare --duration at a concurrency: warm each policy's round up until every client "
+                        "finished this many requests, then count the tokens arriving in the window (steady "
+                        "load, not one wave); 0 = count the requests started in the round (default 1)")
     p.add_argument("--tolerance", type=float, default=0.95,
                    help="compare: target adaptive >= this x best static (default 0.95)")
     p.set_defaults(func=run)

@@ -37,6 +37,18 @@ steps among decodes — hides a 5x error from squared errors for hundreds of ste
 linear form cannot express (a GPU roofline) keeps pricing; a wrong one is replaced as soon as the fit
 predicts better. Trust does not flicker with the load: the squared errors span the regression's horizon.
 
+Collinearity. Batched and KV tokens per step both grow with the number of running requests, and a model
+proposer's passes and drafted tokens with the drafting share at a fixed gamma: the data then determine the
+sum of a pair's costs, not how it splits, and the split decides a drafted token's price (batched, not KV).
+Such a pair (the target's two slopes; each proposer's per-pass and per-token costs) is fitted as ONE scale s
+of the profile's coefficients (theta_g = s * theta0_g: the profile's ratio, the data's level; a profile
+measured elsewhere is off mostly by a common factor) when either (a) one member is not identified next to
+one that is (holding it at the prior's value would load its whole error onto the other), or (b) both are
+fitted but the design is ill-conditioned, their estimates correlating below -0.9 with a relative standard
+error above `weak_rel` (10%), and the fitted ratio is within two standard errors of the profile's (Wald
+test). Data that separate the pair, or contradict the ratio, fit both freely. `CalibratedCosts.tied` names
+them.
+
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
 coefficients held at the prior).
@@ -69,6 +81,7 @@ _MIN_WINDOWS = 8.0  # and never fewer telemetry windows than this
 _ERR_DECAY = 0.5 ** (1.0 / 16.0)  # the profile's recent bias: half-life of 16 windows
 _BIAS_T = 4.0  # a profile whose mean error is this many standard errors from 0 ...
 _BIAS_REL = 0.2  # ... and at least this share of the measured step time is systematically off
+_COLLINEAR = 0.9  # two slopes whose estimates correlate below -0.9: the data determine their sum, not each
 
 
 def feature_names(proposers: Sequence[str] = MODEL_PROPOSERS) -> tuple[str, ...]:
@@ -165,6 +178,7 @@ class CalibratedCosts:
     # prequential mean squared error per step of the fit and of the profile on the windows seen (seconds^2)
     fit_mse: float = math.nan
     prior_mse: float = math.nan
+    tied: tuple[str, ...] = ()  # coefficients fitted at the profile's ratios (one scale per group; module doc)
 
     @property
     def target(self) -> StepTimeModel:
@@ -205,6 +219,7 @@ class StepCalibrator:
     half_life_steps: float = 20_000.0
     min_steps: float = 300.0
     min_spread: float = 0.05
+    weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
     theta0: np.ndarray = field(init=False)
@@ -305,29 +320,86 @@ class StepCalibrator:
             self._cached = self._fit()
         return self._cached
 
-    def _solve(self, free: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coefficients, standard errors, sigma) with the `free` ones fitted and the others at the prior."""
+    def _solve(self, free: np.ndarray, tied: Sequence[np.ndarray] = ()
+               ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+        """(coefficients, standard errors, sigma, covariance [d, d]) with the `free` ones fitted and the others at the prior;
+        each group in `tied` (indices, all free) is fitted as one scale s of the prior's coefficients there
+        (theta_g = s * theta0_g: the profile's ratios, the data's level).
+
+        The fit is over phi, theta = B phi + (theta0 where not free): B has a unit column per untied free
+        coefficient and the column theta0_g per tied group (whose prior value is s = 1)."""
         theta = self.theta0.copy()
-        errors = np.full(len(self.names), math.nan)
+        d = len(self.names)
+        errors = np.full(d, math.nan)
         sigma = math.nan
+        cov = np.full((d, d), math.nan)
         if not free.any():
-            return theta, errors, sigma
+            return theta, errors, sigma, cov
         n = self.steps
-        fx = np.where(~free)[0]
-        idx = np.where(free)[0]
-        s_ff = self._s[np.ix_(idx, idx)]
-        # the prior: worth prior_steps steps of each coefficient's own (partial) information per step
-        partial = 1.0 / np.diag(np.linalg.pinv(s_ff / n))
+        in_tie = np.zeros(d, dtype=bool)
+        for g in tied:
+            in_tie[g] = True
+        cols = [np.eye(d)[j] for j in np.where(free & ~in_tie)[0]]
+        phi0 = [self.theta0[j] for j in np.where(free & ~in_tie)[0]]
+        for g in tied:
+            col = np.zeros(d)
+            col[g] = self.theta0[g]
+            cols.append(col)
+            phi0.append(1.0)
+        b = np.stack(cols, axis=1)  # [d, f]
+        phi0 = np.asarray(phi0)  # [f]
+        off = np.where(free, 0.0, self.theta0)  # [d] the coefficients held at the prior
+        s_b = b.T @ self._s @ b  # [f, f]
+        # the prior: worth prior_steps steps of each parameter's own (partial) information per step
+        partial = 1.0 / np.diag(np.linalg.pinv(s_b / n))
         ridge = self.prior_steps * np.clip(partial, 0.0, None)
-        m = s_ff + np.diag(ridge)
-        g = self._r[idx] - self._s[np.ix_(idx, fx)] @ self.theta0[fx] + ridge * self.theta0[idx]
-        theta[idx] = nnls_quadratic(m, g)
+        m = s_b + np.diag(ridge)
+        g = b.T @ (self._r - self._s @ off) + ridge * phi0
+        theta = b @ nnls_quadratic(m, g) + off
         rss = self._q - 2.0 * theta @ self._r + theta @ self._s @ theta
-        dof = self._windows - len(idx)
+        dof = self._windows - b.shape[1]
         if dof > 0.5:
             sigma = math.sqrt(max(rss, 0.0) / dof)
-            errors[idx] = sigma * np.sqrt(np.clip(np.diag(np.linalg.inv(m)), 0.0, None))
-        return theta, errors, sigma
+            cov = sigma**2 * (b @ np.linalg.inv(m) @ b.T)  # [d, d]
+            errors[free] = np.sqrt(np.clip(np.diag(cov), 0.0, None))[free]
+        return theta, errors, sigma, cov
+
+    def _groups(self) -> list[np.ndarray]:
+        """Coefficients that share a scale when the data cannot split them: the target's two slopes (batched
+        and KV tokens grow together with the number of running requests), each model proposer's per-pass
+        and per-token costs (passes and drafted tokens grow together at a fixed gamma)."""
+        out = [np.array([1, 2])]
+        for i in range(len(self.proposers)):
+            out.append(np.array([3 + 2 * i, 4 + 2 * i]))
+        return out
+
+    def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray, cov: np.ndarray) -> list[np.ndarray]:
+        """The groups to fit at the profile's ratios (module doc, Collinearity): the prior is positive on the
+        whole group, every member has data; and either a member is not identified next to one that is,
+        or all are fitted but weakly (estimates correlated below -0.9, a relative standard error above
+        `weak_rel`) and their fitted ratio is within two standard errors of the profile's (a Wald test of
+        theta_i theta0_j = theta_j theta0_i)."""
+        out = []
+        g_s = np.diag(self._s)
+        for g in self._groups():
+            if not (self.theta0[g] > 0).all() or not free[g].any() or not (g_s[g] > 0).all():
+                continue
+            if not free[g].all():
+                out.append(g)
+                continue
+            i, j = g[0], g[1]
+            if not np.isfinite(cov[np.ix_(g, g)]).all():  # too few windows for errors yet
+                continue
+            corr = cov[i, j] / max(math.sqrt(cov[i, i] * cov[j, j]), 1e-300)
+            if corr > -_COLLINEAR or not (errors[g] > self.weak_rel * np.maximum(theta[g], 1e-300)).any():
+                continue
+            contrast = theta[i] * self.theta0[j] - theta[j] * self.theta0[i]
+            grad = np.zeros(len(theta))
+            grad[i], grad[j] = self.theta0[j], -self.theta0[i]
+            var = float(grad @ cov @ grad)
+            if contrast * contrast <= 4.0 * var:
+                out.append(g)
+        return out
 
     def required_steps(self) -> float:
         """Engine steps of evidence the fit needs before it is trusted: `min_steps`, or fewer the worse the
@@ -376,14 +448,22 @@ class StepCalibrator:
     def _fit(self) -> CalibratedCosts:
         free = self._identified()
         n = self.steps
-        theta, errors, sigma = self._solve(free)
+        theta, errors, sigma, cov = self._solve(free)
+        tied = self._ties(free, theta, errors, cov)
+        for g in tied:
+            free[g] = True
+        in_tie = np.zeros(len(free), dtype=bool)
+        for g in tied:
+            in_tie[g] = True
+        if tied:
+            theta, errors, sigma, _ = self._solve(free, tied)
         # a slope the data hardly determine (standard error above its value) and that does not contradict
         # the prior (within 2 errors of it) keeps the prior's value: noise must not move a cost
-        vague = free & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
+        vague = free & ~in_tie & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
             np.abs(theta - self.theta0) <= 2.0 * errors)
         if vague.any():
             free = free & ~vague
-            theta, errors, sigma = self._solve(free)
+            theta, errors, sigma, _ = self._solve(free, tied)
         snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
         kv, reqs = self._ctx
         ctx, ctx_i = _snap(float(kv / reqs)) if reqs > 0 and kv > 0 else (0.0, None)
@@ -396,4 +476,5 @@ class StepCalibrator:
             steps=n, trusted=self._trusted(n), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
             snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
             fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
-            prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan)
+            prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,
+            tied=tuple(self.names[j] for g in tied for j in g))
