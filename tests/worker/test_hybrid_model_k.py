@@ -11,7 +11,7 @@ from engine_requests import chat_ids, greedy_request
 from test_eagle import random_head, random_target
 from test_hybrid import ASSETS, COPY_PROMPT, OPEN_PROMPT, run_hybrid_law
 
-from adaptspec.worker.engine import Engine
+from adaptspec.worker.engine import HYBRID_MODEL_COST, Engine
 from adaptspec.worker.proposers import (
     EagleProposer,
     HybridProposer,
@@ -121,3 +121,22 @@ def test_sampled_output_follows_the_target_with_a_priced_hybrid():
     drafted = hybrid.drafts_by_source["eagle"]
     assert drafted > 1000 and hybrid.drafts_by_source["ngram"] > 1000
     assert hybrid.model_shortened > 1000  # the head drafted fewer tokens than k at many misses
+
+
+def test_worker_cli_sets_the_hybrid_model_cost_and_refuses_a_bad_one(capsys):
+    from adaptspec.cli import build_parser
+    from adaptspec.cli._worker import build_engine
+
+    parser = build_parser()
+    engine, _ = build_engine(parser.parse_args(["worker", "--max-batch", "1", "--hybrid-model-cost", "0.2"]))
+    assert engine._proposers["hybrid"].model_cost == 0.2
+    engine, _ = build_engine(parser.parse_args(["worker", "--max-batch", "1"]))
+    assert engine._proposers["hybrid"].model_cost == HYBRID_MODEL_COST
+    for bad in ("1", "-0.1", "nan", "cheap"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["worker", "--hybrid-model-cost", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--hybrid-model-cost" in err and "[0, 1)" in err and repr(bad) in err
+    help_text = parser._subparsers._group_actions[0].choices["worker"].format_help()
+    assert "--hybrid-model-cost" in help_text
