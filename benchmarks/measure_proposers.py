@@ -78,6 +78,30 @@ class ProposeTimer:
         return propose
 
 
+class StepRecorder:
+    """One record per engine step of a concurrency-1 run: the row's label, what drafted (`source`: "ngram",
+    the model's name, or "plain" for a step without a draft), the tokens it drafted and accepted, and the
+    step's wall seconds (propose + forward + verify + commit). `label` is set by the caller before each
+    request."""
+
+    def __init__(self, engine: Engine):
+        self.label = ""
+        self.steps: list[dict] = []
+        step = engine.step
+
+        def recorded(batch):
+            before = [(s.draft_tokens, s.accepted_tokens, len(s.tokens)) for s in batch]
+            t0 = time.perf_counter()
+            step(batch)
+            dt = time.perf_counter() - t0
+            for s, (d0, a0, n0) in zip(batch, before, strict=True):
+                k = s.draft_tokens - d0
+                self.steps.append({"label": self.label, "source": s.source if k else "plain", "k": k,
+                                   "accepted": s.accepted_tokens - a0, "position": n0 - s.num_prompt,
+                                   "seconds": dt})
+        engine.step = recorded
+
+
 HYBRID_COUNTERS = ("drafts_by_source", "tokens_by_source", "model_declined", "model_shortened")
 
 
@@ -86,9 +110,11 @@ def _hybrid_counters(hybrid) -> dict:
 
 
 def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer,
-            hybrid_costs: tuple[float, ...] = ()) -> dict:
+            hybrid_costs: tuple[float, ...] = (), recorder: StepRecorder | None = None, name: str = "",
+            rotate: int = 0) -> dict:
     """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, rows "hybrid@C";
-    they share the hybrid's pooled survival counts), one request at a time, round robin."""
+    they share the hybrid's pooled survival counts), one request at a time, round robin; the rows' order
+    rotates by one per prompt (starting at `rotate`), so that no row always follows the same one."""
     hybrid = engine._proposers["hybrid"]
     default_cost = hybrid.model_cost
     rows = [(p, p, default_cost) for p in PROPOSERS] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
@@ -98,8 +124,11 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
     for n, messages in enumerate(prompts):
         ids = engine.encode(engine.apply_chat_template(messages))
         ref = None
-        for label, p, cost in rows:
+        turn = (n + rotate) % len(rows)
+        for label, p, cost in rows[turn:] + rows[:turn]:
             hybrid.model_cost = cost
+            if recorder is not None:
+                recorder.label = f"{name}/{label}/{n}"
             c0 = _hybrid_counters(hybrid)
             req = GenRequest(f"{label}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
                              num_speculative_tokens=gamma if p != "none" else 0)
@@ -123,17 +152,44 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
             r["accepted"] += m1.spec_num_accepted_tokens - m0.spec_num_accepted_tokens
             r["drafts"] += m1.spec_num_drafts - m0.spec_num_drafts
             r["steps"] += m1.num_steps - m0.num_steps
-    for r in res.values():
+    hybrid.model_cost = default_cost
+    for label, counters in hc.items():
+        res[label].update(counters)
+    return res
+
+
+def merged(rounds: list[dict]) -> dict:
+    """One set's rows summed over rounds, with the derived figures (tokens/s, acceptance, ...)."""
+    out: dict[str, dict] = {}
+    for res in rounds:
+        for label, r in res.items():
+            acc = out.setdefault(label, {})
+            for k, v in r.items():
+                if isinstance(v, dict):
+                    d = acc.setdefault(k, dict.fromkeys(v, 0))
+                    for kk, vv in v.items():
+                        d[kk] += vv
+                else:
+                    acc[k] = acc.get(k, 0) + v
+    for r in out.values():
         r["tokens_per_s"] = round(r["tokens"] / r["seconds"], 1)
         r["acceptance"] = round(r["accepted"] / r["draft_tokens"], 3) if r["draft_tokens"] else None
         r["tokens_per_step"] = round(r["tokens"] / r["steps"], 2)
         r["propose_ms_per_step"] = round(1e3 * r["propose_seconds"] / r["steps"], 3)
         r["seconds"] = round(r["seconds"], 2)
         r["propose_seconds"] = round(r["propose_seconds"], 3)
-    hybrid.model_cost = default_cost
-    for label, counters in hc.items():
-        res[label].update(counters)
-    return res
+    return out
+
+
+def ratios(rounds: list[dict]) -> dict:
+    """Per round, each hybrid row's tokens/s over max(ngram, eagle)'s in the same round; median, min, max."""
+    out = {}
+    for label in (x for x in rounds[0] if x.startswith("hybrid")):
+        rs = [(r[label]["tokens"] / r[label]["seconds"])
+              / max(r[p]["tokens"] / r[p]["seconds"] for p in ("ngram", "eagle")) for r in rounds]
+        out[label] = {"rounds": [round(x, 3) for x in rs], "median": round(statistics.median(rs), 3),
+                      "min": round(min(rs), 3), "max": round(max(rs), 3)}
+    return out
 
 
 def _add_counters(acc: dict, before: dict, after: dict) -> None:
@@ -218,6 +274,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat every set this many times, interleaved; ratios per round, median and range")
+    ap.add_argument("--steps", type=Path, default=None, metavar="JSONL",
+                    help="write one record per engine step (row, source, drafted, accepted, wall seconds)")
     ap.add_argument("--costs", default=None, metavar="B,B,...",
                     help="only time single passes (target, draft model, EAGLE head) at these batch sizes")
     args = ap.parse_args()
@@ -231,24 +291,36 @@ def main() -> None:
             args.json.write_text(json.dumps(costs, indent=2) + "\n")
         return
     timer = ProposeTimer(engine)
+    recorder = StepRecorder(engine) if args.steps else None
     costs = tuple(float(c) for c in args.hybrid_costs.split(",") if c)
     sets = {"copy_heavy": copy_heavy_prompts(args.data.resolve(), args.copy_prompts) if args.copy_prompts else [],
             "summarize": summarize_prompts(args.summarize), "mixed": mixed_prompts(args.per_class)}
+    sets = {name: prompts for name, prompts in sets.items() if prompts}
+    per_round: dict[str, list[dict]] = {name: [] for name in sets}
     with engine:
         warm = [[{"role": "user", "content": "Hello there."}]]
         run_set(engine, warm, args.gamma, 16, timer)
-        out = {"gamma": args.gamma, "max_tokens": args.max_tokens,
-               "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
-        for name, prompts in sets.items():
-            if prompts:
-                out[name] = run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs)
+        for r in range(args.rounds):  # rounds interleave the sets too: a slow minute hits all of them
+            for name, prompts in sets.items():
+                per_round[name].append(run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs,
+                                               recorder, f"{r}/{name}", rotate=r))
+    out = {"gamma": args.gamma, "max_tokens": args.max_tokens, "rounds": args.rounds,
+           "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
     for name in sets:
-        if name in out:
-            print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, hybrid "
-                        f"model_cost {out['hybrid_model_cost']})", out[name]))
-            print()
+        out[name] = merged(per_round[name])
+        out[name + "_ratios"] = ratios(per_round[name])
+        out[name + "_tokens_per_s_by_round"] = [{label: round(x["tokens"] / x["seconds"], 1) for label, x in res.items()}
+                                                for res in per_round[name]]
+        print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, {args.rounds} "
+                    f"round(s), hybrid model_cost {out['hybrid_model_cost']})", out[name]))
+        for label, q in out[name + "_ratios"].items():
+            print(f"{label} / max(ngram, eagle) by round: {q['rounds']}; median {q['median']} "
+                  f"[{q['min']}, {q['max']}]")
+        print()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if recorder is not None:
+        args.steps.write_text("".join(json.dumps(st) + "\n" for st in recorder.steps))
 
 
 if __name__ == "__main__":
