@@ -222,6 +222,34 @@ def table(name: str, res: dict) -> str:
     return "\n".join(lines)
 
 
+def price_check(res: dict, gamma: int, profile_name: str = "cpu-tiny") -> dict:
+    """Each hybrid row's drafting as measured (propose seconds per step over the `none` row's step) next to the
+    cost model's price at batch 1 (`DraftCost.time` over the profile's step) with the row's lookup hit rate pi
+    and model tokens per miss m, and at m = gamma (the unpriced hybrid's price); drafted tokens per step as
+    measured and as `costmodel.hybrid_step` puts them (lookup drafts taken as gamma long)."""
+    from adaptspec.control.costmodel import hybrid_step
+    from adaptspec.control.profiles import load_profile
+
+    prof = load_profile(profile_name)
+    cost, kv = prof.draft("hybrid"), prof.context_tokens
+    step = prof.target.time(1, kv)
+    none_s = res["none"]["seconds"] / res["none"]["steps"]
+    out = {}
+    for label in (x for x in res if x.startswith("hybrid")):
+        r = res[label]
+        model = next(k for k in r["drafts_by_source"] if k != "ngram")
+        hits, misses = r["drafts_by_source"]["ngram"], r["drafts_by_source"][model] + r["model_declined"]
+        pi, m = hits / (hits + misses), r["tokens_by_source"][model] / max(misses, 1)
+        out[label] = {"lookup_rate": round(pi, 3), "model_tokens_per_miss": round(m, 2),
+                      "measured_share": round(r["propose_seconds"] / r["steps"] / none_s, 3),
+                      "priced_share": round(cost.time(gamma, 1, kv, prof.target, lookup_rate=pi,
+                                                      fallback_tokens=m) / step, 3),
+                      "priced_share_at_gamma": round(cost.time(gamma, 1, kv, prof.target, lookup_rate=pi) / step, 3),
+                      "drafted_per_step": round(r["draft_tokens"] / r["steps"], 2),
+                      "drafted_per_step_priced": round(hybrid_step(gamma, pi, m).drafted, 2)}
+    return out
+
+
 def _timed_ms(fns: dict, reps: int) -> dict:
     """Median and minimum ms per call of each fn, the fns interleaved call by call (shared-machine noise
     hits all alike; the minimum is the least disturbed pass)."""
@@ -313,6 +341,12 @@ def main() -> None:
                                                 for res in per_round[name]]
         print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, {args.rounds} "
                     f"round(s), hybrid model_cost {out['hybrid_model_cost']})", out[name]))
+        out[name + "_price_check"] = price_check(out[name], args.gamma)
+        for label, q in out[name + "_price_check"].items():
+            print(f"{label} drafting: measured {q['measured_share']} of a none step, priced {q['priced_share']} "
+                  f"(at gamma: {q['priced_share_at_gamma']}; lookup rate {q['lookup_rate']}, "
+                  f"{q['model_tokens_per_miss']} model tokens per miss); drafted tokens per step measured "
+                  f"{q['drafted_per_step']}, priced {q['drafted_per_step_priced']}")
         for label, q in out[name + "_ratios"].items():
             print(f"{label} / max(ngram, eagle) by round: {q['rounds']}; median {q['median']} "
                   f"[{q['min']}, {q['max']}]")
