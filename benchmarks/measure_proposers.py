@@ -111,13 +111,13 @@ def _hybrid_counters(hybrid) -> dict:
 
 def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer,
             hybrid_costs: tuple[float, ...] = (), recorder: StepRecorder | None = None, name: str = "",
-            rotate: int = 0) -> dict:
+            rotate: int = 0, proposers: tuple[str, ...] = PROPOSERS) -> dict:
     """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, rows "hybrid@C";
     they share the hybrid's pooled survival counts), one request at a time, round robin; the rows' order
     rotates by one per prompt (starting at `rotate`), so that no row always follows the same one."""
     hybrid = engine._proposers["hybrid"]
     default_cost = hybrid.model_cost
-    rows = [(p, p, default_cost) for p in PROPOSERS] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
+    rows = [(p, p, default_cost) for p in proposers] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
     res = {label: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0,
                    "propose_seconds": 0.0} for label, _, _ in rows}
     hc: dict[str, dict] = {label: {} for label, p, _ in rows if p == "hybrid"}  # hybrid counters per row
@@ -213,8 +213,9 @@ def table(name: str, res: dict) -> str:
         lines.append(f"| {p} | {r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {acc} | "
                      f"{r['tokens_per_step']} | {r['propose_ms_per_step']} | {r['tokens']} | {r['seconds']} |")
     best = max(res["ngram"]["tokens_per_s"], res["eagle"]["tokens_per_s"])
-    lines += ["", f"hybrid / max(ngram, eagle) = {res['hybrid']['tokens_per_s'] / best:.3f}; "
-              f"eagle / draft = {res['eagle']['tokens_per_s'] / res['draft']['tokens_per_s']:.3f}; hybrid: "
+    vs_draft = (f"eagle / draft = {res['eagle']['tokens_per_s'] / res['draft']['tokens_per_s']:.3f}; "
+                if "draft" in res else "")
+    lines += ["", f"hybrid / max(ngram, eagle) = {res['hybrid']['tokens_per_s'] / best:.3f}; {vs_draft}hybrid: "
               + ", ".join(f"{k} {res['hybrid'][k]}" for k in HYBRID_COUNTERS)]
     for label in (x for x in res if x.startswith("hybrid@")):
         lines.append(f"{label} / max(ngram, eagle) = {res[label]['tokens_per_s'] / best:.3f}; "
@@ -247,6 +248,51 @@ def price_check(res: dict, gamma: int, profile_name: str = "cpu-tiny") -> dict:
                       "priced_share_at_gamma": round(cost.time(gamma, 1, kv, prof.target, lookup_rate=pi) / step, 3),
                       "drafted_per_step": round(r["draft_tokens"] / r["steps"], 2),
                       "drafted_per_step_priced": round(hybrid_step(gamma, pi, m).drafted, 2)}
+    return out
+
+
+def analyze_steps(records: list[dict], set_name: str) -> dict:
+    """Where each row's time went, from `--steps` records of one set (decode steps only: a request's first,
+    prefill step is left out). A least-squares fit over every row's steps of
+
+        step seconds = t_step + t_token * drafted tokens verified + t_pass * model passes
+
+    (batch 1: a model-drafted step runs k passes) prices the work; per row: steps, drafted tokens, passes, the
+    measured seconds and the fitted ones. A row whose measured time exceeds its fitted time by more than the
+    others' does is paying for something the work counts miss; per round, its time over n-gram's."""
+    import numpy as np
+
+    rows: dict[str, list[dict]] = {}
+    for st in (x for x in records if x["label"].count("/") == 3):  # not the warm-up's
+        r, name, label, _ = st["label"].split("/")
+        if name == set_name and st["position"] > 0:
+            rows.setdefault(label, []).append({**st, "round": int(r)})
+    every = [st for sts in rows.values() for st in sts]
+    design = np.array([[1.0, st["k"], st["k"] if st["source"] not in ("plain", "ngram") else 0.0]
+                       for st in every])  # [steps, 3]
+    secs = np.array([st["seconds"] for st in every])
+    coef = np.linalg.lstsq(design, secs, rcond=None)[0]
+    out: dict = {"fit_ms": {"step": round(1e3 * coef[0], 3), "per_token": round(1e3 * coef[1], 3),
+                            "per_pass": round(1e3 * coef[2], 3)}, "rows": {}}
+    for label, sts in rows.items():
+        x = np.array([[1.0, st["k"], st["k"] if st["source"] not in ("plain", "ngram") else 0.0] for st in sts])
+        measured, fitted = float(sum(st["seconds"] for st in sts)), float((x @ coef).sum())
+        by_source: dict[str, dict] = {}
+        for st in sts:
+            b = by_source.setdefault(st["source"], {"steps": 0, "drafted": 0, "accepted": 0, "seconds": []})
+            b["steps"] += 1
+            b["drafted"] += st["k"]
+            b["accepted"] += st["accepted"]
+            b["seconds"].append(st["seconds"])
+        for b in by_source.values():
+            b["median_ms"] = round(1e3 * statistics.median(b.pop("seconds")), 2)
+        per_round = {}
+        for st in sts:
+            per_round[st["round"]] = per_round.get(st["round"], 0.0) + st["seconds"]
+        out["rows"][label] = {"steps": len(sts), "drafted": int(x[:, 1].sum()), "passes": int(x[:, 2].sum()),
+                              "measured_s": round(measured, 2), "fitted_s": round(fitted, 2),
+                              "measured_over_fitted": round(measured / fitted, 3), "by_source": by_source,
+                              "seconds_by_round": {r: round(v, 2) for r, v in sorted(per_round.items())}}
     return out
 
 
@@ -308,7 +354,16 @@ def main() -> None:
                     help="write one record per engine step (row, source, drafted, accepted, wall seconds)")
     ap.add_argument("--costs", default=None, metavar="B,B,...",
                     help="only time single passes (target, draft model, EAGLE head) at these batch sizes")
+    ap.add_argument("--skip", default="", metavar="P,P",
+                    help="leave these proposers out (e.g. draft: the slowest; none, ngram, eagle, hybrid stay)")
+    ap.add_argument("--analyze", type=Path, default=None, metavar="JSONL",
+                    help="only analyse a --steps file: where each row's time went, per set (JSON to stdout)")
     args = ap.parse_args()
+    if args.analyze:
+        records = [json.loads(line) for line in args.analyze.read_text().splitlines() if line.strip()]
+        names = sorted({st["label"].split("/")[1] for st in records if st["label"].count("/") == 3})
+        print(json.dumps({name: analyze_steps(records, name) for name in names}, indent=2))
+        return
     opts = {} if args.hybrid_model_cost is None else {"hybrid_model_cost": args.hybrid_model_cost}
     engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads, **opts)
     if args.costs:
@@ -324,6 +379,9 @@ def main() -> None:
     sets = {"copy_heavy": copy_heavy_prompts(args.data.resolve(), args.copy_prompts) if args.copy_prompts else [],
             "summarize": summarize_prompts(args.summarize), "mixed": mixed_prompts(args.per_class)}
     sets = {name: prompts for name, prompts in sets.items() if prompts}
+    rows = tuple(p for p in PROPOSERS if p not in args.skip.split(","))
+    if not {"none", "ngram", "eagle", "hybrid"} <= set(rows):
+        ap.error(f"--skip {args.skip}: only draft may be left out (the ratios need none, ngram, eagle, hybrid)")
     per_round: dict[str, list[dict]] = {name: [] for name in sets}
     with engine:
         warm = [[{"role": "user", "content": "Hello there."}]]
@@ -331,7 +389,7 @@ def main() -> None:
         for r in range(args.rounds):  # rounds interleave the sets too: a slow minute hits all of them
             for name, prompts in sets.items():
                 per_round[name].append(run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs,
-                                               recorder, f"{r}/{name}", rotate=r))
+                                               recorder, f"{r}/{name}", rotate=r, proposers=rows))
     out = {"gamma": args.gamma, "max_tokens": args.max_tokens, "rounds": args.rounds,
            "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
     for name in sets:
