@@ -110,14 +110,16 @@ def _hybrid_counters(hybrid) -> dict:
 
 
 def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer,
-            hybrid_costs: tuple[float, ...] = (), recorder: StepRecorder | None = None, name: str = "",
+            hybrid_costs: tuple[tuple[float, float], ...] = (), recorder: StepRecorder | None = None, name: str = "",
             rotate: int = 0, proposers: tuple[str, ...] = PROPOSERS) -> dict:
-    """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, rows "hybrid@C";
-    they share the hybrid's pooled survival counts), one request at a time, round robin; the rows' order
-    rotates by one per prompt (starting at `rotate`), so that no row always follows the same one."""
+    """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, (model cost, call
+    cost) pairs, rows "hybrid@C" (call cost 0) or "hybrid@C+F"; they share the hybrid's pooled survival
+    counts), one request at a time, round robin; the rows' order rotates by one per prompt (starting at
+    `rotate`), so that no row always follows the same one."""
     hybrid = engine._proposers["hybrid"]
-    default_cost = hybrid.model_cost
-    rows = [(p, p, default_cost) for p in proposers] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
+    default_cost = (hybrid.model_cost, hybrid.call_cost)
+    rows = [(p, p, default_cost) for p in proposers] + \
+        [(f"hybrid@{c:g}" + (f"+{f:g}" if f else ""), "hybrid", (c, f)) for c, f in hybrid_costs]
     res = {label: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0,
                    "propose_seconds": 0.0} for label, _, _ in rows}
     hc: dict[str, dict] = {label: {} for label, p, _ in rows if p == "hybrid"}  # hybrid counters per row
@@ -126,7 +128,7 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
         ref = None
         turn = (n + rotate) % len(rows)
         for label, p, cost in rows[turn:] + rows[:turn]:
-            hybrid.model_cost = cost
+            hybrid.model_cost, hybrid.call_cost = cost
             if recorder is not None:
                 recorder.label = f"{name}/{label}/{n}"
             c0 = _hybrid_counters(hybrid)
@@ -152,7 +154,7 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
             r["accepted"] += m1.spec_num_accepted_tokens - m0.spec_num_accepted_tokens
             r["drafts"] += m1.spec_num_drafts - m0.spec_num_drafts
             r["steps"] += m1.num_steps - m0.num_steps
-    hybrid.model_cost = default_cost
+    hybrid.model_cost, hybrid.call_cost = default_cost
     for label, counters in hc.items():
         res[label].update(counters)
     return res
@@ -340,10 +342,13 @@ def main() -> None:
     ap.add_argument("--copy-prompts", type=int, default=12)
     ap.add_argument("--per-class", type=int, default=4)
     ap.add_argument("--summarize", type=int, default=0, help="shipped summarize prompts (0: skip the set)")
-    ap.add_argument("--hybrid-costs", default="", metavar="C,C,...",
-                    help="also run the hybrid at these model costs, interleaved (rows hybrid@C)")
+    ap.add_argument("--hybrid-costs", default="", metavar="C[+F],...",
+                    help="also run the hybrid at these model costs C (and call costs F, default 0), interleaved "
+                         "(rows hybrid@C, hybrid@C+F)")
     ap.add_argument("--hybrid-model-cost", type=float, default=None,
                     help="the hybrid's price of a model-drafted token, share of a step (default: the engine's)")
+    ap.add_argument("--hybrid-call-cost", type=float, default=None,
+                    help="the hybrid's price of drafting at all at a miss, share of a step (default: the engine's)")
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
@@ -364,7 +369,8 @@ def main() -> None:
         names = sorted({st["label"].split("/")[1] for st in records if st["label"].count("/") == 3})
         print(json.dumps({name: analyze_steps(records, name) for name in names}, indent=2))
         return
-    opts = {} if args.hybrid_model_cost is None else {"hybrid_model_cost": args.hybrid_model_cost}
+    opts = {name: getattr(args, name) for name in ("hybrid_model_cost", "hybrid_call_cost")
+            if getattr(args, name) is not None}
     engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads, **opts)
     if args.costs:
         torch.set_num_threads(args.threads)
@@ -375,7 +381,8 @@ def main() -> None:
         return
     timer = ProposeTimer(engine)
     recorder = StepRecorder(engine) if args.steps else None
-    costs = tuple(float(c) for c in args.hybrid_costs.split(",") if c)
+    costs = tuple((float(c.partition("+")[0]), float(c.partition("+")[2] or 0.0))
+                  for c in args.hybrid_costs.split(",") if c)
     sets = {"copy_heavy": copy_heavy_prompts(args.data.resolve(), args.copy_prompts) if args.copy_prompts else [],
             "summarize": summarize_prompts(args.summarize), "mixed": mixed_prompts(args.per_class)}
     sets = {name: prompts for name, prompts in sets.items() if prompts}
@@ -391,14 +398,16 @@ def main() -> None:
                 per_round[name].append(run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs,
                                                recorder, f"{r}/{name}", rotate=r, proposers=rows))
     out = {"gamma": args.gamma, "max_tokens": args.max_tokens, "rounds": args.rounds,
-           "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
+           "hybrid_model_cost": engine._proposers["hybrid"].model_cost,
+           "hybrid_call_cost": engine._proposers["hybrid"].call_cost}
     for name in sets:
         out[name] = merged(per_round[name])
         out[name + "_ratios"] = ratios(per_round[name])
         out[name + "_tokens_per_s_by_round"] = [{label: round(x["tokens"] / x["seconds"], 1) for label, x in res.items()}
                                                 for res in per_round[name]]
         print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, {args.rounds} "
-                    f"round(s), hybrid model_cost {out['hybrid_model_cost']})", out[name]))
+                    f"round(s), hybrid model_cost {out['hybrid_model_cost']}, call_cost {out['hybrid_call_cost']})",
+                    out[name]))
         out[name + "_price_check"] = price_check(out[name], args.gamma)
         for label, q in out[name + "_price_check"].items():
             print(f"{label} drafting: measured {q['measured_share']} of a none step, priced {q['priced_share']} "
