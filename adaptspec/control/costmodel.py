@@ -99,24 +99,27 @@ def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
 
 
-def hybrid_fallback_tokens(survival: AlphaLike, model_cost: float, gamma: int, explore_every: int = 8) -> float:
+def hybrid_fallback_tokens(survival: AlphaLike, model_cost: float, gamma: int, explore_every: int = 8,
+                           call_cost: float = 0.0) -> float:
     """Tokens a hybrid's model part drafts per lookup miss, by the worker's rule (proposers/hybrid.py,
-    `HybridProposer.model_k`): the longest j <= gamma whose chance that positions 1..j all survive,
-    alpha_1 * ... * alpha_j (conditional rates, or a scalar per-token rate), is at least `model_cost`; gamma
-    when model_cost is 0 (the unpriced hybrid). Where not even the first position pays, the worker drafts one
-    token after `explore_every` declines in a row: 1 / (explore_every + 1) tokens per miss on average."""
+    `HybridProposer.model_k`): with S_j = alpha_1 * ... * alpha_j (conditional rates, or a scalar per-token
+    rate) the chance that positions 1..j all survive, the longest j <= gamma with S_j >= `model_cost`, if
+    sum_{i <= j} (S_i - model_cost) >= `call_cost` (the price of drafting at all), else none; gamma when
+    model_cost is 0 (the unpriced hybrid). Where none pays, the worker drafts one token after
+    `explore_every` declines in a row: 1 / (explore_every + 1) tokens per miss on average."""
     if gamma <= 0:
         return 0.0
     if model_cost <= 0.0:
         return float(gamma)
     rates = position_rates([float(survival)] if isinstance(survival, (int, float)) else survival, gamma)
-    survive, j = 1.0, 0
+    survive, worth, j = 1.0, 0.0, 0
     for a in rates:
         survive *= a
         if survive < model_cost:
             break
+        worth += survive - model_cost
         j += 1
-    return float(j) if j else 1.0 / (explore_every + 1)
+    return float(j) if j and worth >= call_cost else 1.0 / (explore_every + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +290,10 @@ class DraftCost:
       (at B = 1: lookup + (1 - pi) * fallback(gamma, 1); exact in expectation for fallbacks linear in the
       batch, as both model forms are here). `parts` names the two options in the profile, so a profile whose
       parts are re-priced (online calibration) re-prices the hybrid (`profiles.compose_hybrids`).
-      `model_cost`: the worker's price of a model-drafted token (`adaptspec worker --hybrid-model-cost`); the
-      model then drafts not gamma but `hybrid_fallback_tokens` per miss (`fallback_tokens` here), as many as its
-      survival pays for, and `evaluate` verifies and credits those (`hybrid_step`); 0: gamma at every miss.
+      `model_cost`, `model_call_cost`: the worker's prices of a model-drafted token and of drafting at all
+      (`adaptspec worker --hybrid-model-cost / --hybrid-call-cost`); the model then drafts not gamma but
+      `hybrid_fallback_tokens` per miss (`fallback_tokens` here), as many as its survival pays for, and
+      `evaluate` verifies and credits those (`hybrid_step`); model_cost 0: gamma at every miss.
     """
 
     kind: str
@@ -305,6 +309,7 @@ class DraftCost:
     fallback: DraftCost | None = None
     parts: tuple[str, str] = ()
     model_cost: float = 0.0
+    model_call_cost: float = 0.0
 
     @property
     def per_step(self) -> bool:
@@ -417,7 +422,8 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     if cost.kind == "hybrid":
         # the model drafts as far as its survival pays (the worker's rule at the profile's model_cost): per
         # miss m tokens, so a step verifies pi * gamma + (1 - pi) * m drafted tokens, not gamma
-        m = hybrid_fallback_tokens(alpha if fallback_alpha is None else fallback_alpha, cost.model_cost, gamma)
+        m = hybrid_fallback_tokens(alpha if fallback_alpha is None else fallback_alpha, cost.model_cost, gamma,
+                                   call_cost=cost.model_call_cost)
         hs = hybrid_step(gamma, pi, m, batch)
         draft = cost.time(gamma, batch, kv, profile.target, lookup_rate=pi, fallback_tokens=m)
         drafting = hs.drafted / gamma

@@ -25,6 +25,12 @@ def test_fallback_tokens_follow_the_workers_survival_rule(survival, cost, gamma,
     assert hybrid_fallback_tokens(survival, cost, 0) == 0.0
 
 
+@pytest.mark.parametrize("call,want", [(0.0, 3.0), (0.88, 3.0), (0.95, 1 / 9)])
+def test_fallback_tokens_weigh_the_price_of_drafting_at_all(call, want):
+    # survival 0.8, 0.48, 0.24, 0.06 at model_cost 0.2: three pay, worth 0.6 + 0.28 + 0.04 = 0.92
+    assert hybrid_fallback_tokens((0.8, 0.6, 0.5, 0.25), 0.2, 4, call_cost=call) == pytest.approx(want)
+
+
 def test_fallback_tokens_are_what_the_worker_drafts_with_the_same_survival():
     """The worker's hybrid with a given learned survival (pooled counts only) drafts what the formula says."""
     from adaptspec.worker.proposers import HybridProposer, NgramProposer
@@ -35,6 +41,9 @@ def test_fallback_tokens_are_what_the_worker_drafts_with_the_same_survival():
     hybrid = HybridProposer(NgramProposer(), Model(), model_cost=0.35, prior_weight=1e-9)
     hybrid._pooled = [[998, 799], [798, 479], [478, 239]]  # (a + 1) / (t + 2): 0.8, 0.6, 0.5
     assert hybrid.model_k("r", 4) == hybrid_fallback_tokens((0.8, 0.6, 0.5), 0.35, 4) == 2
+    for call in (0.5, 0.6):  # worth 0.45 + 0.13 = 0.58
+        hybrid.call_cost = call
+        assert hybrid.model_k("r", 4) == round(hybrid_fallback_tokens((0.8, 0.6, 0.5), 0.35, 4, call_cost=call))
 
 
 def test_hybrid_step_at_batch_1_in_closed_form():
@@ -101,10 +110,12 @@ BASE = {"name": "p", "target": {"overhead_s": 0.01, "memory_floor_s": 0.0, "comp
 
 
 def test_profile_hybrid_takes_the_workers_model_cost():
-    hybrid = {"kind": "hybrid", "lookup": "ngram", "fallback": "head", "model_cost": 0.35}
+    hybrid = {"kind": "hybrid", "lookup": "ngram", "fallback": "head", "model_cost": 0.2, "model_call_cost": 0.5}
     prof = parse_profile({**BASE, "proposers": {**BASE["proposers"], "hybrid": hybrid}}, "p.yaml")
-    assert prof.draft("hybrid").model_cost == 0.35
+    assert (prof.draft("hybrid").model_cost, prof.draft("hybrid").model_call_cost) == (0.2, 0.5)
     for bad, msg in (({**hybrid, "model_cost": 1.0}, "model_cost"),
-                     ({"kind": "ngram", "step_s": 1e-4, "model_cost": 0.3}, "model_cost is for kind 'hybrid'")):
+                     ({**hybrid, "model_call_cost": -1}, "model_call_cost"),
+                     ({"kind": "ngram", "step_s": 1e-4, "model_cost": 0.3}, "model_cost / model_call_cost are for"),
+                     ({"kind": "ngram", "step_s": 1e-4, "model_call_cost": 0.3}, "are for kind 'hybrid'")):
         with pytest.raises(ConfigError, match=msg):
             parse_profile({**BASE, "proposers": {**BASE["proposers"], "x": bad}}, "p.yaml")
