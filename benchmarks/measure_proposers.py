@@ -19,6 +19,7 @@ declined to draft or drafted fewer than k (`--hybrid-model-cost`: its price of a
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -257,12 +258,18 @@ def analyze_steps(records: list[dict], set_name: str) -> dict:
     """Where each row's time went, from `--steps` records of one set (decode steps only: a request's first,
     prefill step is left out). A least-squares fit over every row's steps of
 
-        step seconds = t_step + t_token * drafted tokens verified + t_pass * model passes
+        step seconds = t_step + t_draft * [drafted at all] + t_token * drafted tokens verified
+                       + t_call * [the model drafted] + t_pass * model passes
 
-    (batch 1: a model-drafted step runs k passes) prices the work; per row: steps, drafted tokens, passes, the
-    measured seconds and the fitted ones. A row whose measured time exceeds its fitted time by more than the
-    others' does is paying for something the work counts miss; per round, its time over n-gram's."""
+    (batch 1: a model-drafted step runs k passes) prices the work (`fit_ms`, and `fit_share`: over t_step);
+    per row: steps, drafted tokens, passes, the measured seconds and the fitted ones (a row whose measured time
+    exceeds its fitted time by more than the others' does pays for something the terms miss), steps by
+    source with their median seconds, and seconds per round."""
     import numpy as np
+
+    def terms(st: dict) -> list[float]:
+        model = st["source"] not in ("plain", "ngram")
+        return [1.0, float(st["k"] > 0), st["k"], float(model), st["k"] if model else 0.0]
 
     rows: dict[str, list[dict]] = {}
     for st in (x for x in records if x["label"].count("/") == 3):  # not the warm-up's
@@ -270,14 +277,14 @@ def analyze_steps(records: list[dict], set_name: str) -> dict:
         if name == set_name and st["position"] > 0:
             rows.setdefault(label, []).append({**st, "round": int(r)})
     every = [st for sts in rows.values() for st in sts]
-    design = np.array([[1.0, st["k"], st["k"] if st["source"] not in ("plain", "ngram") else 0.0]
-                       for st in every])  # [steps, 3]
+    design = np.array([terms(st) for st in every])  # [steps, 5]
     secs = np.array([st["seconds"] for st in every])
     coef = np.linalg.lstsq(design, secs, rcond=None)[0]
-    out: dict = {"fit_ms": {"step": round(1e3 * coef[0], 3), "per_token": round(1e3 * coef[1], 3),
-                            "per_pass": round(1e3 * coef[2], 3)}, "rows": {}}
+    names = ("step", "any_draft", "per_token", "model_call", "per_pass")
+    out: dict = {"fit_ms": {n: round(1e3 * c, 3) for n, c in zip(names, coef, strict=True)},
+                 "fit_share": {n: round(c / coef[0], 3) for n, c in zip(names, coef, strict=True)}, "rows": {}}
     for label, sts in rows.items():
-        x = np.array([[1.0, st["k"], st["k"] if st["source"] not in ("plain", "ngram") else 0.0] for st in sts])
+        x = np.array([terms(st) for st in sts])
         measured, fitted = float(sum(st["seconds"] for st in sts)), float((x @ coef).sum())
         by_source: dict[str, dict] = {}
         for st in sts:
@@ -291,7 +298,7 @@ def analyze_steps(records: list[dict], set_name: str) -> dict:
         per_round = {}
         for st in sts:
             per_round[st["round"]] = per_round.get(st["round"], 0.0) + st["seconds"]
-        out["rows"][label] = {"steps": len(sts), "drafted": int(x[:, 1].sum()), "passes": int(x[:, 2].sum()),
+        out["rows"][label] = {"steps": len(sts), "drafted": int(x[:, 2].sum()), "passes": int(x[:, 4].sum()),
                               "measured_s": round(measured, 2), "fitted_s": round(fitted, 2),
                               "measured_over_fitted": round(measured / fitted, 3), "by_source": by_source,
                               "seconds_by_round": {r: round(v, 2) for r, v in sorted(per_round.items())}}
@@ -362,10 +369,12 @@ def main() -> None:
     ap.add_argument("--skip", default="", metavar="P,P",
                     help="leave these proposers out (e.g. draft: the slowest; none, ngram, eagle, hybrid stay)")
     ap.add_argument("--analyze", type=Path, default=None, metavar="JSONL",
-                    help="only analyse a --steps file: where each row's time went, per set (JSON to stdout)")
+                    help="only analyse a --steps file (.gz too): where each row's time went, per set (JSON to stdout)")
     args = ap.parse_args()
     if args.analyze:
-        records = [json.loads(line) for line in args.analyze.read_text().splitlines() if line.strip()]
+        raw = args.analyze.read_bytes()
+        text = (gzip.decompress(raw) if args.analyze.suffix == ".gz" else raw).decode()
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
         names = sorted({st["label"].split("/")[1] for st in records if st["label"].count("/") == 3})
         print(json.dumps({name: analyze_steps(records, name) for name in names}, indent=2))
         return
