@@ -73,6 +73,9 @@ def test_model_length_weighs_the_price_of_drafting_at_all(cost, call, want):
     assert hybrid.model_k("r", 4) == want
     with pytest.raises(ValueError, match="call_cost"):
         HybridProposer(NgramProposer(2, 4), hybrid.model, 0.2, call_cost=-0.1)
+    # before the model's first verdict the call price is not weighed: the prior (1/2 per position) drafts 2
+    fresh = HybridProposer(NgramProposer(2, 4), hybrid.model, 0.2, call_cost=call)
+    assert fresh.model_k("r", 4) == 2
 
 
 def test_survival_is_learned_from_the_engines_verdicts():

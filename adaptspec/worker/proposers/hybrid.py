@@ -20,7 +20,8 @@ where `model_cost` is the price of one more model-drafted token (a model pass an
 `call_cost` the price of drafting at all (calling the model, and a target step that verifies a draft
 instead of decoding one token), both as shares of a target step (Engine defaults: measured on the CPU
 reference worker). S_j falls with j, so the best j is the longest with S_j >= model_cost, drafted when its
-worth is >= 0, else none. (On that CPU the first drafted token of a step costs ~0.5-0.8 of a step and
+worth is >= 0, else none (the call price is weighed from the model's first verdict on: the uninformed prior
+would never pay it). (On that CPU the first drafted token of a step costs ~0.5-0.8 of a step and
 each further one ~0.2: a constant price per token drafted single tokens that lost and declined long drafts
 that paid.)
 Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
@@ -105,7 +106,10 @@ class HybridProposer:
             worth += survive - self.model_cost
         else:
             j = k
-        return j if j and worth >= self.call_cost else 0
+        # the call price is weighed once the model has a verdict (pooled over requests): before that the prior
+        # (1/2 per position) would never pay it, and the model would not draft until its first exploration
+        tried = self._pooled[0][0] if self._pooled else 0
+        return j if j and (worth >= self.call_cost or not tried) else 0
 
     def observe(self, request_id: str, source: str | None, drafted: int, accepted: int) -> None:
         """The engine's verdict on one step's draft (`drafted` tokens from `source`, `accepted` of them kept):
