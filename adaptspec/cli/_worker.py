@@ -45,12 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "position) as a share of a target step, in [0, 1); at a lookup miss its model part (EAGLE "
                         "head, else the draft model) drafts the j tokens whose learned chances to survive S_1.. "
                         "S_j are >= C, and only if sum(S_i - C) >= --hybrid-call-cost (0: always k tokens; "
-                        "default: the engine's, 0.2, measured on a 2-core CPU; a memory-bound GPU, where verified "
+                        "default: the engine's, 0.35, measured on a 2-core CPU; a memory-bound GPU, where verified "
                         "positions are nearly free, wants less)")
     p.add_argument("--hybrid-call-cost", type=_share(4.0), default=None, metavar="F",
                    help="proposer 'hybrid': the price of drafting at all at a lookup miss (the model call, and a "
                         "step that verifies a draft instead of decoding one token) as a share of a target step, "
-                        "in [0, 4) (default: the engine's, 0.5, measured on a 2-core CPU)")
+                        "in [0, 4) (default: the engine's, 0: not weighed)")
     p.set_defaults(func=run)
 
 

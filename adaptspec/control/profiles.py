@@ -19,8 +19,8 @@ Draft options (`proposers:`) are `kind: draft` (a model, same two forms, default
 `kind: eagle` (`fraction` of a target step per drafted token, or the measured per-step form
 `{overhead_s, per_token_s, kv_s_per_token}` = overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV
 tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a share of the verify step), or
-`kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>, model_cost: 0.2,
-model_call_cost: 0.5}`: lookup where it matches, the model elsewhere, priced from its two parts, see
+`kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>, model_cost: 0.35,
+model_call_cost: 0}`: lookup where it matches, the model elsewhere, priced from its two parts, see
 costmodel.DraftCost; `model_cost` / `model_call_cost`, the worker's `--hybrid-model-cost` / `--hybrid-call-cost`,
 price the model's shorter drafts, default 0: gamma at every miss). `aliases:` maps the generic
 proposer names of the worker protocol (`draft`) to an option (`draft-8b`).

@@ -102,12 +102,14 @@ MIN_TEMPERATURE = 1e-30
 # pass and a verified position), and drafting at all at a lookup miss (the model call, and a step that
 # verifies a draft instead of decoding one token). Its model drafts j tokens only if
 # sum_{i <= j} (S_i - HYBRID_MODEL_COST) >= HYBRID_CALL_COST (S_i: their learned chance to survive).
-# Measured on the CPU reference worker at batch 1 (benchmarks/measure_proposers.py --steps / --analyze, a
-# least-squares fit over ~5,000 engine steps; docs/results/eagle-hybrid.md): a step with any draft +0.34,
-# a verified token +0.04, the head's call +0.25, a head pass +0.14 of a plain step (a loaded box; quieter
-# single-pass timings put the fixed part at 0.3-0.45 and a token at ~0.2). On a memory-bound GPU far less.
-HYBRID_MODEL_COST = 0.2
-HYBRID_CALL_COST = 0.5
+# Measured on the CPU reference worker at batch 1 (benchmarks/measure_proposers.py --steps / --analyze,
+# docs/results/eagle-hybrid.md): a head pass ~0.1-0.3 and a verified position ~0.03-0.09 of a plain step, but
+# also a fixed part for drafting at all (0.2-0.9 of a step, unstable from run to run on the loaded box). A call
+# price of 0.5 with 0.2 per token followed that structure, yet by the work it did (each row's steps priced by its
+# run's fit) it was 0.4-2.1% behind one price of 0.35 per token and no call price, in three comparisons: the
+# defaults stay there; on a memory-bound GPU both are far less.
+HYBRID_MODEL_COST = 0.35
+HYBRID_CALL_COST = 0.0
 
 
 @dataclass

@@ -21,9 +21,9 @@ where `model_cost` is the price of one more model-drafted token (a model pass an
 instead of decoding one token), both as shares of a target step (Engine defaults: measured on the CPU
 reference worker). S_j falls with j, so the best j is the longest with S_j >= model_cost, drafted when its
 worth is >= 0, else none (the call price is weighed from the model's first verdict on: the uninformed prior
-would never pay it). (On that CPU the first drafted token of a step costs ~0.5-0.8 of a step and
-each further one ~0.2: a constant price per token drafted single tokens that lost and declined long drafts
-that paid.)
+would never pay it). (On that CPU the first drafted token of a step costs ~0.5-0.9 of a step and
+each further one ~0.2-0.3, but the fixed part moved from run to run on the loaded box, and a call price of
+0.5 did no less work than none: the engine weighs none by default, docs/results/eagle-hybrid.md.)
 Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
 hybrid's pooled counts over all requests (`prior_weight` pseudo-observations; pooled counts start at
 1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), a request
