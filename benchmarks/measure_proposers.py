@@ -19,6 +19,7 @@ declined to draft or drafted fewer than k (`--hybrid-model-cost`: its price of a
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -78,6 +79,30 @@ class ProposeTimer:
         return propose
 
 
+class StepRecorder:
+    """One record per engine step of a concurrency-1 run: the row's label, what drafted (`source`: "ngram",
+    the model's name, or "plain" for a step without a draft), the tokens it drafted and accepted, and the
+    step's wall seconds (propose + forward + verify + commit). `label` is set by the caller before each
+    request."""
+
+    def __init__(self, engine: Engine):
+        self.label = ""
+        self.steps: list[dict] = []
+        step = engine.step
+
+        def recorded(batch):
+            before = [(s.draft_tokens, s.accepted_tokens, len(s.tokens)) for s in batch]
+            t0 = time.perf_counter()
+            step(batch)
+            dt = time.perf_counter() - t0
+            for s, (d0, a0, n0) in zip(batch, before, strict=True):
+                k = s.draft_tokens - d0
+                self.steps.append({"label": self.label, "source": s.source if k else "plain", "k": k,
+                                   "accepted": s.accepted_tokens - a0, "position": n0 - s.num_prompt,
+                                   "seconds": dt})
+        engine.step = recorded
+
+
 HYBRID_COUNTERS = ("drafts_by_source", "tokens_by_source", "model_declined", "model_shortened")
 
 
@@ -86,20 +111,27 @@ def _hybrid_counters(hybrid) -> dict:
 
 
 def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: int, timer: ProposeTimer,
-            hybrid_costs: tuple[float, ...] = ()) -> dict:
-    """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, rows "hybrid@C";
-    they share the hybrid's pooled survival counts), one request at a time, round robin."""
+            hybrid_costs: tuple[tuple[float, float], ...] = (), recorder: StepRecorder | None = None, name: str = "",
+            rotate: int = 0, proposers: tuple[str, ...] = PROPOSERS) -> dict:
+    """Every prompt through every proposer (and the hybrid again at each of `hybrid_costs`, (model cost, call
+    cost) pairs, rows "hybrid@C" (call cost 0) or "hybrid@C+F"; they share the hybrid's pooled survival
+    counts), one request at a time, round robin; the rows' order rotates by one per prompt (starting at
+    `rotate`), so that no row always follows the same one."""
     hybrid = engine._proposers["hybrid"]
-    default_cost = hybrid.model_cost
-    rows = [(p, p, default_cost) for p in PROPOSERS] + [(f"hybrid@{c:g}", "hybrid", c) for c in hybrid_costs]
+    default_cost = (hybrid.model_cost, hybrid.call_cost)
+    rows = [(p, p, default_cost) for p in proposers] + \
+        [(f"hybrid@{c:g}" + (f"+{f:g}" if f else ""), "hybrid", (c, f)) for c, f in hybrid_costs]
     res = {label: {"tokens": 0, "seconds": 0.0, "draft_tokens": 0, "accepted": 0, "drafts": 0, "steps": 0,
                    "propose_seconds": 0.0} for label, _, _ in rows}
     hc: dict[str, dict] = {label: {} for label, p, _ in rows if p == "hybrid"}  # hybrid counters per row
     for n, messages in enumerate(prompts):
         ids = engine.encode(engine.apply_chat_template(messages))
         ref = None
-        for label, p, cost in rows:
-            hybrid.model_cost = cost
+        turn = (n + rotate) % len(rows)
+        for label, p, cost in rows[turn:] + rows[:turn]:
+            hybrid.model_cost, hybrid.call_cost = cost
+            if recorder is not None:
+                recorder.label = f"{name}/{label}/{n}"
             c0 = _hybrid_counters(hybrid)
             req = GenRequest(f"{label}-{n}", ids, max_tokens=max_tokens, temperature=0.0, proposer=p,
                              num_speculative_tokens=gamma if p != "none" else 0)
@@ -123,17 +155,44 @@ def run_set(engine: Engine, prompts: list[list[dict]], gamma: int, max_tokens: i
             r["accepted"] += m1.spec_num_accepted_tokens - m0.spec_num_accepted_tokens
             r["drafts"] += m1.spec_num_drafts - m0.spec_num_drafts
             r["steps"] += m1.num_steps - m0.num_steps
-    for r in res.values():
+    hybrid.model_cost, hybrid.call_cost = default_cost
+    for label, counters in hc.items():
+        res[label].update(counters)
+    return res
+
+
+def merged(rounds: list[dict]) -> dict:
+    """One set's rows summed over rounds, with the derived figures (tokens/s, acceptance, ...)."""
+    out: dict[str, dict] = {}
+    for res in rounds:
+        for label, r in res.items():
+            acc = out.setdefault(label, {})
+            for k, v in r.items():
+                if isinstance(v, dict):
+                    d = acc.setdefault(k, dict.fromkeys(v, 0))
+                    for kk, vv in v.items():
+                        d[kk] += vv
+                else:
+                    acc[k] = acc.get(k, 0) + v
+    for r in out.values():
         r["tokens_per_s"] = round(r["tokens"] / r["seconds"], 1)
         r["acceptance"] = round(r["accepted"] / r["draft_tokens"], 3) if r["draft_tokens"] else None
         r["tokens_per_step"] = round(r["tokens"] / r["steps"], 2)
         r["propose_ms_per_step"] = round(1e3 * r["propose_seconds"] / r["steps"], 3)
         r["seconds"] = round(r["seconds"], 2)
         r["propose_seconds"] = round(r["propose_seconds"], 3)
-    hybrid.model_cost = default_cost
-    for label, counters in hc.items():
-        res[label].update(counters)
-    return res
+    return out
+
+
+def ratios(rounds: list[dict]) -> dict:
+    """Per round, each hybrid row's tokens/s over max(ngram, eagle)'s in the same round; median, min, max."""
+    out = {}
+    for label in (x for x in rounds[0] if x.startswith("hybrid")):
+        rs = [(r[label]["tokens"] / r[label]["seconds"])
+              / max(r[p]["tokens"] / r[p]["seconds"] for p in ("ngram", "eagle")) for r in rounds]
+        out[label] = {"rounds": [round(x, 3) for x in rs], "median": round(statistics.median(rs), 3),
+                      "min": round(min(rs), 3), "max": round(max(rs), 3)}
+    return out
 
 
 def _add_counters(acc: dict, before: dict, after: dict) -> None:
@@ -157,13 +216,93 @@ def table(name: str, res: dict) -> str:
         lines.append(f"| {p} | {r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f} | {acc} | "
                      f"{r['tokens_per_step']} | {r['propose_ms_per_step']} | {r['tokens']} | {r['seconds']} |")
     best = max(res["ngram"]["tokens_per_s"], res["eagle"]["tokens_per_s"])
-    lines += ["", f"hybrid / max(ngram, eagle) = {res['hybrid']['tokens_per_s'] / best:.3f}; "
-              f"eagle / draft = {res['eagle']['tokens_per_s'] / res['draft']['tokens_per_s']:.3f}; hybrid: "
+    vs_draft = (f"eagle / draft = {res['eagle']['tokens_per_s'] / res['draft']['tokens_per_s']:.3f}; "
+                if "draft" in res else "")
+    lines += ["", f"hybrid / max(ngram, eagle) = {res['hybrid']['tokens_per_s'] / best:.3f}; {vs_draft}hybrid: "
               + ", ".join(f"{k} {res['hybrid'][k]}" for k in HYBRID_COUNTERS)]
     for label in (x for x in res if x.startswith("hybrid@")):
         lines.append(f"{label} / max(ngram, eagle) = {res[label]['tokens_per_s'] / best:.3f}; "
                      + ", ".join(f"{k} {res[label][k]}" for k in HYBRID_COUNTERS))
     return "\n".join(lines)
+
+
+def price_check(res: dict, gamma: int, profile_name: str = "cpu-tiny") -> dict:
+    """Each hybrid row's drafting as measured (propose seconds per step over the `none` row's step) next to the
+    cost model's price at batch 1 (`DraftCost.time` over the profile's step) with the row's lookup hit rate pi
+    and model tokens per miss m, and at m = gamma (the unpriced hybrid's price); drafted tokens per step as
+    measured and as `costmodel.hybrid_step` puts them (lookup drafts taken as gamma long)."""
+    from adaptspec.control.costmodel import hybrid_step
+    from adaptspec.control.profiles import load_profile
+
+    prof = load_profile(profile_name)
+    cost, kv = prof.draft("hybrid"), prof.context_tokens
+    step = prof.target.time(1, kv)
+    none_s = res["none"]["seconds"] / res["none"]["steps"]
+    out = {}
+    for label in (x for x in res if x.startswith("hybrid")):
+        r = res[label]
+        model = next(k for k in r["drafts_by_source"] if k != "ngram")
+        hits, misses = r["drafts_by_source"]["ngram"], r["drafts_by_source"][model] + r["model_declined"]
+        pi, m = hits / (hits + misses), r["tokens_by_source"][model] / max(misses, 1)
+        out[label] = {"lookup_rate": round(pi, 3), "model_tokens_per_miss": round(m, 2),
+                      "measured_share": round(r["propose_seconds"] / r["steps"] / none_s, 3),
+                      "priced_share": round(cost.time(gamma, 1, kv, prof.target, lookup_rate=pi,
+                                                      fallback_tokens=m) / step, 3),
+                      "priced_share_at_gamma": round(cost.time(gamma, 1, kv, prof.target, lookup_rate=pi) / step, 3),
+                      "drafted_per_step": round(r["draft_tokens"] / r["steps"], 2),
+                      "drafted_per_step_priced": round(hybrid_step(gamma, pi, m).drafted, 2)}
+    return out
+
+
+def analyze_steps(records: list[dict], set_name: str) -> dict:
+    """Where each row's time went, from `--steps` records of one set (decode steps only: a request's first,
+    prefill step is left out). A least-squares fit over every row's steps of
+
+        step seconds = t_step + t_draft * [drafted at all] + t_token * drafted tokens verified
+                       + t_call * [the model drafted] + t_pass * model passes
+
+    (batch 1: a model-drafted step runs k passes) prices the work (`fit_ms`, and `fit_share`: over t_step);
+    per row: steps, drafted tokens, passes, the measured seconds and the fitted ones (a row whose measured time
+    exceeds its fitted time by more than the others' does pays for something the terms miss), steps by
+    source with their median seconds, and seconds per round."""
+    import numpy as np
+
+    def terms(st: dict) -> list[float]:
+        model = st["source"] not in ("plain", "ngram")
+        return [1.0, float(st["k"] > 0), st["k"], float(model), st["k"] if model else 0.0]
+
+    rows: dict[str, list[dict]] = {}
+    for st in (x for x in records if x["label"].count("/") == 3):  # not the warm-up's
+        r, name, label, _ = st["label"].split("/")
+        if name == set_name and st["position"] > 0:
+            rows.setdefault(label, []).append({**st, "round": int(r)})
+    every = [st for sts in rows.values() for st in sts]
+    design = np.array([terms(st) for st in every])  # [steps, 5]
+    secs = np.array([st["seconds"] for st in every])
+    coef = np.linalg.lstsq(design, secs, rcond=None)[0]
+    names = ("step", "any_draft", "per_token", "model_call", "per_pass")
+    out: dict = {"fit_ms": {n: round(1e3 * c, 3) for n, c in zip(names, coef, strict=True)},
+                 "fit_share": {n: round(c / coef[0], 3) for n, c in zip(names, coef, strict=True)}, "rows": {}}
+    for label, sts in rows.items():
+        x = np.array([terms(st) for st in sts])
+        measured, fitted = float(sum(st["seconds"] for st in sts)), float((x @ coef).sum())
+        by_source: dict[str, dict] = {}
+        for st in sts:
+            b = by_source.setdefault(st["source"], {"steps": 0, "drafted": 0, "accepted": 0, "seconds": []})
+            b["steps"] += 1
+            b["drafted"] += st["k"]
+            b["accepted"] += st["accepted"]
+            b["seconds"].append(st["seconds"])
+        for b in by_source.values():
+            b["median_ms"] = round(1e3 * statistics.median(b.pop("seconds")), 2)
+        per_round = {}
+        for st in sts:
+            per_round[st["round"]] = per_round.get(st["round"], 0.0) + st["seconds"]
+        out["rows"][label] = {"steps": len(sts), "drafted": int(x[:, 2].sum()), "passes": int(x[:, 4].sum()),
+                              "measured_s": round(measured, 2), "fitted_s": round(fitted, 2),
+                              "measured_over_fitted": round(measured / fitted, 3), "by_source": by_source,
+                              "seconds_by_round": {r: round(v, 2) for r, v in sorted(per_round.items())}}
+    return out
 
 
 def _timed_ms(fns: dict, reps: int) -> dict:
@@ -210,18 +349,37 @@ def main() -> None:
     ap.add_argument("--copy-prompts", type=int, default=12)
     ap.add_argument("--per-class", type=int, default=4)
     ap.add_argument("--summarize", type=int, default=0, help="shipped summarize prompts (0: skip the set)")
-    ap.add_argument("--hybrid-costs", default="", metavar="C,C,...",
-                    help="also run the hybrid at these model costs, interleaved (rows hybrid@C)")
+    ap.add_argument("--hybrid-costs", default="", metavar="C[+F],...",
+                    help="also run the hybrid at these model costs C (and call costs F, default 0), interleaved "
+                         "(rows hybrid@C, hybrid@C+F)")
     ap.add_argument("--hybrid-model-cost", type=float, default=None,
                     help="the hybrid's price of a model-drafted token, share of a step (default: the engine's)")
+    ap.add_argument("--hybrid-call-cost", type=float, default=None,
+                    help="the hybrid's price of drafting at all at a miss, share of a step (default: the engine's)")
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat every set this many times, interleaved; ratios per round, median and range")
+    ap.add_argument("--steps", type=Path, default=None, metavar="JSONL",
+                    help="write one record per engine step (row, source, drafted, accepted, wall seconds)")
     ap.add_argument("--costs", default=None, metavar="B,B,...",
                     help="only time single passes (target, draft model, EAGLE head) at these batch sizes")
+    ap.add_argument("--skip", default="", metavar="P,P",
+                    help="leave these proposers out (e.g. draft: the slowest; none, ngram, eagle, hybrid stay)")
+    ap.add_argument("--analyze", type=Path, default=None, metavar="JSONL",
+                    help="only analyse a --steps file (.gz too): where each row's time went, per set (JSON to stdout)")
     args = ap.parse_args()
-    opts = {} if args.hybrid_model_cost is None else {"hybrid_model_cost": args.hybrid_model_cost}
+    if args.analyze:
+        raw = args.analyze.read_bytes()
+        text = (gzip.decompress(raw) if args.analyze.suffix == ".gz" else raw).decode()
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        names = sorted({st["label"].split("/")[1] for st in records if st["label"].count("/") == 3})
+        print(json.dumps({name: analyze_steps(records, name) for name in names}, indent=2))
+        return
+    opts = {name: getattr(args, name) for name in ("hybrid_model_cost", "hybrid_call_cost")
+            if getattr(args, name) is not None}
     engine = Engine.tiny(max_batch=4, max_model_len=1024, num_threads=args.threads, **opts)
     if args.costs:
         torch.set_num_threads(args.threads)
@@ -231,24 +389,48 @@ def main() -> None:
             args.json.write_text(json.dumps(costs, indent=2) + "\n")
         return
     timer = ProposeTimer(engine)
-    costs = tuple(float(c) for c in args.hybrid_costs.split(",") if c)
+    recorder = StepRecorder(engine) if args.steps else None
+    costs = tuple((float(c.partition("+")[0]), float(c.partition("+")[2] or 0.0))
+                  for c in args.hybrid_costs.split(",") if c)
     sets = {"copy_heavy": copy_heavy_prompts(args.data.resolve(), args.copy_prompts) if args.copy_prompts else [],
             "summarize": summarize_prompts(args.summarize), "mixed": mixed_prompts(args.per_class)}
+    sets = {name: prompts for name, prompts in sets.items() if prompts}
+    rows = tuple(p for p in PROPOSERS if p not in args.skip.split(","))
+    if not {"none", "ngram", "eagle", "hybrid"} <= set(rows):
+        ap.error(f"--skip {args.skip}: only draft may be left out (the ratios need none, ngram, eagle, hybrid)")
+    per_round: dict[str, list[dict]] = {name: [] for name in sets}
     with engine:
         warm = [[{"role": "user", "content": "Hello there."}]]
         run_set(engine, warm, args.gamma, 16, timer)
-        out = {"gamma": args.gamma, "max_tokens": args.max_tokens,
-               "hybrid_model_cost": engine._proposers["hybrid"].model_cost}
-        for name, prompts in sets.items():
-            if prompts:
-                out[name] = run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs)
+        for r in range(args.rounds):  # rounds interleave the sets too: a slow minute hits all of them
+            for name, prompts in sets.items():
+                per_round[name].append(run_set(engine, prompts, args.gamma, args.max_tokens, timer, costs,
+                                               recorder, f"{r}/{name}", rotate=r, proposers=rows))
+    out = {"gamma": args.gamma, "max_tokens": args.max_tokens, "rounds": args.rounds,
+           "hybrid_model_cost": engine._proposers["hybrid"].model_cost,
+           "hybrid_call_cost": engine._proposers["hybrid"].call_cost}
     for name in sets:
-        if name in out:
-            print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, hybrid "
-                        f"model_cost {out['hybrid_model_cost']})", out[name]))
-            print()
+        out[name] = merged(per_round[name])
+        out[name + "_ratios"] = ratios(per_round[name])
+        out[name + "_tokens_per_s_by_round"] = [{label: round(x["tokens"] / x["seconds"], 1) for label, x in res.items()}
+                                                for res in per_round[name]]
+        print(table(f"{name} (gamma {args.gamma}, max_tokens {args.max_tokens}, concurrency 1, {args.rounds} "
+                    f"round(s), hybrid model_cost {out['hybrid_model_cost']}, call_cost {out['hybrid_call_cost']})",
+                    out[name]))
+        out[name + "_price_check"] = price_check(out[name], args.gamma)
+        for label, q in out[name + "_price_check"].items():
+            print(f"{label} drafting: measured {q['measured_share']} of a none step, priced {q['priced_share']} "
+                  f"(at gamma: {q['priced_share_at_gamma']}; lookup rate {q['lookup_rate']}, "
+                  f"{q['model_tokens_per_miss']} model tokens per miss); drafted tokens per step measured "
+                  f"{q['drafted_per_step']}, priced {q['drafted_per_step_priced']}")
+        for label, q in out[name + "_ratios"].items():
+            print(f"{label} / max(ngram, eagle) by round: {q['rounds']}; median {q['median']} "
+                  f"[{q['min']}, {q['max']}]")
+        print()
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if recorder is not None:
+        args.steps.write_text("".join(json.dumps(st) + "\n" for st in recorder.steps))
 
 
 if __name__ == "__main__":

@@ -119,7 +119,9 @@ def profile_yaml(costs, prior, name: str, url: str, seconds: float) -> str:
             aliases[p] = option
     for option, cost in prior.drafts.items():  # hybrids are priced from their parts: keep those that still exist
         if cost.kind == "hybrid" and all(part in proposers for part in cost.parts):
-            proposers[option] = {"kind": "hybrid", "lookup": cost.parts[0], "fallback": cost.parts[1]}
+            proposers[option] = {"kind": "hybrid", "lookup": cost.parts[0], "fallback": cost.parts[1],
+                                 **{k: v for k, v in (("model_cost", cost.model_cost),
+                                                      ("model_call_cost", cost.model_call_cost)) if v}}
     spec = {
         "name": name,
         "description": f"fitted by adaptspec calibrate from {url} (prior {prior.name})",

@@ -40,7 +40,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "on a shared, oversubscribed CPU make every step many times slower)")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024, metavar="B",
                    help="refuse request bodies larger than this with 413 (default: 8 MiB)")
+    p.add_argument("--hybrid-model-cost", type=_share(1.0), default=None, metavar="C",
+                   help="proposer 'hybrid': the price of one more model-drafted token (a model pass and a verified "
+                        "position) as a share of a target step, in [0, 1); at a lookup miss its model part (EAGLE "
+                        "head, else the draft model) drafts the j tokens whose learned chances to survive S_1.. "
+                        "S_j are >= C, and only if sum(S_i - C) >= --hybrid-call-cost (0: always k tokens; "
+                        "default: the engine's, 0.35, measured on a 2-core CPU; a memory-bound GPU, where verified "
+                        "positions are nearly free, wants less)")
+    p.add_argument("--hybrid-call-cost", type=_share(4.0), default=None, metavar="F",
+                   help="proposer 'hybrid': the price of drafting at all at a lookup miss (the model call, and a "
+                        "step that verifies a draft instead of decoding one token) as a share of a target step, "
+                        "in [0, 4) (default: the engine's, 0: not weighed)")
     p.set_defaults(func=run)
+
+
+def _share(top: float):
+    """argparse type of a price as a share of a step: a float in [0, top)."""
+    def share(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number in [0, {top:g}), got {text!r}") from None
+        if not 0.0 <= value < top:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be in [0, {top:g}), got {text!r}")
+        return value
+    share.__name__ = "share"
+    return share
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,6 +132,9 @@ def build_engine(args: argparse.Namespace):
         opts["max_batch"] = args.max_batch
     if args.max_model_len is not None:
         opts["max_model_len"] = args.max_model_len
+    for name in ("hybrid_model_cost", "hybrid_call_cost"):
+        if getattr(args, name, None) is not None:
+            opts[name] = getattr(args, name)
     eagle = Path(args.eagle) if getattr(args, "eagle", None) else None
     if eagle is None and not args.model and (assets / "tiny-eagle" / "config.json").is_file():
         eagle = assets / "tiny-eagle"  # the head is trained for the built-in target only

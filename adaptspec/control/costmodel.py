@@ -99,6 +99,70 @@ def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
 
 
+def hybrid_fallback_tokens(survival: AlphaLike, model_cost: float, gamma: int, explore_every: int = 8,
+                           call_cost: float = 0.0) -> float:
+    """Tokens a hybrid's model part drafts per lookup miss, by the worker's rule (proposers/hybrid.py,
+    `HybridProposer.model_k`): with S_j = alpha_1 * ... * alpha_j (conditional rates, or a scalar per-token
+    rate) the chance that positions 1..j all survive, the longest j <= gamma with S_j >= `model_cost`, if
+    sum_{i <= j} (S_i - model_cost) >= `call_cost` (the price of drafting at all), else none; gamma when
+    model_cost is 0 (the unpriced hybrid). Where none pays, the worker drafts one token after
+    `explore_every` declines in a row: 1 / (explore_every + 1) tokens per miss on average."""
+    if gamma <= 0:
+        return 0.0
+    if model_cost <= 0.0:
+        return float(gamma)
+    rates = position_rates([float(survival)] if isinstance(survival, (int, float)) else survival, gamma)
+    survive, worth, j = 1.0, 0.0, 0
+    for a in rates:
+        survive *= a
+        if survive < model_cost:
+            break
+        worth += survive - model_cost
+        j += 1
+    return float(j) if j and worth >= call_cost else 1.0 / (explore_every + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class HybridStep:
+    """What one step of a hybrid costs in tokens, per request (`hybrid_step`)."""
+
+    drafted: float  # drafted tokens verified per request per step: lookup's gamma at a hit, the model's m at a miss
+    model_tokens: float  # of which the model drafted
+    model_passes: float  # batched model passes per step: the model's m when some request of the batch misses
+    reach: tuple[float, ...]  # reach[j - 1]: the share of steps whose draft has at least j tokens, j = 1..gamma
+
+
+def hybrid_step(gamma: int, lookup_rate: float, fallback_tokens: float, batch: float = 1.0) -> HybridStep:
+    """Expected tokens of one hybrid step: with lookup hit rate pi (lookup drafts gamma tokens) and the model
+    drafting m = min(fallback_tokens, gamma) tokens at a miss (`hybrid_fallback_tokens`; m < 1: one token at
+    a share m of the misses, its exploration), per request
+
+        drafted = pi * gamma + (1 - pi) * m        model tokens = (1 - pi) * m
+
+    and the batch's B requests miss independently: the model runs m batched passes when one misses,
+    (1 - pi^B) * m passes per step (m < 1: 1 - (1 - (1 - pi) m)^B); at B = 1 both are (1 - pi) * m."""
+    pi = _clip01(lookup_rate)
+    g = max(int(gamma), 0)
+    m = min(max(float(fallback_tokens), 0.0), float(g))
+    b = max(float(batch), 1.0)
+    passes = (1.0 - pi**b) * m if m >= 1.0 else 1.0 - (1.0 - (1.0 - pi) * m) ** b
+    reach = tuple(pi + (1.0 - pi) * min(1.0, max(0.0, m - j + 1.0)) for j in range(1, g + 1))
+    return HybridStep(pi * g + (1.0 - pi) * m, (1.0 - pi) * m, passes, reach)
+
+
+def expected_tokens_reach(alpha: AlphaLike, gamma: int, reach: Sequence[float]) -> float:
+    """E = 1 + sum_j reach_j * alpha_1 * ... * alpha_j: drafts of varying length, reach_j the share of steps
+    whose draft has position j (`HybridStep.reach`); all 1 gives `expected_tokens_any`."""
+    if gamma <= 0:
+        return 1.0
+    rates = position_rates([float(alpha)] if isinstance(alpha, (int, float)) else alpha, gamma)
+    total, run = 1.0, 1.0
+    for a, r in zip(rates, reach, strict=True):
+        run *= a
+        total += _clip01(r) * run
+    return total
+
+
 @dataclass(frozen=True, slots=True)
 class StepTimeModel:
     """Roofline step time: overhead + max(memory floor + KV read, compute slope * batched tokens).
@@ -226,6 +290,10 @@ class DraftCost:
       (at B = 1: lookup + (1 - pi) * fallback(gamma, 1); exact in expectation for fallbacks linear in the
       batch, as both model forms are here). `parts` names the two options in the profile, so a profile whose
       parts are re-priced (online calibration) re-prices the hybrid (`profiles.compose_hybrids`).
+      `model_cost`, `model_call_cost`: the worker's prices of a model-drafted token and of drafting at all
+      (`adaptspec worker --hybrid-model-cost / --hybrid-call-cost`); the model then drafts not gamma but
+      `hybrid_fallback_tokens` per miss (`fallback_tokens` here), as many as its survival pays for, and
+      `evaluate` verifies and credits those (`hybrid_step`); model_cost 0: gamma at every miss.
     """
 
     kind: str
@@ -240,6 +308,8 @@ class DraftCost:
     lookup: DraftCost | None = None
     fallback: DraftCost | None = None
     parts: tuple[str, str] = ()
+    model_cost: float = 0.0
+    model_call_cost: float = 0.0
 
     @property
     def per_step(self) -> bool:
@@ -247,23 +317,28 @@ class DraftCost:
         return self.kind == "eagle" and self.fraction == 0.0
 
     def time(self, gamma: int, batch: float, kv_tokens: float, target: StepTimeModel,
-             verify_s: float | None = None, lookup_rate: float = 0.0) -> float:
+             verify_s: float | None = None, lookup_rate: float = 0.0, fallback_tokens: float | None = None) -> float:
         """Seconds to draft gamma tokens for each of `batch` requests holding `kv_tokens` of context.
 
         `verify_s`: the verify step this drafting feeds (for `verify_fraction`); default the target's time
         over batch * (gamma + 1) tokens. `lookup_rate`: a hybrid's n-gram hit rate (default 0: the model
-        drafts every step, the cautious price)."""
+        drafts every step, the cautious price); `fallback_tokens`: the tokens its model drafts per miss
+        (`hybrid_fallback_tokens`; default gamma)."""
         if gamma <= 0:
             return 0.0
         if self.kind == "hybrid":
             assert self.lookup is not None and self.fallback is not None
             t = self.lookup.time(gamma, batch, kv_tokens, target, verify_s)
             hit = _clip01(lookup_rate)
-            if hit < 1.0:
+            m = float(gamma) if fallback_tokens is None else min(max(float(fallback_tokens), 0.0), float(gamma))
+            if hit < 1.0 and m > 0.0:
                 b = max(float(batch), 1e-9)
-                runs = 1.0 - hit**b  # P(some request of the batch misses its lookup)
-                m = (1.0 - hit) * b / runs  # requests the model drafts for when it runs
-                t += runs * self.fallback.time(gamma, m, kv_tokens * m / b, target)
+                # a request's model drafts at a share q of the steps (m < 1: one token at a share m of its
+                # misses); the model runs when some request of the batch does, for r of them on average
+                q, tokens = ((1.0 - hit), m) if m >= 1.0 else ((1.0 - hit) * m, 1.0)
+                runs = 1.0 - (1.0 - q) ** b
+                r = q * b / runs
+                t += runs * self.fallback.time(tokens, r, kv_tokens * r / b, target)
             return t
         if self.kind == "draft":
             assert self.model is not None
@@ -315,14 +390,18 @@ def step_time_with_prefill(model: StepTimeModel, tokens: float, kv_tokens: float
 
 def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batch: float,
              summarise: bool = True, propose_rate: float = 1.0, prefill_ratio: float = 0.0,
-             prefill_chunk: float = 0.0) -> Plan:
+             prefill_chunk: float = 0.0, fallback_alpha: AlphaLike | None = None) -> Plan:
     """Predicted goodput of drafting gamma tokens with `proposer` for a request in a batch of `batch`.
 
     `propose_rate` (pi): the share of steps that find a draft at all (n-gram lookup needs the context to
     repeat). A step without one verifies and emits a single token, so E = 1 + pi * (E(alpha, gamma) - 1) and
     a step verifies batch * (1 + pi * gamma) tokens; the proposer's own cost is paid every step. For a
-    hybrid (kind "hybrid") pi is the share its lookup serves: it drafts every step (the model covers the
-    misses), so E and the verified tokens are those of pi = 1, and pi prices its drafting (`DraftCost`).
+    hybrid (kind "hybrid") pi is the share its lookup serves and the model covers the misses: with the
+    profile's `model_cost` 0 it drafts gamma every step (E and the verified tokens of pi = 1, pi prices its
+    drafting); with the worker's price its model drafts m = `hybrid_fallback_tokens` per miss, from the
+    model's survival `fallback_alpha` (default `alpha`, the hybrid's own per-position rates: what the proxy
+    learns from the worker's tried / accepted per position), and the step verifies, credits (E with
+    `HybridStep.reach`) and pays for (`DraftCost.time`) m model tokens per miss (`hybrid_step`).
     `prefill_ratio` (rho): prompt tokens prefilled per generated token on the worker (its recent traffic).
     Prompts are prefilled in the same steps as decodes (continuous batching, chunked prefill): amortised,
     a step that emits E tokens per request also prefills batch * rho * E tokens, in chunks of
@@ -341,7 +420,14 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     pi = _clip01(propose_rate)
     e = expected_tokens_any(alpha, gamma)
     if cost.kind == "hybrid":
-        draft, drafting = cost.time(gamma, batch, kv, profile.target, lookup_rate=pi), 1.0
+        # the model drafts as far as its survival pays (the worker's rule at the profile's model_cost): per
+        # miss m tokens, so a step verifies pi * gamma + (1 - pi) * m drafted tokens, not gamma
+        m = hybrid_fallback_tokens(alpha if fallback_alpha is None else fallback_alpha, cost.model_cost, gamma,
+                                   call_cost=cost.model_call_cost)
+        hs = hybrid_step(gamma, pi, m, batch)
+        draft = cost.time(gamma, batch, kv, profile.target, lookup_rate=pi, fallback_tokens=m)
+        drafting = hs.drafted / gamma
+        e = expected_tokens_reach(alpha, gamma, hs.reach)
     else:
         draft, drafting = cost.time(gamma, batch, kv, profile.target), pi
         if pi < 1.0:
@@ -353,9 +439,11 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
 
 
 def best_gamma(profile: Profile, proposer: str, alpha: AlphaLike, batch: float, max_gamma: int,
-               propose_rate: float = 1.0, prefill_ratio: float = 0.0, prefill_chunk: float = 0.0) -> Plan:
+               propose_rate: float = 1.0, prefill_ratio: float = 0.0, prefill_chunk: float = 0.0,
+               fallback_alpha: AlphaLike | None = None) -> Plan:
     """The gamma in 1..max_gamma with the highest goodput for one proposer (may still lose to off)."""
-    kw = {"propose_rate": propose_rate, "prefill_ratio": prefill_ratio, "prefill_chunk": prefill_chunk}
+    kw = {"propose_rate": propose_rate, "prefill_ratio": prefill_ratio, "prefill_chunk": prefill_chunk,
+          "fallback_alpha": fallback_alpha}
     best = evaluate(profile, proposer, alpha, 1, batch, summarise=False, **kw)
     for g in range(2, max_gamma + 1):
         p = evaluate(profile, proposer, alpha, g, batch, summarise=False, **kw)

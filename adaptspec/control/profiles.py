@@ -19,8 +19,10 @@ Draft options (`proposers:`) are `kind: draft` (a model, same two forms, default
 `kind: eagle` (`fraction` of a target step per drafted token, or the measured per-step form
 `{overhead_s, per_token_s, kv_s_per_token}` = overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV
 tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a share of the verify step), or
-`kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>}`: lookup where it matches,
-the model elsewhere, priced from its two parts, see costmodel.DraftCost). `aliases:` maps the generic
+`kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>, model_cost: 0.35,
+model_call_cost: 0}`: lookup where it matches, the model elsewhere, priced from its two parts, see
+costmodel.DraftCost; `model_cost` / `model_call_cost`, the worker's `--hybrid-model-cost` / `--hybrid-call-cost`,
+price the model's shorter drafts, default 0: gamma at every miss). `aliases:` maps the generic
 proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
 """
 
@@ -116,17 +118,24 @@ class DraftSpec(ModelSpec):
     verify_fraction: float = Field(default=0.0, ge=0, le=1)  # ngram: cost as a share of the verify step
     lookup: str | None = None  # hybrid: its n-gram option
     fallback: str | None = None  # hybrid: its model option (draft / eagle)
+    # hybrid: the worker's prices of a model-drafted token and of drafting at all (`--hybrid-model-cost`,
+    # `--hybrid-call-cost`); model_cost 0: its model drafts gamma
+    model_cost: float = Field(default=0.0, ge=0, lt=1)
+    model_call_cost: float = Field(default=0.0, ge=0, lt=4)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> DraftSpec:
         if self.kind == "hybrid":
             if not self.lookup or not self.fallback:
                 raise ValueError("kind 'hybrid' needs lookup (an ngram option) and fallback (a draft/eagle option)")
-            if set(self.model_fields_set) - {"kind", "lookup", "fallback"}:
-                raise ValueError("kind 'hybrid' takes only lookup and fallback (it is priced from those options)")
+            if set(self.model_fields_set) - {"kind", "lookup", "fallback", "model_cost", "model_call_cost"}:
+                raise ValueError("kind 'hybrid' takes only lookup and fallback (it is priced from those options) "
+                                 "and model_cost, model_call_cost")
             return self
         if self.lookup is not None or self.fallback is not None:
             raise ValueError("lookup / fallback are for kind 'hybrid'")
+        if self.model_cost or self.model_call_cost:
+            raise ValueError("model_cost / model_call_cost are for kind 'hybrid'")
         if self.kind == "draft":
             self._check_form()
         elif self.params is not None or self.memory_floor_s is not None:
@@ -222,7 +231,8 @@ class Profile:
             elif d.kind == "hybrid":
                 assert d.lookup is not None and d.fallback is not None
                 drafts[name] = DraftCost("hybrid", parts=(spec.aliases.get(d.lookup, d.lookup),
-                                                          spec.aliases.get(d.fallback, d.fallback)))
+                                                          spec.aliases.get(d.fallback, d.fallback)),
+                                         model_cost=d.model_cost, model_call_cost=d.model_call_cost)
             else:
                 drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s,
                                          verify_fraction=d.verify_fraction)

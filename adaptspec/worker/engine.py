@@ -50,8 +50,9 @@ API (docs/INTERFACES.md, "Worker"):
 - `set_speculation_cap(cap)`: a worker-wide cap on every request's gamma from the next step on, running ones
   included (0: no request drafts; None: lifted, each request back to its own k and schedule); the proxy sets it
   for a switchback's off window (control/holdout_policy.py engine_tick). `speculation_cap`: the current one.
-- `hybrid_model_cost` (default `HYBRID_MODEL_COST`): a hybrid's price of one model-drafted token, as a share of a
-  step; its model part drafts only as far as its drafts are likely to pay that (proposers/hybrid.py); 0: always k.
+- `hybrid_model_cost` (default `HYBRID_MODEL_COST`), `hybrid_call_cost` (default `HYBRID_CALL_COST`): a hybrid's
+  price of one more model-drafted token and of drafting at all at a lookup miss, as shares of a step; its model
+  part drafts only as far as its drafts are likely to pay those (proposers/hybrid.py); model cost 0: always k.
 - Threads: `num_threads=None` (the default) runs the step thread with 1 torch intra-op thread; pass N to
   use N, or 0 to keep whatever torch is set to.
 - Stop: the request's `stop_token_ids` (default: the tokenizer's EOS ids unless `ignore_eos`); the stop
@@ -100,12 +101,18 @@ PROPOSER_NAMES = ("none", "ngram", "draft", "eagle", "hybrid")
 # The smallest positive temperature accepted: logits / T must stay finite in float32 (|logits| of a real
 # model are far below 3e38 * 1e-30).
 MIN_TEMPERATURE = 1e-30
-# The cost of one model-drafted token (a model pass and a verified position) as a share of a target step:
-# a hybrid's model part drafts position j only while its estimated chance that positions 1..j all survive
-# is at least this (proposers/hybrid.py). Measured on the CPU reference worker at batch 1 (benchmarks/
-# measure_proposers.py, docs/results/eagle-hybrid.md): an EAGLE pass ~0.19 of a decode step and a verified
-# position ~0.10-0.25 (a 5-token verify pass 1.4-2x a 1-token decode); on a memory-bound GPU far less.
+# A hybrid's prices, as shares of a target step (proposers/hybrid.py): one more model-drafted token (a model
+# pass and a verified position), and drafting at all at a lookup miss (the model call, and a step that
+# verifies a draft instead of decoding one token). Its model drafts j tokens only if
+# sum_{i <= j} (S_i - HYBRID_MODEL_COST) >= HYBRID_CALL_COST (S_i: their learned chance to survive).
+# Measured on the CPU reference worker at batch 1 (benchmarks/measure_proposers.py --steps / --analyze,
+# docs/results/eagle-hybrid.md): a head pass ~0.1-0.3 and a verified position ~0.03-0.09 of a plain step, but
+# also a fixed part for drafting at all (0.2-0.9 of a step, unstable from run to run on the loaded box). A call
+# price of 0.5 with 0.2 per token followed that structure, yet by the work it did (each row's steps priced by its
+# run's fit) it was 0.4-2.1% behind one price of 0.35 per token and no call price, in three comparisons: the
+# defaults stay there; on a memory-bound GPU both are far less.
 HYBRID_MODEL_COST = 0.35
+HYBRID_CALL_COST = 0.0
 
 
 @dataclass
@@ -259,7 +266,7 @@ class Engine:
                  default_speculation: dict | tuple | None = None, max_speculative_tokens: int = 16,
                  max_prefill_tokens: int = 2048, num_threads: int | None = None,
                  ngram_min_n: int = 2, ngram_max_n: int = 4, eagle_head: EagleHead | None = None,
-                 hybrid_model_cost: float = HYBRID_MODEL_COST):
+                 hybrid_model_cost: float = HYBRID_MODEL_COST, hybrid_call_cost: float = HYBRID_CALL_COST):
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template = tokenizer.chat_template
@@ -288,7 +295,7 @@ class Engine:
         model_proposer = self._proposers.get("eagle") or self._proposers.get("draft")
         if model_proposer is not None:  # n-gram lookup first, the model where lookup finds nothing
             self._proposers["hybrid"] = HybridProposer(self._proposers["ngram"], model_proposer,
-                                                       hybrid_model_cost)
+                                                       hybrid_model_cost, call_cost=hybrid_call_cost)
         self.proposers = tuple(self._proposers)
         self.default_proposer, self.default_k = self._parse_default(default_speculation)
 

@@ -49,3 +49,26 @@ def test_hybrid_and_eagle_through_the_proxy_are_greedy_identical_to_none(proxies
     key = {"worker": "embedded-0", "proposer": "hybrid", "content_class": h["x-adaptspec-class"]}
     want = lookups / (drafts + _PROPOSE_PRIOR_STEPS)
     assert metric(px.metrics(), "adaptspec_propose_rate_estimate", **key) == pytest.approx(want, rel=1e-2)
+
+
+def test_every_proposer_through_the_proxy_is_greedy_identical_to_none(proxies):
+    """none / ngram / draft / eagle / hybrid (at two gammas; the hybrid at the worker's default price) through the
+    proxy to the real worker: the same text, and each ran what was asked. (Across schedules:
+    test_schedules.py.)"""
+    px = proxies({"policy": {"kind": "static", "proposer": "none", "gamma": 0},
+                  "server": {"allow_client_speculation": True}}, timeout=180)
+    client = px.client(timeout=120)
+    msgs = [{"role": "user", "content": PROMPT}]
+    texts, ran = {}, {}
+    for proposer in ("none", "ngram", "draft", "eagle", "hybrid"):
+        for k in ((0,) if proposer == "none" else (2, 4)):
+            r = client.chat.completions.with_raw_response.create(
+                model="tiny", max_tokens=40, temperature=0, messages=msgs,
+                extra_body={"speculation": {"proposer": proposer, "num_speculative_tokens": k}})
+            out = r.parse()
+            texts[proposer, k] = out.choices[0].message.content
+            ran[proposer, k] = (r.headers["x-adaptspec-proposer"], int(r.headers["x-adaptspec-gamma"]))
+            if k:
+                assert out.usage.model_extra["speculative"]["draft_tokens"] > 0, (proposer, k)
+    assert ran == {key: key for key in texts}
+    assert texts[("none", 0)] and set(texts.values()) == {texts[("none", 0)]}, texts

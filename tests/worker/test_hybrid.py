@@ -80,8 +80,8 @@ def test_greedy_output_is_identical_with_and_without_hybrid(model):
     assert 0 < m.spec_num_accepted_tokens <= m.spec_num_draft_tokens
 
 
-def run_hybrid_law(hybrid_model_cost: float) -> Engine:
-    """A random target + head behind a hybrid at `hybrid_model_cost`: its sampled first three tokens follow the
+def run_hybrid_law(hybrid_model_cost: float, hybrid_call_cost: float = 0.0) -> Engine:
+    """A random target + head behind a hybrid at these prices: its sampled first three tokens follow the
     target's closed-form law (assert_engine_follows); returns the engine for the callers' draft counts.
     After x1, the text 3 7 3 7 x1 repeats its bigram only when x1 = 3: lookup drafts then, the head otherwise."""
     target = random_target()
@@ -89,7 +89,7 @@ def run_hybrid_law(hybrid_model_cost: float) -> Engine:
     temperature, top_p = 0.8, 0.9
     expected = first_three_tokens_law(target, prompt, temperature, top_p)
     engine = Engine(target, NoTokenizer(), None, max_batch=512, max_model_len=8, eagle_head=random_head(target),
-                    hybrid_model_cost=hybrid_model_cost)
+                    hybrid_model_cost=hybrid_model_cost, hybrid_call_cost=hybrid_call_cost)
     assert_engine_follows(engine, prompt, "hybrid", temperature, top_p, expected)
     return engine
 

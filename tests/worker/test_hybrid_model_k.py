@@ -11,7 +11,7 @@ from engine_requests import chat_ids, greedy_request
 from test_eagle import random_head, random_target
 from test_hybrid import ASSETS, COPY_PROMPT, OPEN_PROMPT, run_hybrid_law
 
-from adaptspec.worker.engine import Engine
+from adaptspec.worker.engine import HYBRID_CALL_COST, HYBRID_MODEL_COST, Engine
 from adaptspec.worker.proposers import (
     EagleProposer,
     HybridProposer,
@@ -58,6 +58,24 @@ def test_model_length_follows_the_survival_estimate():
     assert lengths == [0] * 7 + [1, 0] and hybrid.model_declined == 9  # 8 in a row (one above), then 1
     with pytest.raises(ValueError, match="explore_every"):
         HybridProposer(NgramProposer(2, 4), hybrid.model, 0.5, explore_every=0)
+
+
+@pytest.mark.parametrize("cost,call,want", [
+    (0.2, 0.0, 3),  # survival 0.8, 0.48, 0.24, 0.12: the longest j with S_j >= 0.2
+    (0.2, 0.88, 3),  # worth (0.6 + 0.28 + 0.04) = 0.92 >= 0.88
+    (0.2, 0.95, 0),  # 0.92 < 0.95: the step is not worth a draft at all
+    (0.5, 0.29, 1),  # only S_1 pays 0.5: worth 0.3
+    (0.5, 0.31, 0),
+])
+def test_model_length_weighs_the_price_of_drafting_at_all(cost, call, want):
+    hybrid = HybridProposer(NgramProposer(2, 4), _hybrid(0.0).model, cost, prior_weight=1e-9, call_cost=call)
+    hybrid._pooled = [[998, 799], [798, 479], [478, 239], [238, 59]]  # (a + 1) / (t + 2): 0.8, 0.6, 0.5, 0.25
+    assert hybrid.model_k("r", 4) == want
+    with pytest.raises(ValueError, match="call_cost"):
+        HybridProposer(NgramProposer(2, 4), hybrid.model, 0.2, call_cost=-0.1)
+    # before the model's first verdict the call price is not weighed: the prior (1/2 per position) drafts 2
+    fresh = HybridProposer(NgramProposer(2, 4), hybrid.model, 0.2, call_cost=call)
+    assert fresh.model_k("r", 4) == 2
 
 
 def test_survival_is_learned_from_the_engines_verdicts():
@@ -121,3 +139,25 @@ def test_sampled_output_follows_the_target_with_a_priced_hybrid():
     drafted = hybrid.drafts_by_source["eagle"]
     assert drafted > 1000 and hybrid.drafts_by_source["ngram"] > 1000
     assert hybrid.model_shortened > 1000  # the head drafted fewer tokens than k at many misses
+
+
+def test_worker_cli_sets_the_hybrid_model_cost_and_refuses_a_bad_one(capsys):
+    from adaptspec.cli import build_parser
+    from adaptspec.cli._worker import build_engine
+
+    parser = build_parser()
+    engine, _ = build_engine(parser.parse_args(["worker", "--max-batch", "1", "--hybrid-model-cost", "0.3",
+                                                "--hybrid-call-cost", "1.5"]))
+    assert (engine._proposers["hybrid"].model_cost, engine._proposers["hybrid"].call_cost) == (0.3, 1.5)
+    engine, _ = build_engine(parser.parse_args(["worker", "--max-batch", "1"]))
+    hybrid = engine._proposers["hybrid"]
+    assert (hybrid.model_cost, hybrid.call_cost) == (HYBRID_MODEL_COST, HYBRID_CALL_COST)
+    for flag, top, bad in [("--hybrid-model-cost", "[0, 1)", b) for b in ("1", "-0.1", "nan", "cheap")] + \
+            [("--hybrid-call-cost", "[0, 4)", b) for b in ("4", "-1", "inf")]:
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["worker", flag, bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert flag in err and top in err and repr(bad) in err
+    help_text = parser._subparsers._group_actions[0].choices["worker"].format_help()
+    assert "--hybrid-model-cost" in help_text and "--hybrid-call-cost" in help_text

@@ -11,9 +11,19 @@ costs a model pass and a verified position: on a CPU-bound target (a 5-token ver
 decode) k model tokens at every lookup miss cost more than they yield, which made the hybrid slower than
 plain n-gram on copy-heavy text (its misses are where the text departs from the prompt). So the hybrid
 learns, per request, how often the model's drafts survive at each position (the engine reports each
-step's verdict through `observe`, the optional proposer hook of base.py) and drafts model position j
-only while the estimated chance that positions 1..j all survive is at least `model_cost`, the cost of one
-model-drafted token as a share of a target step (Engine default: measured on the CPU reference worker).
+step's verdict through `observe`, the optional proposer hook of base.py). With S_j the estimated chance
+that positions 1..j all survive (each surviving token saves about one step), drafting j tokens is worth
+
+    sum_{i <= j} (S_i - model_cost) - call_cost
+
+where `model_cost` is the price of one more model-drafted token (a model pass and a verified position) and
+`call_cost` the price of drafting at all (calling the model, and a target step that verifies a draft
+instead of decoding one token), both as shares of a target step (Engine defaults: measured on the CPU
+reference worker). S_j falls with j, so the best j is the longest with S_j >= model_cost, drafted when its
+worth is >= 0, else none (the call price is weighed from the model's first verdict on: the uninformed prior
+would never pay it). (On that CPU the first drafted token of a step costs ~0.5-0.9 of a step and
+each further one ~0.2-0.3, but the fixed part moved from run to run on the loaded box, and a call price of
+0.5 did no less work than none: the engine weighs none by default, docs/results/eagle-hybrid.md.)
 Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
 hybrid's pooled counts over all requests (`prior_weight` pseudo-observations; pooled counts start at
 1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), a request
@@ -42,9 +52,12 @@ class HybridProposer:
     name = "hybrid"
 
     def __init__(self, ngram: NgramProposer, model: Proposer, model_cost: float = 0.0, prior_weight: float = 4.0,
-                 explore_every: int = 8):
+                 explore_every: int = 8, call_cost: float = 0.0):
         if not 0.0 <= model_cost < 1.0:
             raise ValueError(f"model_cost must be in [0, 1), got {model_cost}")
+        if not 0.0 <= call_cost < 4.0:
+            raise ValueError(f"call_cost must be in [0, 4), got {call_cost}")
+        self.call_cost = call_cost
         if prior_weight <= 0:
             raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
         self.ngram, self.model = ngram, model
@@ -72,7 +85,8 @@ class HybridProposer:
 
     def model_k(self, request_id: str, k: int) -> int:
         """How many tokens the model part drafts for this request now: the longest j <= k whose estimated
-        chance that positions 1..j all survive is >= model_cost (k when model_cost is 0); 1 instead of 0 after
+        chance that positions 1..j all survive is >= model_cost, if sum over i <= j of (that chance at i -
+        model_cost) is >= call_cost, else 0 (k when model_cost is 0: unpriced); 1 instead of 0 after
         `explore_every` declines in a row."""
         if self.model_cost <= 0:
             return k
@@ -81,15 +95,21 @@ class HybridProposer:
 
     def _survival_k(self, request_id: str, k: int) -> int:
         own = self._stats.get(request_id, [])
-        survive = 1.0
+        survive, worth, j = 1.0, 0.0, 0
         for j in range(k):
             gt, ga = self._pooled[j] if j < len(self._pooled) else (0, 0)
             pooled = (ga + 1) / (gt + 2)
             t, a = own[j] if j < len(own) else (0, 0)
             survive *= (a + self.prior_weight * pooled) / (t + self.prior_weight)
             if survive < self.model_cost:
-                return j
-        return k
+                break
+            worth += survive - self.model_cost
+        else:
+            j = k
+        # the call price is weighed once the model has a verdict (pooled over requests): before that the prior
+        # (1/2 per position) would never pay it, and the model would not draft until its first exploration
+        tried = self._pooled[0][0] if self._pooled else 0
+        return j if j and (worth >= self.call_cost or not tried) else 0
 
     def observe(self, request_id: str, source: str | None, drafted: int, accepted: int) -> None:
         """The engine's verdict on one step's draft (`drafted` tokens from `source`, `accepted` of them kept):
