@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from adaptspec.control import costmodel
-from adaptspec.control.calibration import CalibratedCosts, feature_names
+from adaptspec.control.calibration import CalibratedCosts, feature_names, prior_coefficients
 from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy, estimate
@@ -154,17 +155,35 @@ def _compare_decisions(profile: str, costs: CalibratedCosts) -> dict:
             "decisions_near_best": {j: {**v, "of": total, "within": _NEAR} for j, v in near.items()}}
 
 
+def fitted_costs(coef: dict[str, float], err: dict[str, float], steps: float, trusted: bool, prior: Profile,
+                 context_tokens: float) -> CalibratedCosts:
+    """The proxy's fit (its adaptspec_step_model_* gauges) as CalibratedCosts: ONE builder for the live run and
+    for --from-json. A coefficient counts as fitted only when the proxy exported it with a finite error (the
+    gauge's NaN means held at the prior); one it did not export at all is the prior profile's and not fitted."""
+    names = feature_names()
+    coefficients = {n: float(coef[n]) if n in coef else float(v)
+                    for n, v in zip(names, prior_coefficients(prior), strict=True)}
+    errors = {n: float(err[n]) if err.get(n) is not None else math.nan for n in names}
+    fitted = {n: n in coef and math.isfinite(errors[n]) for n in names}
+    return CalibratedCosts(coefficients=coefficients, errors=errors, fitted=fitted, steps=steps, trusted=trusted,
+                           key="measured", snapped=coefficients, context_tokens=context_tokens)
+
+
+def mean_context(points: list[dict]) -> float:
+    """Mean context of a request in a step over the run: KV tokens per request-step (the fit's context_tokens);
+    runs saved before requests were recorded: KV tokens per batched token, as they were priced then."""
+    kv = sum(p["steps"] * p["kv_per_step"] for p in points)
+    if all(p.get("requests_per_step") for p in points):
+        return kv / sum(p["steps"] * p["requests_per_step"] for p in points)
+    return kv / sum(p["steps"] * p["batched_per_step"] for p in points)
+
+
 def _replay(path: str) -> int:
     """Recompute the decision comparison from a saved --json run (no servers)."""
     run = json.loads(Path(path).read_text())
-    pts = run["points"]
-    batched = sum(p["steps"] * p["batched_per_step"] for p in pts)
-    ctx = sum(p["steps"] * p["kv_per_step"] for p in pts) / batched
-    names = feature_names()
-    coef, err = run["coefficients"], run["errors"]
-    costs = CalibratedCosts(coefficients=coef, errors=err, fitted={n: n in err and err[n] == err[n] for n in names},
-                            steps=run["steps"], trusted=run["trusted"], key="measured", snapped=coef,
-                            context_tokens=ctx)
+    ctx = mean_context(run["points"])
+    costs = fitted_costs(run["coefficients"], run["errors"], run["steps"], run["trusted"],
+                         load_profile(run["profile"]), ctx)
     print(f"# {path}: fit over {run['steps']:.0f} steps, trusted={run['trusted']}, mean context {ctx:.0f} tokens")
     _compare_decisions(run["profile"], costs)
     return 0
@@ -222,47 +241,40 @@ def main() -> int:
 
     wrong, tiny = load_profile(args.profile), load_profile("cpu-tiny")
     names = feature_names()
-    costs = CalibratedCosts(coefficients=coef, errors=err, fitted={n: err.get(n) == err.get(n) for n in names},
-                            steps=steps, trusted=bool(trusted), key="measured", snapped=coef,
-                            context_tokens=wrong.context_tokens)
-    total = StepCounters()
+    report = []
     for r in rows:
-        w = r["window"]
-        total = StepCounters(total.steps + w.steps, total.step_seconds + w.step_seconds,
-                             total.batched_tokens + w.batched_tokens, total.kv_tokens + w.kv_tokens)
-    ctx = total.kv_tokens / total.batched_tokens if total.batched_tokens else wrong.context_tokens
-    costs = CalibratedCosts(**{**costs.__dict__, "context_tokens": ctx})
+        w, b = r["window"], r["bench"]
+        n = w.steps
+        report.append({"concurrency": r["concurrency"], "steps": n, "batched_per_step": w.batched_tokens / n,
+                       "kv_per_step": w.kv_tokens / n, "requests_per_step": w.requests / n,
+                       "draft_passes_per_step": w.draft_passes.get("draft", 0.0) / n,
+                       "measured_s": w.step_seconds / n, "cpu_tiny_s": _predict(tiny, w), "wrong_s": _predict(wrong, w),
+                       "output_tokens_per_s": b.get("output_tokens_per_s", float("nan")),
+                       "speculation_share": b.get("speculation_share", float("nan"))})
+    costs = fitted_costs(coef, err, steps, bool(trusted), wrong, mean_context(report))
     fitted = costs.apply(wrong)
+    for r, p in zip(rows, report, strict=True):
+        p["fit_s"] = _predict(fitted, r["window"])
     print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker\n")
     print(f"{elapsed:.0f} s of load at concurrency {args.concurrency}; fit over {steps:.0f} engine steps, "
           f"trusted={bool(trusted)}\n")
     print("| coefficient | fitted | +- | cpu-tiny | " + args.profile + " (additive) |")
     print("|---|---|---|---|---|")
-    from adaptspec.control.calibration import prior_coefficients
-
     p_tiny, p_wrong = prior_coefficients(tiny), prior_coefficients(wrong)
     for i, n in enumerate(names):
-        print(f"| {n} | {coef.get(n, float('nan')):.4g} | {err.get(n, float('nan')):.2g} | {p_tiny[i]:.4g} | "
-              f"{p_wrong[i]:.4g} |")
+        shown = f"{costs.coefficients[n]:.4g}" if costs.fitted[n] else f"({costs.coefficients[n]:.4g}: prior)"
+        print(f"| {n} | {shown} | {costs.errors[n]:.2g} | {p_tiny[i]:.4g} | {p_wrong[i]:.4g} |")
     print("\n| concurrency | steps | batched tok/step | kv tok/step | draft passes/step | measured ms/step | "
-          "fit ms | fit err | cpu-tiny ms | " + args.profile + " ms | tokens/s | speculation share |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    report = []
-    for r in rows:
-        w, b = r["window"], r["bench"]
-        n = w.steps
-        measured = w.step_seconds / n
-        pf, pt, pw = _predict(fitted, w), _predict(tiny, w), _predict(wrong, w)
-        share = b.get("speculation_share", float("nan"))
-        tps = b.get("output_tokens_per_s", float("nan"))
-        print(f"| {r['concurrency']} | {n:.0f} | {w.batched_tokens / n:.1f} | {w.kv_tokens / n:.0f} | "
-              f"{w.draft_passes.get('draft', 0.0) / n:.2f} | {1e3 * measured:.1f} | {1e3 * pf:.1f} | "
-              f"{(pf - measured) / measured:+.0%} | {1e3 * pt:.1f} | {1e3 * pw:.1f} | {tps:.0f} | {share:.2f} |")
-        report.append({"concurrency": r["concurrency"], "steps": n, "batched_per_step": w.batched_tokens / n,
-                       "kv_per_step": w.kv_tokens / n, "measured_s": measured, "fit_s": pf, "cpu_tiny_s": pt,
-                       "wrong_s": pw, "output_tokens_per_s": tps, "speculation_share": share})
+          "fit ms | fit err | cpu-tiny ms | cpu-tiny err | " + args.profile + " ms | tokens/s | speculation share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for p in report:
+        m = p["measured_s"]
+        print(f"| {p['concurrency']} | {p['steps']:.0f} | {p['batched_per_step']:.1f} | {p['kv_per_step']:.0f} | "
+              f"{p['draft_passes_per_step']:.2f} | {1e3 * m:.1f} | {1e3 * p['fit_s']:.1f} | "
+              f"{(p['fit_s'] - m) / m:+.0%} | {1e3 * p['cpu_tiny_s']:.1f} | {(p['cpu_tiny_s'] - m) / m:+.0%} | "
+              f"{1e3 * p['wrong_s']:.1f} | {p['output_tokens_per_s']:.0f} | {p['speculation_share']:.2f} |")
     decisions = _compare_decisions(args.profile, costs)
-    if args.json:
+    if args.json:  # NaN errors (held at the prior) are written as NaN, which json.loads reads back
         Path(args.json).write_text(json.dumps({
             "profile": args.profile, "elapsed_s": elapsed, "steps": steps, "trusted": bool(trusted),
             "coefficients": coef, "errors": err, "points": report,

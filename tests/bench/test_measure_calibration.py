@@ -1,0 +1,79 @@
+"""benchmarks/measure_calibration.py: the fit read from the proxy's gauges is built by ONE function, live and from a
+saved run (--from-json), and a coefficient the proxy did not export is the prior's, not a fitted one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from adaptspec.control.calibration import feature_names, prior_coefficients
+from adaptspec.control.profiles import load_profile
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "measure_calibration.py"
+
+
+@pytest.fixture(scope="module")
+def mc():
+    spec = importlib.util.spec_from_file_location("measure_calibration", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_missing_and_nan_coefficients_are_the_prior_not_fitted(mc):
+    prior = load_profile("h200-llama3-70b")
+    theta = dict(zip(feature_names(), prior_coefficients(prior), strict=True))
+    coef = {"overhead_s": 0.005, "compute_s_per_token": 0.0004, "kv_s_per_token": 3e-6, "draft_pass_s": 0.002}
+    err = {"overhead_s": 3e-4, "compute_s_per_token": 5e-6, "kv_s_per_token": 3e-7, "draft_pass_s": math.nan}
+    costs = mc.fitted_costs(coef, err, steps=3000.0, trusted=True, prior=prior, context_tokens=150.0)
+    assert {n for n, f in costs.fitted.items() if f} == {"overhead_s", "compute_s_per_token", "kv_s_per_token"}
+    # exported with a NaN error: the proxy held it at the prior; the value is what it exported
+    assert costs.coefficients["draft_pass_s"] == 0.002 and math.isnan(costs.errors["draft_pass_s"])
+    # not exported at all (the old live path counted these as fitted: None == None): the prior's value
+    for name in ("draft_token_s", "eagle_pass_s", "eagle_token_s"):
+        assert costs.coefficients[name] == pytest.approx(theta[name])
+        assert math.isnan(costs.errors[name])
+    assert costs.snapped == costs.coefficients and costs.context_tokens == 150.0 and costs.trusted
+    # the fitted target prices; the unfitted draft model keeps the profile's price
+    priced = costs.apply(prior)
+    assert priced.target.time(10, 1500) == pytest.approx(0.005 + 0.0004 * 10 + 3e-6 * 1500)
+    assert priced.draft("draft").time(1, 4, 150, priced.target) == prior.draft("draft").time(1, 4, 150, priced.target)
+
+
+def test_replay_builds_the_same_costs_as_the_live_path(mc, tmp_path, capsys, monkeypatch):
+    """A saved run round-trips through JSON (NaN errors included) to the same CalibratedCosts."""
+    coef = {"overhead_s": 0.006, "compute_s_per_token": 0.0005, "kv_s_per_token": 2e-6, "draft_pass_s": 0.003}
+    err = {"overhead_s": 4e-4, "compute_s_per_token": 6e-6, "kv_s_per_token": 2e-7, "draft_pass_s": math.nan}
+    points = [{"steps": 100.0, "batched_per_step": 10.0, "kv_per_step": 300.0, "requests_per_step": 2.0},
+              {"steps": 50.0, "batched_per_step": 60.0, "kv_per_step": 2400.0, "requests_per_step": 16.0}]
+    run = {"profile": "h200-llama3-70b", "steps": 150.0, "trusted": True, "coefficients": coef, "errors": err,
+           "points": points}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    built = []
+    real = mc.fitted_costs
+
+    def recording(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(mc, "fitted_costs", recording)
+    assert mc._replay(str(path)) == 0
+    live = real(coef, err, 150.0, True, load_profile("h200-llama3-70b"), mc.mean_context(points))
+    (replayed,) = built
+    assert replayed.fitted == live.fitted and replayed.coefficients == live.coefficients
+    assert replayed.context_tokens == live.context_tokens
+    assert "Decisions" in capsys.readouterr().out
+
+
+def test_mean_context_is_kv_per_request_step(mc):
+    points = [{"steps": 100.0, "batched_per_step": 10.0, "kv_per_step": 300.0, "requests_per_step": 2.0},
+              {"steps": 50.0, "batched_per_step": 60.0, "kv_per_step": 2400.0, "requests_per_step": 16.0}]
+    assert mc.mean_context(points) == pytest.approx((100 * 300 + 50 * 2400) / (100 * 2 + 50 * 16))
+    # runs saved before requests were recorded: priced as they were then (KV per batched token)
+    old = [{k: v for k, v in p.items() if k != "requests_per_step"} for p in points]
+    assert mc.mean_context(old) == pytest.approx((100 * 300 + 50 * 2400) / (100 * 10 + 50 * 60))
