@@ -62,10 +62,12 @@ def test_guard_leaves_a_faster_policy_alone(trace):
 
 
 def test_switchback_estimates_the_system_throughput_ratio_at_high_load(trace):
-    # a short run (8000 requests, ~7 windows): the estimate lands near the truth and says "slower"; the 20-seed
-    # coverage figure needs the long windows of benchmarks/holdout.sh (docs/results/holdout.md)
-    sb = SwitchbackConfig(share=0.5, window_s=80.0, washout_s=30.0, cooldown_s=20.0)
-    out = switchback_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 128, 0, 8000, 600),
+    # ~15 windows with the washout of benchmarks/holdout.sh (docs/results/holdout.md): the estimate lands near the
+    # truth and says "slower". The washout must outlast a request at this load: with cpu-tiny as re-measured on
+    # 2026-12-01 (steps ~2x the old price at c=128), 80/30/20 s windows estimated 0.87-0.90 for a truth of 0.85 at
+    # seeds 0-4 (carry-over from the other regime); 150/75/30 s: 0.845-0.847
+    sb = SwitchbackConfig(share=0.5, window_s=150.0, washout_s=75.0, cooldown_s=30.0)
+    out = switchback_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 128, 0, 14000, 600),
                            sb)
     assert out["windows_policy"] >= 3 and out["windows_off"] >= 3
     assert out["truth"] < 0.9 and out["high"] < 1.0
