@@ -7,17 +7,29 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
 from adaptspec.control import costmodel
 from adaptspec.control.alpha import _PROPOSE_PRIOR_STEPS, AlphaTable, prior_alpha
 from adaptspec.control.calibration import CalibratedCosts
 from adaptspec.control.config import parse_config, pool_proposers
 from adaptspec.control.policy import build_policy, estimate
-from adaptspec.control.profiles import load_profile, parse_profile
+from adaptspec.control.profiles import PROFILE_DIR, load_profile, parse_profile
 from adaptspec.control.types import PROPOSERS, AlphaEstimate, WorkerState
 from adaptspec.errors import ConfigError
 
 TINY = load_profile("cpu-tiny")
+
+
+def _unpriced_tiny():
+    """cpu-tiny with the hybrid whose model drafts gamma at every miss (model_cost 0, the worker's
+    `--hybrid-model-cost 0`): the closed forms below are that hybrid's."""
+    data = yaml.safe_load((PROFILE_DIR / "cpu-tiny.yaml").read_text())
+    data["proposers"]["hybrid"].pop("model_cost", None)
+    return parse_profile(data, "cpu-tiny.yaml (model_cost 0)")
+
+
+TINY_K = _unpriced_tiny()
 ALL = ("ngram", "draft", "eagle", "hybrid")
 
 
@@ -45,13 +57,14 @@ def test_hybrid_at_batch_b_pays_the_model_overhead_when_any_request_misses_and_i
 
 def test_a_hybrid_always_drafts_its_propose_rate_only_prices_it():
     alpha, gamma, pi = 0.6, 3, 0.4
-    plan = costmodel.evaluate(TINY, "hybrid", alpha, gamma, 1, propose_rate=pi)
+    plan = costmodel.evaluate(TINY_K, "hybrid", alpha, gamma, 1, propose_rate=pi)
     assert plan.expected_tokens == pytest.approx(costmodel.expected_tokens(alpha, gamma))
-    assert plan.verify_time_s == pytest.approx(TINY.target.time(1 + gamma, TINY.context_tokens))
-    assert plan.draft_time_s == pytest.approx(TINY.draft("hybrid").time(gamma, 1, TINY.context_tokens, TINY.target,
-                                                                       lookup_rate=pi))
+    assert plan.verify_time_s == pytest.approx(TINY_K.target.time(1 + gamma, TINY_K.context_tokens))
+    assert plan.draft_time_s == pytest.approx(TINY_K.draft("hybrid").time(gamma, 1, TINY_K.context_tokens,
+                                                                         TINY_K.target, lookup_rate=pi))
+    assert TINY.draft("hybrid").model_cost == 0.35 and TINY_K.draft("hybrid").model_cost == 0.0
     # n-gram with the same rate drafts on 40% of the steps only
-    ng = costmodel.evaluate(TINY, "ngram", alpha, gamma, 1, propose_rate=pi)
+    ng = costmodel.evaluate(TINY_K, "ngram", alpha, gamma, 1, propose_rate=pi)
     assert ng.expected_tokens == pytest.approx(1 + pi * (costmodel.expected_tokens(alpha, gamma) - 1))
 
 
