@@ -24,9 +24,9 @@ request of 200 drafted tokens would weigh like 200 requests. Per-request observa
 proxy's `usage.speculative` feedback, the simulator's completions) are therefore weighted by the inverse design
 effect of a beta-binomial: a request of n trials counts n / (1 + (n - 1) rho) effective trials, rho the
 intra-request correlation of acceptance (its share of the variance that is between requests). rho is estimated
-per key online by the one-way ANOVA estimator over the requests seen (decayed like the counts), combined by
-precision with the prior `request_correlation` (default 0.1: per-request alpha ~ Beta(a, b) with a + b ~ 9)
-+- `correlation_prior_sd` (0.05). The posterior's variance is then that of the
+per key online by the one-way ANOVA estimator over the requests seen (decayed like the counts), shrunk toward
+`request_correlation` (default 0.1: per-request alpha ~ Beta(a, b) with a + b ~ 9, what per-request
+measurements show) with `correlation_strength` pseudo-requests. The posterior's variance is then that of the
 pooled estimate across requests, not of independent tokens (tests/control/test_alpha_units.py checks it
 against the closed form). Engine counter deltas carry no request boundaries and stay unweighted.
 
@@ -226,12 +226,10 @@ class KeyStats:
         self.req_q += x * x / n
         self.req_n2 += n * n
 
-    def correlation(self, rho0: float, prior_sd: float) -> float:
+    def correlation(self, rho0: float, strength: float) -> float:
         """Intra-request correlation of acceptance: the one-way ANOVA estimator over the requests noted,
-        rho^ = (MSB - MSW) / (MSB + (n0 - 1) MSW) clipped to [0, 1], combined with the prior N(rho0, prior_sd^2)
-        by precision, rho^'s sampling variance being Fisher's 2 (1 - rho)^2 (1 + (n0 - 1) rho)^2 /
-        (n0 (n0 - 1) (R - 1)) for R requests of n0 trials: long requests pin rho down within a few of them
-        (rho0 alone before two requests)."""
+        (MSB - MSW) / (MSB + (n0 - 1) MSW), clipped to [0, 1] and shrunk toward `rho0` with `strength`
+        pseudo-requests (rho0 alone before two requests)."""
         r, n = self.req_r, self.req_n
         if r < 2.0 or n - r <= 0.0:
             return rho0
@@ -239,12 +237,8 @@ class KeyStats:
         msw = max(self.req_x - self.req_q, 0.0) / (n - r)
         n0 = (n - self.req_n2 / n) / (r - 1.0)
         den = msb + (n0 - 1.0) * msw
-        if den <= 0.0 or n0 <= 1.0:
-            return rho0
-        rho = min(max((msb - msw) / den, 0.0), 1.0)
-        var = 2.0 * (1.0 - rho) ** 2 * (1.0 + (n0 - 1.0) * rho) ** 2 / (n0 * (n0 - 1.0) * (r - 1.0))
-        w_data, w_prior = 1.0 / max(var, 1e-12), 1.0 / (prior_sd * prior_sd)
-        return (w_data * rho + w_prior * rho0) / (w_data + w_prior)
+        rho = rho0 if den <= 0.0 else min(max((msb - msw) / den, 0.0), 1.0)
+        return (r * rho + strength * rho0) / (r + strength)
 
     def to_dict(self) -> dict:
         out = {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t,
@@ -307,14 +301,14 @@ class AlphaTable:
         max_positions: int = 16,
         sampled_factor: Mapping[str, float] | None = None,
         request_correlation: float = DEFAULT_REQUEST_CORRELATION,
-        correlation_prior_sd: float = 0.05,
+        correlation_strength: float = 8.0,
     ) -> None:
         if prior_strength <= 0:
             raise ValueError("prior_strength must be > 0")
-        if not 0.0 <= request_correlation <= 1.0 or correlation_prior_sd <= 0:
-            raise ValueError(f"need request_correlation in [0, 1] and correlation_prior_sd > 0: "
-                             f"{request_correlation}, {correlation_prior_sd}")
-        self.request_correlation, self.correlation_prior_sd = float(request_correlation), float(correlation_prior_sd)
+        if not 0.0 <= request_correlation <= 1.0 or correlation_strength <= 0:
+            raise ValueError(f"need request_correlation in [0, 1] and correlation_strength > 0: "
+                             f"{request_correlation}, {correlation_strength}")
+        self.request_correlation, self.correlation_strength = float(request_correlation), float(correlation_strength)
         self.sampled_factor = {**DEFAULT_SAMPLED_FACTOR, **(sampled_factor or {})}
         if any(not 0.0 <= f <= 1.0 for f in self.sampled_factor.values()):
             raise ValueError(f"sampled_factor values must be in [0, 1]: {self.sampled_factor}")
@@ -397,7 +391,7 @@ class AlphaTable:
         pos_trials, pos_accepted = list(pos_trials)[:k], list(pos_accepted)[:k]
         trials = successes + failures
         if request and trials > 0:
-            w = 1.0 / (1.0 + (trials - 1.0) * st.correlation(self.request_correlation, self.correlation_prior_sd)) \
+            w = 1.0 / (1.0 + (trials - 1.0) * st.correlation(self.request_correlation, self.correlation_strength)) \
                 if trials > 1.0 else 1.0
             st.note_request(successes, trials)  # after the weight: a request does not vouch for itself
             st.req_cut += trials * (1.0 - w)

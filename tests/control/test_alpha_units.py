@@ -56,14 +56,14 @@ def test_claimed_variance_is_the_beta_binomial_variance_of_the_pooled_estimate()
         means.append(est.mean)
         claimed.append(est.std ** 2)
         naive.append(_fed(xs, request=False).get("w", "draft", "code").std ** 2)
-    # unbiased: the estimate centres on mu (its sd over 2000 replications is ~0.002)
-    assert float(np.mean(means)) == pytest.approx(MU, abs=0.01)
+    # the estimate is about the pooled rate (equal n per request: weights equal but for the online rho)
+    assert means[-1] == pytest.approx(float(xs.sum()) / (R * N_TRIALS), rel=0.01)
     emp = float(np.var(means, ddof=1))
     # sample variance of 2000 draws: relative sd sqrt(2 / 1999) = 3.2%; 6 sd = 19%
     assert emp == pytest.approx(closed, rel=0.19)
-    # the table claims what it has: its posterior variance matches the spread across requests (within 15%:
-    # the design effect 1 + 63 rho rides on rho estimated online from these 40 requests, sd ~0.02 at 0.1)
-    assert float(np.mean(claimed)) == pytest.approx(closed, rel=0.15)
+    # the table claims what it has: its posterior variance matches the spread across requests (the
+    # online rho estimate and the plug-in mean make it a few % off the closed form)
+    assert float(np.mean(claimed)) == pytest.approx(closed, rel=0.10)
     # counting every token as a trial claims 1 + (n - 1) rho = 7.3x too little variance
     assert float(np.mean(naive)) == pytest.approx(closed / (1.0 + (N_TRIALS - 1) * RHO), rel=0.10)
 
@@ -73,15 +73,15 @@ def test_intra_request_correlation_is_estimated_online():
     st = KeyStats()
     for x in _requests(rng, 4000):
         st.note_request(float(x), float(N_TRIALS))
-    # the ANOVA estimator is consistent (its sd at 4000 requests of 64 is ~0.004, far below the prior's 0.1, so
-    # the prior's 0.3 moves it little)
-    assert st.correlation(0.3, 0.1) == pytest.approx(RHO, abs=0.02)
+    # the ANOVA estimator is consistent; its sd at 4000 requests of 64 is ~0.004; the 8 pseudo-requests of
+    # the prior (0.3 here) move it by ~0.0004
+    assert st.correlation(0.3, 8.0) == pytest.approx(RHO, abs=0.02)
     # independent trials (one rate for every request): rho ~ 0
     st0 = KeyStats()
     for x in rng.binomial(N_TRIALS, MU, size=4000):
         st0.note_request(float(x), float(N_TRIALS))
-    assert st0.correlation(0.3, 0.1) < 0.01
-    assert KeyStats().correlation(0.25, 0.1) == 0.25  # no requests yet: the prior
+    assert st0.correlation(0.3, 8.0) < 0.01
+    assert KeyStats().correlation(0.25, 8.0) == 0.25  # no requests yet: the prior
 
 
 def test_one_long_request_weighs_like_a_few_trials_not_hundreds():
