@@ -20,8 +20,7 @@ What it models, one engine step at a time (vLLM-v1-like scheduling):
   on the same seed see the same requests *and* the same coin at the same place: their difference is the
   policy, not the noise (common random numbers).
 * Trace replay (:class:`~adaptspec.bench.traces.TraceWorkload`, `adaptspec simulate --trace`): requests are
-  the trace's, in the workload's replay order (cycled; `--trace-order`, default one shuffle per seed), with
-  its class and lengths; a step of a request at output position i
+  the trace's, in file order (cycled), with its class and lengths; a step of a request at output position i
   that drafts gamma tokens with proposer p emits ``min(accept_runs[p][i], gamma + 1)``, i being the tokens
   generated so far (the prefill emits token 0, so decoding starts at index 1). A request is offered only the
   proposers its trace has runs for (the worker does not offer the others to it). `oracle`
@@ -610,12 +609,12 @@ def simulate(
             if observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
                 tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
                 alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried, got,
-                                      draft_tokens=float(d_tok[s]), now=t0 + t, request=True)
+                                      draft_tokens=float(d_tok[s]), now=t0 + t)
             elif observe is not None and gamma[s] > 0 and d_tok[s] > 0:
                 g = int(np.flatnonzero(step_gamma[s])[-1]) if scheduled[s] else int(gamma[s])  # per_position[i]: drafting steps whose position i was accepted
                 observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
                         per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
-                        num_drafts=int(pos_drf[s, 0]), request=True)
+                        num_drafts=int(pos_drf[s, 0]))
             if on_finish is not None:
                 on_finish(decisions[s], int(rid[s]), t0 + t, int(gen[s]),
                           (t - t_first[s]) / (gen[s] - 1) if gen[s] > 1 else None)

@@ -18,27 +18,6 @@ alpha: at alpha=0.8, gamma=4 it reads 0.59. We therefore estimate
 Per-position counters are used only when every counted draft had the same length (draft tokens = drafts x
 positions, as in vLLM); when per-request gammas were mixed the step estimator is used with gamma = D/S.
 
-Independent units. Acceptance is strongly correlated within a request (a request that copies its prompt accepts
-long runs at every step; a free-form one few), so a request's trials are not independent: counted as such, one
-request of 200 drafted tokens would weigh like 200 requests. Per-request observations (`request=True`: the
-proxy's `usage.speculative` feedback, the simulator's completions) are therefore weighted by the inverse design
-effect of a beta-binomial: a request of n trials counts n / (1 + (n - 1) rho) effective trials, rho the
-intra-request correlation of acceptance (its share of the variance that is between requests). rho is estimated
-per key online by the one-way ANOVA estimator over the requests seen (decayed like the counts), shrunk toward
-`request_correlation` (default 0.1: per-request alpha ~ Beta(a, b) with a + b ~ 9, what per-request
-measurements show) with `correlation_strength` pseudo-requests. The posterior's variance is then that of the
-pooled estimate across requests, not of independent tokens (tests/control/test_alpha_units.py checks it
-against the closed form). Engine counter deltas carry no request boundaries and stay unweighted.
-
-Cross-class evidence. A class met for the first time is not planned on the prior table alone: the worker's
-evidence for the same proposer on its other classes says how this deployment's pair compares with the table
-(a tiny pair whose n-gram lookup hits everywhere, a head that accepts less than the published numbers). The
-prior mean of class c is logit^-1(logit(table_c) + shift_c), shift_c = sum_{c' != c} n_c' d_c' /
-(sum_{c' != c} n_c' + prior_strength), d_c' = logit(posterior_c') - logit(table_c') and n_c' its effective
-trials: a hierarchical estimate (class = table x a proposer-level calibration factor on the odds) that the
-class's own data outweighs as it accumulates. An engine-wide (`*`) key, when counters give one, is the prior
-instead, as before.
-
 Forgetting. Before new data is added, a key's counts are multiplied by 0.5^(draft_tokens / half_life_tokens)
 and by 0.5^(elapsed / half_life_s): after a step change in acceptance the estimate moves to the new value
 within a few half-lives. Sufficient statistics are plain dicts (`KeyStats.to_dict`, `merge_stats`,
@@ -87,19 +66,6 @@ DEFAULT_PRIOR_ALPHA: dict[str, dict[str, float]] = {
 # propose-rate priors, the cautious side for the cost: n-gram lookup drafts (pays its verify tokens) every
 # step; a hybrid's lookup serves no step (its model drafts, and runs its passes, every step)
 _PROPOSE_PRIOR_RATE: dict[str, float] = {"hybrid": 0.0}
-
-
-# prior intra-request correlation of acceptance (per-request alpha ~ Beta with a + b ~ 9 gives 1 / (a + b + 1))
-DEFAULT_REQUEST_CORRELATION = 0.1
-
-
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-4), 1.0 - 1e-4)
-    return math.log(p / (1.0 - p))
-
-
-def _expit(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
 GREEDY, SAMPLED = "greedy", "sampled"
@@ -182,15 +148,6 @@ class KeyStats:
     t: float | None = None  # time of the last update (seconds, the table's clock)
     steps: float = 0.0  # verification steps seen with per-request stats (propose rate = drafts / steps)
     drafts: float = 0.0  # those that drafted
-    # per-request moments for the intra-request correlation (raw, unweighted trials): requests R, sum n_i,
-    # sum x_i (accepted), sum x_i^2 / n_i, sum n_i^2; and the trials the weighting took out of s + f (so the
-    # drafted trials behind a key, `AlphaEstimate.n`, stay a count of tokens)
-    req_r: float = 0.0
-    req_n: float = 0.0
-    req_x: float = 0.0
-    req_q: float = 0.0
-    req_n2: float = 0.0
-    req_cut: float = 0.0
 
     def scale(self, factor: float) -> None:
         if factor >= 1.0:
@@ -199,12 +156,6 @@ class KeyStats:
         self.f *= factor
         self.steps *= factor
         self.drafts *= factor
-        self.req_r *= factor
-        self.req_n *= factor
-        self.req_x *= factor
-        self.req_q *= factor
-        self.req_n2 *= factor
-        self.req_cut *= factor
         self.pos_n = [x * factor for x in self.pos_n]
         self.pos_a = [x * factor for x in self.pos_a]
 
@@ -218,34 +169,9 @@ class KeyStats:
             self.pos_n[i] += n
             self.pos_a[i] += a
 
-    def note_request(self, x: float, n: float) -> None:
-        """One request's raw accepted trials `x` out of `n` (for the intra-request correlation)."""
-        self.req_r += 1.0
-        self.req_n += n
-        self.req_x += x
-        self.req_q += x * x / n
-        self.req_n2 += n * n
-
-    def correlation(self, rho0: float, strength: float) -> float:
-        """Intra-request correlation of acceptance: the one-way ANOVA estimator over the requests noted,
-        (MSB - MSW) / (MSB + (n0 - 1) MSW), clipped to [0, 1] and shrunk toward `rho0` with `strength`
-        pseudo-requests (rho0 alone before two requests)."""
-        r, n = self.req_r, self.req_n
-        if r < 2.0 or n - r <= 0.0:
-            return rho0
-        msb = max(self.req_q - self.req_x * self.req_x / n, 0.0) / (r - 1.0)
-        msw = max(self.req_x - self.req_q, 0.0) / (n - r)
-        n0 = (n - self.req_n2 / n) / (r - 1.0)
-        den = msb + (n0 - 1.0) * msw
-        rho = rho0 if den <= 0.0 else min(max((msb - msw) / den, 0.0), 1.0)
-        return (r * rho + strength * rho0) / (r + strength)
-
     def to_dict(self) -> dict:
-        out = {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t,
-               "steps": self.steps, "drafts": self.drafts}
-        if self.req_r > 0:  # per-request moments only where requests were noted (counter-fed keys have none)
-            out["req"] = [self.req_r, self.req_n, self.req_x, self.req_q, self.req_n2, self.req_cut]
-        return out
+        return {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t,
+                "steps": self.steps, "drafts": self.drafts}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> KeyStats:
@@ -253,11 +179,8 @@ class KeyStats:
         if len(pos_n) != len(pos_a):
             raise ValueError("pos_n and pos_a differ in length")
         t = d.get("t")
-        req = [float(x) for x in d.get("req", (0.0,) * 6)]
-        if len(req) != 6:
-            raise ValueError(f"req must hold 6 numbers, got {len(req)}")
         return cls(float(d.get("s", 0.0)), float(d.get("f", 0.0)), pos_n, pos_a, None if t is None else float(t),
-                   float(d.get("steps", 0.0)), float(d.get("drafts", 0.0)), *req)
+                   float(d.get("steps", 0.0)), float(d.get("drafts", 0.0)))
 
 
 def merge_stats(a: Mapping, b: Mapping) -> dict:
@@ -270,12 +193,6 @@ def merge_stats(a: Mapping, b: Mapping) -> dict:
     out.add(other.s, other.f, other.pos_n, other.pos_a)
     out.steps += other.steps
     out.drafts += other.drafts
-    out.req_r += other.req_r
-    out.req_n += other.req_n
-    out.req_x += other.req_x
-    out.req_q += other.req_q
-    out.req_n2 += other.req_n2
-    out.req_cut += other.req_cut
     ts = [t for t in (out.t, other.t) if t is not None]
     out.t = max(ts) if ts else None
     return out.to_dict()
@@ -300,15 +217,9 @@ class AlphaTable:
         clock: Callable[[], float] = time.time,
         max_positions: int = 16,
         sampled_factor: Mapping[str, float] | None = None,
-        request_correlation: float = DEFAULT_REQUEST_CORRELATION,
-        correlation_strength: float = 8.0,
     ) -> None:
         if prior_strength <= 0:
             raise ValueError("prior_strength must be > 0")
-        if not 0.0 <= request_correlation <= 1.0 or correlation_strength <= 0:
-            raise ValueError(f"need request_correlation in [0, 1] and correlation_strength > 0: "
-                             f"{request_correlation}, {correlation_strength}")
-        self.request_correlation, self.correlation_strength = float(request_correlation), float(correlation_strength)
         self.sampled_factor = {**DEFAULT_SAMPLED_FACTOR, **(sampled_factor or {})}
         if any(not 0.0 <= f <= 1.0 for f in self.sampled_factor.values()):
             raise ValueError(f"sampled_factor values must be in [0, 1]: {self.sampled_factor}")
@@ -319,19 +230,18 @@ class AlphaTable:
         self.clock = clock
         self.max_positions = max_positions
         self._stats: dict[tuple[str, str, str], KeyStats] = {}
-        self._classes: dict[tuple[str, str], set[str]] = {}  # (worker, proposer) -> greedy classes with stats
         self._prior_cache: dict[tuple[str, str], float] = {}
         self._prior_estimates: dict[tuple[str, str], AlphaEstimate] = {}
         self._est_cache: dict[tuple[str, str, str], tuple[float | None, AlphaEstimate]] = {}
 
     def _invalidate(self, key: tuple[str, str, str]) -> None:
-        if _REGIME_SEP not in key[2]:
-            # the pooled estimate, and every greedy class's evidence (the cross-class calibration), are in the
-            # prior of every class of (worker, proposer); a greedy estimate is the prior of its sampled key
+        if key[2] == ANY_CLASS:  # the pooled estimate is the prior of every class of (worker, proposer)
             for k in [k for k in self._est_cache if k[0] == key[0] and k[1] == key[1]]:
                 del self._est_cache[k]
         else:
             self._est_cache.pop(key, None)
+            if _REGIME_SEP not in key[2]:  # a greedy estimate is the prior of its sampled key
+                self._est_cache.pop((key[0], key[1], regime_key(key[2], SAMPLED)), None)
 
     @classmethod
     def from_config(cls, cfg, clock: Callable[[], float] = time.time) -> AlphaTable:
@@ -364,14 +274,12 @@ class AlphaTable:
         steps: float = 0.0,
         drafts: float = 0.0,
         regime: str = GREEDY,
-        request: bool = False,
     ) -> None:
         """Add Bernoulli counts to a key, after discounting its history by the tokens and time passed.
 
         `steps` / `drafts`: verification steps of the requests counted, and how many of them drafted (for
         the propose rate of proposers that do not always find a draft, like n-gram lookup). `regime`:
-        "greedy" or "sampled" (see the module doc). `request`: the counts are one request's, weighted by the
-        inverse design effect 1 / (1 + (n - 1) rho) (see "Independent units" in the module doc)."""
+        "greedy" or "sampled" (see the module doc)."""
         if successes < 0 or failures < 0:
             raise ValueError(f"negative counts: successes={successes}, failures={failures}")
         if steps < 0 or not 0 <= drafts <= steps + 1e-9:
@@ -384,20 +292,9 @@ class AlphaTable:
         st = self._stats.get(key)
         if st is None:
             st = self._stats[key] = KeyStats()
-            if key[2] != ANY_CLASS and _REGIME_SEP not in key[2]:
-                self._classes.setdefault((worker, proposer), set()).add(key[2])
         self._decay_to(st, now, successes + failures if draft_tokens is None else draft_tokens)
         k = self.max_positions
-        pos_trials, pos_accepted = list(pos_trials)[:k], list(pos_accepted)[:k]
-        trials = successes + failures
-        if request and trials > 0:
-            w = 1.0 / (1.0 + (trials - 1.0) * st.correlation(self.request_correlation, self.correlation_strength)) \
-                if trials > 1.0 else 1.0
-            st.note_request(successes, trials)  # after the weight: a request does not vouch for itself
-            st.req_cut += trials * (1.0 - w)
-            successes, failures = successes * w, failures * w
-            pos_trials, pos_accepted = [x * w for x in pos_trials], [x * w for x in pos_accepted]
-        st.add(successes, failures, pos_trials, pos_accepted)
+        st.add(successes, failures, list(pos_trials)[:k], list(pos_accepted)[:k])
         st.steps += steps
         st.drafts += drafts
         st.t = now
@@ -416,10 +313,8 @@ class AlphaTable:
         gamma: float | None = None,
         num_drafts: float | None = None,
         regime: str = GREEDY,
-        request: bool = False,
     ) -> None:
-        """Add per-request stats or counter deltas for one key (`request=True`: one request's, weighted as
-        `observe_counts` says).
+        """Add per-request stats or counter deltas for one key.
 
         `per_position[i]`: drafts whose position i was accepted (needs `num_drafts`, else `steps`).
         `steps`: verification steps of the request; with `gamma` (the gamma it ran with) the drafting steps
@@ -445,7 +340,7 @@ class AlphaTable:
             succ = sum(acc)
             fail = max(float(drafts) - (acc[-1] if acc else 0.0), 0.0)
             self.observe_counts(worker, proposer, cls, succ, fail, trials, acc, draft_tokens=draft_tokens,
-                                now=now, regime=regime, request=request)
+                                now=now, regime=regime)
             return
         if drafts:
             g = draft_tokens / drafts
@@ -454,7 +349,7 @@ class AlphaTable:
         else:  # no step count: accepted / drafted (biased low when runs are truncated at gamma)
             fail = draft_tokens - accepted_tokens
         self.observe_counts(worker, proposer, cls, float(accepted_tokens), fail, draft_tokens=draft_tokens,
-                            now=now, regime=regime, request=request)
+                            now=now, regime=regime)
 
     # -- queries -------------------------------------------------------------------------------------
     def _age_factor(self, st: KeyStats | None, now: float | None) -> float:
@@ -478,44 +373,21 @@ class AlphaTable:
         return m0
 
     def prior_mean(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> float:
-        """Prior mean of a key: the worker's class-less (engine-wide) estimate if any, else the table moved by
-        the proposer's evidence on the worker's other classes (`calibration_shift`)."""
+        """Prior mean of a key: the worker's class-less (engine-wide) estimate if any, else the table."""
         m0 = self._table_prior(proposer, content_class)
         if content_class != ANY_CLASS:
             pooled = self._stats.get((worker, proposer, ANY_CLASS))
             if pooled is not None and pooled.s + pooled.f > 0:
                 a, b, _ = self._posterior(pooled, m0, self._age_factor(pooled, now))
-                return a / (a + b)
-            shift = self.calibration_shift(worker, proposer, content_class, now)
-            if shift:
-                m0 = _expit(_logit(m0) + shift)
+                m0 = a / (a + b)
         return m0
-
-    def calibration_shift(self, worker: str, proposer: str, content_class: str, now: float | None = None) -> float:
-        """How far (logit scale) this worker's evidence for `proposer` on its classes other than
-        `content_class` puts them from their table priors: sum n_c d_c / (sum n_c + prior_strength), d_c the
-        posterior's logit less the table's, n_c its effective trials (0 without such evidence)."""
-        num = den = 0.0
-        k = self.prior_strength
-        for c in self._classes.get((worker, proposer), ()):
-            if c == content_class:
-                continue
-            st = self._stats[(worker, proposer, c)]
-            m_c = self._table_prior(proposer, c)
-            a, b, n = self._posterior(st, m_c, self._age_factor(st, now))
-            if n <= 0.0:
-                continue
-            num += n * (_logit(a / (a + b)) - _logit(m_c))
-            den += n
-        return num / (den + k) if den > 0.0 else 0.0
 
     def get(self, worker: str, proposer: str, content_class: str, now: float | None = None,
             regime: str = GREEDY) -> AlphaEstimate:
         if regime != GREEDY:
             return self._get_regime(worker, proposer, content_class, now, regime)
         st = self._stats.get((worker, proposer, content_class))
-        if st is None and (worker, proposer, ANY_CLASS) not in self._stats \
-                and (worker, proposer) not in self._classes:  # fast path: prior only
+        if st is None and (worker, proposer, ANY_CLASS) not in self._stats:  # fast path: prior only
             est = self._prior_estimates.get((proposer, content_class))
             if est is None:
                 m0, k = self._table_prior(proposer, content_class), self.prior_strength
@@ -581,8 +453,6 @@ class AlphaTable:
             # side for the cost): a few steps cannot make a proposer look cheaper than the data says
             k = _PROPOSE_PRIOR_STEPS
             rate = (st.drafts * d + k * r0) / (st.steps * d + k)
-        if st is not None:  # n: the drafted trials behind the key, a count of tokens (thresholds such as a
-            n += st.req_cut * d  # policy's explore_below_tokens read it); mean and std: the weighted evidence
         return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos, propose_rate=rate)
 
     def keys(self) -> list[tuple[str, str, str]]:
@@ -595,8 +465,6 @@ class AlphaTable:
     def forget(self, worker: str) -> None:
         for key in [k for k in self._stats if k[0] == worker]:
             del self._stats[key]
-        for wp in [wp for wp in self._classes if wp[0] == worker]:
-            del self._classes[wp]
         self._est_cache.clear()
 
     # -- sharing -------------------------------------------------------------------------------------
@@ -619,10 +487,6 @@ class AlphaTable:
                     cur = self._stats.get(key)
                     new = KeyStats.from_dict(merge_stats(cur.to_dict(), sd) if merge and cur else sd)
                     self._stats[key] = new
-        self._classes = {}
-        for w, p, c in self._stats:
-            if c != ANY_CLASS and _REGIME_SEP not in c:
-                self._classes.setdefault((w, p), set()).add(c)
 
     @classmethod
     def from_dict(cls, d: Mapping, **kwargs) -> AlphaTable:

@@ -304,6 +304,20 @@ class _CostModelPolicy:
         """The alpha to plan with, and how to show it."""
         raise NotImplementedError
 
+    def hopeful(self, est: AlphaEstimate, alphas: AlphaSource, worker: str, proposer: str, content_class: str
+                ) -> AlphaEstimate:
+        """A key with thin evidence (fewer than `explore_below` drafted tokens, e.g. one request) is planned at
+        no less than its prior mean: acceptance varies several-fold from request to request, so one unlucky
+        request must not keep a proposer off a class for good (its tokens are not independent trials)."""
+        if est.n >= self.explore_below or est.n <= 0:
+            return est
+        source = getattr(alphas, "class_level", alphas)  # a per-request view reads through to its table
+        prior_mean = getattr(getattr(source, "table", source), "prior_mean", None)  # a RegimeView's table
+        if prior_mean is None:
+            return est
+        m0 = prior_mean(worker, proposer, content_class)
+        return est if m0 <= est.mean else replace(est, mean=m0, per_position=None)
+
     def options(self, w: WorkerState, content_class: str, alphas: AlphaSource
                 ) -> tuple[costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None]:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
@@ -324,9 +338,7 @@ class _CostModelPolicy:
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
-            # one unlucky request cannot keep a proposer off a class: the table weighs a request's tokens as
-            # the few independent trials they are (control/alpha.py, "Independent units")
-            est = estimate(alphas, w.name, p, content_class)
+            est = self.hopeful(estimate(alphas, w.name, p, content_class), alphas, w.name, p, content_class)
             a, shown_p = self.alpha(est)
             rate = est.propose_rate
             if rate < 0.995:
@@ -376,7 +388,7 @@ class _CostModelPolicy:
             return hit[0]
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
-        ests = {c: estimate(alphas, w.name, proposer, c) for c in mix}
+        ests = {c: self.hopeful(estimate(alphas, w.name, proposer, c), alphas, w.name, proposer, c) for c in mix}
         alpha = {c: e.per_position or e.mean for c, e in ests.items()}
         rate = {c: e.propose_rate for c, e in ests.items()}
         curve = {c: self.cache.goodputs(prof, proposer, alpha[c], batch, bound, rate[c], rho) for c in mix}

@@ -156,7 +156,7 @@ class Feedback:
             # exact conditional rates per position, whatever length each draft had (n-gram drafts vary)
             tried, acc = positions
             succ = sum(acc)
-            kw: dict = {"draft_tokens": draft, "request": True}  # one request's trials: weighted as such
+            kw: dict = {"draft_tokens": draft}
             if regime != GREEDY:
                 kw["regime"] = regime
             if proposer == "hybrid":
@@ -167,7 +167,7 @@ class Feedback:
             self.proxy.state.apply("observe_counts",
                                    (worker.name, proposer, content_class, succ, sum(tried) - succ, tried, acc), kw)
             return
-        kwargs: dict = {"gamma": gamma, "request": True} if gamma > 0 else {"request": True}
+        kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
         if regime != GREEDY:
             kwargs["regime"] = regime
         if steps:

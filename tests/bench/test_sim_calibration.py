@@ -53,11 +53,8 @@ def test_calibrated_decisions_match_the_right_belief(runs):
         wrong, right = runs["wrong"][("adaptive", c)], runs["right"][("adaptive", c)]
         assert wrong["output_tokens_per_s"] >= 0.97 * right["output_tokens_per_s"]
         assert wrong["speculation_share"] == pytest.approx(right["speculation_share"], abs=tol)
-        # per proposer: n-gram and EAGLE are near a tie on some classes; with requests weighted as the few
-        # independent trials they are (control/alpha.py) the early evidence settles slower, and at batch 1 9
-        # of 192 requests (0.047) flip between the two at equal throughput (0.99x)
         for p in ("none", "ngram", "eagle"):
-            assert wrong["proposer_mix"][p] == pytest.approx(right["proposer_mix"][p], abs=tol + 0.04)
+            assert wrong["proposer_mix"][p] == pytest.approx(right["proposer_mix"][p], abs=tol + 0.02)
     # without calibration the wrong belief turns speculation off at 128 (so the checks above have teeth)
     nocal, right = runs["wrong-nocal"][("adaptive", 128)], runs["right"][("adaptive", 128)]
     assert right["speculation_share"] - nocal["speculation_share"] > 0.5

@@ -98,13 +98,8 @@ def test_per_position_feedback_gives_exact_conditional_rates():
         fb.on_response(w, "summarize", "ngram", 6, 10, (sum(tried), sum(acc), 500.0), (tried, acc))
     est = proxy.state.alphas.get("w0", "ngram", "summarize")
     assert est.per_position is not None and len(est.per_position) == 3
-    # the counted rates are exact; the estimate shrinks them toward the mean by the prior's 20 trials, against
-    # the few dozen independent trials a request of 850 counts as (control/alpha.py, "Independent units")
-    st = proxy.state.alphas.stats("w0", "ngram", "summarize")
-    for rate, pn, pa, want in zip(est.per_position, st["pos_n"], st["pos_a"], (0.75, 0.5, 0.8), strict=True):
-        assert pa / pn == pytest.approx(want, rel=1e-9)
-        assert rate == pytest.approx((pa + est.mean * 20.0) / (pn + 20.0), rel=1e-6)
-        assert rate == pytest.approx(want, abs=0.05)
+    for rate, want in zip(est.per_position, (0.75, 0.5, 0.8), strict=True):
+        assert rate == pytest.approx(want, abs=0.01)
     # the scalar mean pools every tried position: successes / trials
     assert est.mean == pytest.approx(570 / 850, abs=0.01)
 
