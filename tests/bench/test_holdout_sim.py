@@ -38,7 +38,9 @@ def test_synthetic_workload_interval_covers_too():
 def test_a_two_percent_holdout_costs_little_throughput(trace):
     out = cost_check(parse_policy("adaptive", "cpu-tiny"), Setup("cpu-tiny", trace, 1, 0, 600, 0),
                      HoldoutConfig(share=0.02))
-    assert 0.0 <= out["cost"] <= 0.015, out
+    # the claim is the upper bound; below zero is the run's path (held requests change what the policy learns
+    # and when it probes: -2.9% on the re-measured cpu-tiny, +1.5% on the 2026-11-30 one), bounded for sanity
+    assert -0.03 <= out["cost"] <= 0.015, out
     assert out["held"] >= 6
 
 
@@ -60,10 +62,12 @@ def test_guard_leaves_a_faster_policy_alone(trace):
 
 
 def test_switchback_estimates_the_system_throughput_ratio_at_high_load(trace):
-    # a short run (8000 requests, ~7 windows): the estimate lands near the truth and says "slower"; the 20-seed
-    # coverage figure needs the long windows of benchmarks/holdout.sh (docs/results/holdout.md)
-    sb = SwitchbackConfig(share=0.5, window_s=80.0, washout_s=30.0, cooldown_s=20.0)
-    out = switchback_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 128, 0, 8000, 600),
+    # a short run (12000 requests, ~8 windows each): the estimate lands near the truth and says "slower"; the
+    # 20-seed coverage figure needs the long windows of benchmarks/holdout.sh (docs/results/holdout.md). The
+    # windows must outlast the carry-over of a 128-request queue: on the re-measured cpu-tiny, 80 s windows with
+    # 30 s washout read 0.887 for a truth of 0.848 (+4.5%), 120 s with 45 s washout 0.851 (+0.4%)
+    sb = SwitchbackConfig(share=0.5, window_s=120.0, washout_s=45.0, cooldown_s=20.0)
+    out = switchback_check(parse_policy("static:draft:4", "cpu-tiny"), Setup("cpu-tiny", trace, 128, 0, 12000, 600),
                            sb)
     assert out["windows_policy"] >= 3 and out["windows_off"] >= 3
     assert out["truth"] < 0.9 and out["high"] < 1.0
