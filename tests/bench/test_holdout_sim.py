@@ -38,7 +38,9 @@ def test_synthetic_workload_interval_covers_too():
 def test_a_two_percent_holdout_costs_little_throughput(trace):
     out = cost_check(parse_policy("adaptive", "cpu-tiny"), Setup("cpu-tiny", trace, 1, 0, 600, 0),
                      HoldoutConfig(share=0.02))
-    assert 0.0 <= out["cost"] <= 0.015, out
+    # the claim is the upper bound; below zero is the run's path (held requests change what the policy learns
+    # and when it probes: -2.9% on the re-measured cpu-tiny, +1.5% on the 2026-11-30 one), bounded for sanity
+    assert -0.03 <= out["cost"] <= 0.015, out
     assert out["held"] >= 6
 
 

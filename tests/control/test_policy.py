@@ -159,7 +159,8 @@ def test_thompson_choice_probability_matches_beta_tail():
     beta = pytest.importorskip("scipy.stats").beta
     margin, n = 1.25, 65_536
     prof = load_profile("cpu-tiny")
-    table = AlphaTable(prior={"ngram": {"chat": 0.15}}, prior_strength=20)  # Beta(3, 17), no data
+    # Beta(6, 14), no data: its tail past the alpha where n-gram pays `margin` on cpu-tiny is well inside (0, 1)
+    table = AlphaTable(prior={"ngram": {"chat": 0.3}}, prior_strength=20)
     ws = [per_request("a", proposers=("ngram",), profile="cpu-tiny", max_gamma=8)]
 
     def beats(a):
@@ -168,7 +169,7 @@ def test_thompson_choice_probability_matches_beta_tail():
     grid = [i / 1000 for i in range(1001)]
     first = next(i for i, a in enumerate(grid) if beats(a))
     assert all(beats(a) for a in grid[first:])  # monotone in alpha
-    p_on = 1.0 - beta.cdf(grid[first] - 0.0005, 3, 17)
+    p_on = 1.0 - beta.cdf(grid[first] - 0.0005, 6, 14)
     assert 0.05 < p_on < 0.95
     pol = policy(kind="bandit", seed=1, margin=margin)
     hits = sum(pol.decide("chat", ws, table).proposer == "ngram" for _ in range(n))
