@@ -60,6 +60,20 @@ def test_model_length_follows_the_survival_estimate():
         HybridProposer(NgramProposer(2, 4), hybrid.model, 0.5, explore_every=0)
 
 
+def test_short_requests_explore_too_once_the_pooled_estimate_is_low():
+    # requests shorter than explore_every misses: each one declines at most 2 in a row, so only the count over
+    # all requests can make the model draft again (the pooled estimate is every new request's prior)
+    hybrid = _hybrid(0.6)
+    lengths = []
+    for r in range(6):
+        rid = f"short{r}"
+        hybrid.add(rid)
+        for _ in range(2):
+            lengths.append(len(hybrid.propose([ProposeInput(rid, NEW, 3, SamplingParams(0.0), HID)])[0].token_ids))
+        hybrid.remove(rid)
+    assert lengths == [0] * 8 + [1] + [0] * 3  # the 9th miss overall drafts one token, then the count restarts
+
+
 @pytest.mark.parametrize("cost,call,want", [
     (0.2, 0.0, 3),  # survival 0.8, 0.48, 0.24, 0.12: the longest j with S_j >= 0.2
     (0.2, 0.88, 3),  # worth (0.6 + 0.28 + 0.04) = 0.92 >= 0.88

@@ -26,8 +26,10 @@ each further one ~0.2-0.3, but the fixed part moved from run to run on the loade
 0.5 did no less work than none: the engine weighs none by default, docs/results/eagle-hybrid.md.)
 Lookup drafts keep the full k. Estimates: per position, the request's own counts shrunk toward the
 hybrid's pooled counts over all requests (`prior_weight` pseudo-observations; pooled counts start at
-1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), a request
-whose model has declined `explore_every` misses in a row drafts one token at the next. The draft length
+1 of 2). So that a low estimate cannot lock the model out for good (no drafts, no new evidence), the model
+drafts one token at a miss after `explore_every` declined misses in a row, of the request or of all requests
+(the pooled estimate is every new request's prior: with per-request counting alone, requests shorter than
+`explore_every` misses would never draft again once it fell below the price). The draft length
 depends only on steps already verified, so verification stays exact.
 
 The model proposer keeps its per-request state (a draft model's KV slot) across steps where lookup
@@ -73,6 +75,7 @@ class HybridProposer:
         self._stats: dict[str, list[list[int]]] = {}
         self._pooled: list[list[int]] = []
         self._declined: dict[str, int] = {}  # request -> misses its model declined in a row
+        self._declined_all = 0  # misses declined in a row over all requests (short requests explore too)
 
     def add(self, request_id: str) -> None:
         self.model.add(request_id)
@@ -87,11 +90,13 @@ class HybridProposer:
         """How many tokens the model part drafts for this request now: the longest j <= k whose estimated
         chance that positions 1..j all survive is >= model_cost, if sum over i <= j of (that chance at i -
         model_cost) is >= call_cost, else 0 (k when model_cost is 0: unpriced); 1 instead of 0 after
-        `explore_every` declines in a row."""
+        `explore_every` declines in a row, of this request or of all requests."""
         if self.model_cost <= 0:
             return k
         j = self._survival_k(request_id, k)
-        return j if j or self._declined.get(request_id, 0) < self.explore_every else min(k, 1)
+        if j or max(self._declined.get(request_id, 0), self._declined_all) < self.explore_every:
+            return j
+        return min(k, 1)
 
     def _survival_k(self, request_id: str, k: int) -> int:
         own = self._stats.get(request_id, [])
@@ -134,6 +139,7 @@ class HybridProposer:
         for i, k in ks.items():
             rid = batch[i].request_id
             self._declined[rid] = 0 if k else self._declined.get(rid, 0) + 1
+            self._declined_all = 0 if k else self._declined_all + 1
         asked = [i for i in misses if ks[i] > 0]
         self.model_shortened += sum(1 for i in asked if ks[i] < batch[i].k)
         if asked:
