@@ -120,6 +120,21 @@ def _get(url: str) -> str:
         return r.read().decode()
 
 
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, log: str = "", timeout: float = 120.0) -> None:
+    """Poll `url`/health until it answers; a worker process that exits first, or `timeout`, raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {proc.returncode}; log: {log}")
+        try:
+            _get(url + "/health")
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(url) from None
+            time.sleep(0.5)
+
+
 def _thread_cpu(pid: int) -> dict[int, float]:
     """CPU seconds (user + system) of each thread of process `pid`."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -169,17 +184,7 @@ def worker(args: argparse.Namespace) -> dict:
                                  "--max-batch", "64", "--default-proposer", proposer, "--default-k", str(max(k, 1))],
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"worker exited with {proc.returncode}; log: {log.name}")
-                try:
-                    _get(url + "/health")
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(url) from None
-                    time.sleep(0.5)
+            wait_healthy(url, proc, log.name)
             for c in levels if proposer == "none" else sorted({levels[0], levels[-1]}):
                 r = {"speculation": f"{proposer}" + (f" k={k}" if k else ""), "proposer": proposer, "k": k,
                      **_worker_window(url, proc.pid, c, args, tmp)}

@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from measure_step_time import _free_port, _get, _thread_cpu  # noqa: E402
+from measure_step_time import _free_port, _get, _thread_cpu, wait_healthy  # noqa: E402
 
 
 def _counter(text: str, name: str) -> float:
@@ -46,16 +45,8 @@ def main() -> None:
                                            "--threads", "1", "--max-batch", "64"], env={**os.environ, "PYTHONPATH": root},
                                           stdout=logs[-1], stderr=subprocess.STDOUT)
             urls[arm] = f"http://127.0.0.1:{port}"
-        for url in urls.values():
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    _get(url + "/health")
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(url) from None
-                    time.sleep(0.5)
+        for arm, url in urls.items():
+            wait_healthy(url, procs[arm])
         rows = []
         for c in (int(x) for x in args.concurrency.split(",")):
             for rep in range(2):
