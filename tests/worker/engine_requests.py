@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import torch
 
 from adaptspec.worker.engine import Engine, GenRequest
 from adaptspec.worker.model import LlamaConfig, TinyLlama
 
+ASSETS = Path(os.environ.get("ADAPTSPEC_ASSETS", Path(__file__).resolve().parents[2] / "adaptspec" / "assets"))
 V_SMALL = 12  # vocabulary of the random models the exact-distribution tests use
 
 
@@ -32,3 +38,19 @@ def greedy_request(rid: str, ids: list[int], proposer: str = "none", k: int = 0,
     kw.setdefault("temperature", 0.0)
     kw.setdefault("ignore_eos", True)
     return GenRequest(rid, ids, proposer=proposer, num_speculative_tokens=k, **kw)
+
+
+@contextmanager
+def served_tiny(max_batch: int) -> Iterator[tuple[str, Engine]]:
+    """The repo's tiny target/draft pair behind a real worker HTTP server on loopback; yields (url, engine)."""
+    from adaptspec.worker.server import ServerThread, WorkerSettings, build_app
+
+    engine = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=max_batch, max_model_len=512,
+                              num_threads=1)
+    engine.start()
+    server = ServerThread(build_app(engine, WorkerSettings(served_model_name="tiny", max_model_len=512))).start()
+    try:
+        yield server.url, engine
+    finally:
+        server.stop()
+        engine.stop()

@@ -4,15 +4,13 @@ from the next step on (a switchback's off window), and lifting it lets them draf
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import httpx
 import pytest
+from engine_requests import served_tiny
 
 pytestmark = pytest.mark.integration
 
-ASSETS = Path(os.environ.get("ADAPTSPEC_ASSETS", Path(__file__).resolve().parents[2] / "adaptspec" / "assets"))
 PROMPT = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
           "# the same function again, unchanged:\ndef fibonacci(n):\n")
 K = 4
@@ -20,18 +18,8 @@ K = 4
 
 @pytest.fixture(scope="module")
 def worker():
-    from adaptspec.worker.engine import Engine
-    from adaptspec.worker.server import ServerThread, WorkerSettings, build_app
-
-    engine = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=8, max_model_len=512,
-                              num_threads=1)
-    engine.start()
-    server = ServerThread(build_app(engine, WorkerSettings(served_model_name="tiny", max_model_len=512))).start()
-    try:
-        yield server.url, engine
-    finally:
-        server.stop()
-        engine.stop()
+    with served_tiny(max_batch=8) as served:
+        yield served
 
 
 def _body(proposer: str, k: int, max_tokens: int = 160, stream: bool = False) -> dict:

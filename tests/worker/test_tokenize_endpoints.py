@@ -5,7 +5,6 @@ computed directly, and the official `openai` client reads them."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -13,26 +12,17 @@ import openai
 import pytest
 import torch
 import torch.nn.functional as F
+from engine_requests import served_tiny
 
 pytestmark = pytest.mark.integration
 
-ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
 TEXTS = ["hello world", "def f(x):\n    return x * 2\n", "Grüße, 世界! 🙂", "  spaces  and\ttabs"]
 
 
 @pytest.fixture(scope="module")
 def worker():
-    from adaptspec.worker.engine import Engine
-    from adaptspec.worker.server import ServerThread, WorkerSettings, build_app
-
-    engine = Engine.from_dirs(ASSETS / "tiny-target", ASSETS / "tiny-draft", max_batch=4, max_model_len=512,
-                              num_threads=1)
-    server = ServerThread(build_app(engine, WorkerSettings(served_model_name="tiny", max_model_len=512))).start()
-    try:
-        yield server.url, engine
-    finally:
-        server.stop()
-        engine.stop()
+    with served_tiny(max_batch=4) as served:
+        yield served
 
 
 def test_tokenize_gives_the_ids_generation_uses_and_detokenize_inverts_it(worker):
