@@ -19,7 +19,7 @@ sim() {
 
 # 1. request-level interval vs the paired true per-request speedup, low load (adaptive policy, 10% holdout)
 sim coverage-h200 coverage --profile h200-llama3-70b --concurrency 1 --seeds 20 --requests 1000 --share 0.1
-sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 10 --requests 900 --share 0.1
+sim coverage-trace coverage --trace $TRACE --profile cpu-tiny --concurrency 1 --seeds 20 --requests 900 --share 0.1
 # 2. switchback interval vs the true system throughput ratio, high load (forced always-on draft g=4)
 # (washout only after a switch, cooldown only before one: a window between two of its regime is measured whole)
 sim switchback-trace switchback --trace $TRACE --profile cpu-tiny --concurrency 128 --seeds 20 --requests 24000 \
