@@ -148,6 +148,7 @@ class KeyStats:
     t: float | None = None  # time of the last update (seconds, the table's clock)
     steps: float = 0.0  # verification steps seen with per-request stats (propose rate = drafts / steps)
     drafts: float = 0.0  # those that drafted
+    reports: float = 0.0  # observations added: one per finished request (a counter window counts as one)
 
     def scale(self, factor: float) -> None:
         if factor >= 1.0:
@@ -156,6 +157,7 @@ class KeyStats:
         self.f *= factor
         self.steps *= factor
         self.drafts *= factor
+        self.reports *= factor
         self.pos_n = [x * factor for x in self.pos_n]
         self.pos_a = [x * factor for x in self.pos_a]
 
@@ -171,7 +173,7 @@ class KeyStats:
 
     def to_dict(self) -> dict:
         return {"s": self.s, "f": self.f, "pos_n": list(self.pos_n), "pos_a": list(self.pos_a), "t": self.t,
-                "steps": self.steps, "drafts": self.drafts}
+                "steps": self.steps, "drafts": self.drafts, "reports": self.reports}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> KeyStats:
@@ -180,7 +182,7 @@ class KeyStats:
             raise ValueError("pos_n and pos_a differ in length")
         t = d.get("t")
         return cls(float(d.get("s", 0.0)), float(d.get("f", 0.0)), pos_n, pos_a, None if t is None else float(t),
-                   float(d.get("steps", 0.0)), float(d.get("drafts", 0.0)))
+                   float(d.get("steps", 0.0)), float(d.get("drafts", 0.0)), float(d.get("reports", 0.0)))
 
 
 def merge_stats(a: Mapping, b: Mapping) -> dict:
@@ -193,6 +195,7 @@ def merge_stats(a: Mapping, b: Mapping) -> dict:
     out.add(other.s, other.f, other.pos_n, other.pos_a)
     out.steps += other.steps
     out.drafts += other.drafts
+    out.reports += other.reports
     ts = [t for t in (out.t, other.t) if t is not None]
     out.t = max(ts) if ts else None
     return out.to_dict()
@@ -297,6 +300,7 @@ class AlphaTable:
         st.add(successes, failures, list(pos_trials)[:k], list(pos_accepted)[:k])
         st.steps += steps
         st.drafts += drafts
+        st.reports += 1.0
         st.t = now
 
     def observe(
@@ -453,7 +457,8 @@ class AlphaTable:
             # side for the cost): a few steps cannot make a proposer look cheaper than the data says
             k = _PROPOSE_PRIOR_STEPS
             rate = (st.drafts * d + k * r0) / (st.steps * d + k)
-        return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos, propose_rate=rate)
+        reports = st.reports * d if st is not None else 0.0
+        return AlphaEstimate(mean=mean, std=std, n=n, per_position=per_pos, propose_rate=rate, reports=reports)
 
     def keys(self) -> list[tuple[str, str, str]]:
         return list(self._stats)

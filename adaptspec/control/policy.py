@@ -37,6 +37,18 @@ from adaptspec.errors import ConfigError, UpstreamError
 log = logging.getLogger(__name__)
 
 
+HOPEFUL_REPORTS = 1.5  # more than one request of evidence: the key is planned on its data alone (see `hopeful`)
+
+
+def posterior_draw(rng: random.Random, est: AlphaEstimate) -> float:
+    """One draw of alpha from the Beta with the estimate's mean and std (the mean itself when std is 0)."""
+    m, sd = min(max(est.mean, 1e-6), 1 - 1e-6), est.std
+    if sd <= 0:
+        return m
+    nu = m * (1.0 - m) / (sd * sd) - 1.0  # a + b of the Beta with this mean and std
+    return rng.random() if nu <= 0 else rng.betavariate(m * nu, (1.0 - m) * nu)
+
+
 def _healthy(workers: Sequence[WorkerState]) -> list[WorkerState]:
     ws = [w for w in workers if w.healthy]
     if not ws:
@@ -306,10 +318,12 @@ class _CostModelPolicy:
 
     def hopeful(self, est: AlphaEstimate, alphas: AlphaSource, worker: str, proposer: str, content_class: str
                 ) -> AlphaEstimate:
-        """A key with thin evidence (fewer than `explore_below` drafted tokens, e.g. one request) is planned at
-        no less than its prior mean: acceptance varies several-fold from request to request, so one unlucky
-        request must not keep a proposer off a class for good (its tokens are not independent trials)."""
-        if est.n >= self.explore_below or est.n <= 0:
+        """A key with thin evidence (fewer than `explore_below` drafted tokens and fewer than
+        two requests) is planned at no less than its prior mean: acceptance varies several-fold
+        from request to request, so one unlucky request must not keep a proposer off a class for good (its
+        tokens are not independent trials). Counted in requests too, as short outputs drafted at gamma 1
+        would otherwise keep a proposer at its prior for dozens of requests that all say otherwise."""
+        if est.n >= self.explore_below or est.n <= 0 or est.reports >= HOPEFUL_REPORTS:
             return est
         source = getattr(alphas, "class_level", alphas)  # a per-request view reads through to its table
         prior_mean = getattr(getattr(source, "table", source), "prior_mean", None)  # a RegimeView's table
@@ -318,22 +332,24 @@ class _CostModelPolicy:
         m0 = prior_mean(worker, proposer, content_class)
         return est if m0 <= est.mean else replace(est, mean=m0, per_position=None)
 
-    def options(self, w: WorkerState, content_class: str, alphas: AlphaSource
-                ) -> tuple[costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None]:
+    def options(self, w: WorkerState, content_class: str, alphas: AlphaSource) -> tuple[
+            costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None,
+            tuple[costmodel.Plan, float, float] | None]:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
-        plan that missed the margin (for the reason), and the best missed plan whose proposer has thin
-        evidence for this class with that evidence (a probe candidate), else None."""
+        plan that missed the margin (for the reason), the best missed plan whose proposer has thin evidence
+        for this class with that evidence (a probe candidate), else None; and the best plan of a thin
+        proposer at an alpha drawn from its posterior, with its evidence and the draw (see `decide`)."""
         prof = self.worker_profile(w)
         batch = w.load + 1.0
         rho = (w.prefill_ratio, w.prompt_tokens)
-        choice, shown, missed, thin = self.cache.off(prof, batch, rho), "", None, None
+        choice, shown, missed, thin, dream = self.cache.off(prof, batch, rho), "", None, None, None
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
                 est = estimate(alphas, w.name, p, content_class)
                 a, shown = self.alpha(est)
                 choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
-            return choice, shown, None, None
+            return choice, shown, None, None, None
         bound = min(w.max_gamma, self.max_gamma)
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
@@ -358,7 +374,13 @@ class _CostModelPolicy:
                     thin = (_named(plan, p), est.n)
             elif plan.goodput > choice.goodput:
                 choice, shown = _named(plan, p), shown_p
-        return choice, shown, missed, thin
+            if self.explore > 0 and est.n < self.explore_below and (w.load < 1 or prof.draft(p).kind == "ngram"):
+                # a request-local probe (no passes shared with a batch): plan it at a posterior draw
+                drawn = posterior_draw(self._probe_rng, est)
+                plan = self.cache.best(prof, p, drawn, batch, bound, rate, rho)
+                if dream is None or plan.goodput > dream[0].goodput:
+                    dream = (_named(plan, p), est.n, drawn)
+        return choice, shown, missed, thin, dream
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
                     bound: int, exact: bool = False) -> int:
@@ -426,18 +448,29 @@ class _CostModelPolicy:
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         best = None
         for w in _healthy(workers):
-            choice, shown, missed, thin = self.options(w, content_class, alphas)
+            choice, shown, missed, thin, dream = self.options(w, content_class, alphas)
             # speculation must beat plain decoding by the margin, across workers too
             score = choice.goodput / self.margin if choice.gamma else choice.goodput
             if best is None:
-                best = (score, w, choice, shown, missed, thin)
+                best = (score, w, choice, shown, missed, thin, dream)
                 continue
             s0, load0 = best[0], best[1].load
             if score > s0 * (1.0 + self.tie_tolerance) or (
                     score >= s0 * (1.0 - self.tie_tolerance) and w.load < load0):
-                best = (score, w, choice, shown, missed, thin)
+                best = (score, w, choice, shown, missed, thin, dream)
         assert best is not None
-        _, w, plan, shown, missed, thin = best
+        _, w, plan, shown, missed, thin, dream = best
+        if dream is not None and dream[0].proposer != plan.proposer and dream[0].gamma and \
+                dream[0].goodput > plan.goodput * (1.0 if plan.gamma else self.margin):
+            # Thompson sampling for thin keys only: a proposer with little evidence for this class is tried
+            # with the probability that it beats the chosen plan under its posterior (a low prior is tried
+            # rarely, a close call often), whatever the plan is; it stops once the key has evidence
+            probe, n, drawn = dream
+            self._note(w, content_class)
+            return Decision(w.name, probe.proposer, probe.gamma, content_class, self.name,
+                            f"{self.name}: probe {probe.proposer} g={probe.gamma} batch={w.load + 1:g} "
+                            f"(evidence {n:.0f} tokens < {self.explore_below:g}; posterior draw alpha={drawn:.2f} "
+                            f"x{probe.speedup:.2f})", probe.speedup)
         if plan.gamma == 0 and thin is not None and self.explore > 0 and self._probe_rng.random() < self.explore:
             probe, n = thin
             self._note(w, content_class)
@@ -591,8 +624,7 @@ class Bandit(_CostModelPolicy):
             return a, f"{a:.2f}(ucb, mean {m:.2f})"
         if sd <= 0:
             return m, f"{m:.2f}"
-        nu = m * (1.0 - m) / (sd * sd) - 1.0  # a + b of the Beta with this mean and std
-        a = self.rng.random() if nu <= 0 else self.rng.betavariate(m * nu, (1.0 - m) * nu)
+        a = posterior_draw(self.rng, est)
         return a, f"{a:.2f}~(mean {m:.2f}, n={est.n:.0f})"
 
 

@@ -479,4 +479,5 @@ class RequestAlphas:
         per_pos = est.per_position
         if per_pos is not None and za:
             per_pos = tuple(_shifted(a, za) for a in per_pos)
-        return AlphaEstimate(_shifted(est.mean, za), est.std, est.n, per_pos, _shifted(est.propose_rate, zr))
+        return AlphaEstimate(_shifted(est.mean, za), est.std, est.n, per_pos, _shifted(est.propose_rate, zr),
+                             reports=est.reports)

@@ -59,6 +59,9 @@ class AlphaEstimate:
     # repeats; the steps without a match verify one token and emit one (1.0 = every step drafts). For
     # "hybrid" (which always drafts): the share of its drafting steps its n-gram lookup served
     propose_rate: float = 1.0
+    # finished requests (or counter windows) behind the estimate, discounted like n: drafted tokens of one
+    # request are not independent trials, so "how many requests" says how far one unlucky request can mislead
+    reports: float = 0.0
 
 
 class AlphaSource(Protocol):

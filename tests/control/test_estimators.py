@@ -202,11 +202,14 @@ def test_sufficient_statistics_roundtrip_and_merge():
     for k in ("s", "f"):
         assert sm[k] == pytest.approx(sb[k])
     assert sm["pos_n"] == pytest.approx(sb["pos_n"]) and sm["t"] == sb["t"]
+    assert sm["reports"] == sb["reports"] == 200  # one per observation, summed across replicas
     d = est.decay_stats(sb, 0.5)
     assert d["s"] == pytest.approx(sb["s"] / 2) and d["pos_a"] == pytest.approx([x / 2 for x in sb["pos_a"]])
-    m = est.merge_stats({"s": 1, "f": 2, "pos_n": [3], "pos_a": [1], "t": 5, "steps": 4, "drafts": 3},
-                        {"s": 1, "f": 0, "t": None, "steps": 6, "drafts": 1})
-    assert m == {"s": 2.0, "f": 2.0, "pos_n": [3.0], "pos_a": [1.0], "t": 5.0, "steps": 10.0, "drafts": 4.0}
+    assert d["reports"] == pytest.approx(100.0)
+    m = est.merge_stats({"s": 1, "f": 2, "pos_n": [3], "pos_a": [1], "t": 5, "steps": 4, "drafts": 3, "reports": 2},
+                        {"s": 1, "f": 0, "t": None, "steps": 6, "drafts": 1})  # a dict from before `reports`
+    assert m == {"s": 2.0, "f": 2.0, "pos_n": [3.0], "pos_a": [1.0], "t": 5.0, "steps": 10.0, "drafts": 4.0,
+                 "reports": 2.0}
     roundtrip = est.AlphaTable.from_dict(both.to_dict(), half_life_tokens=None)
     assert roundtrip.get("w", "draft", "math") == both.get("w", "draft", "math")
 

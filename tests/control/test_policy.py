@@ -1,3 +1,4 @@
+import math
 import re
 
 import pytest
@@ -133,8 +134,8 @@ def test_goodput_among_equals_takes_the_least_loaded():
 def test_goodput_risk_makes_thin_estimates_cautious():
     est = AlphaEstimate(0.5, 0.2, 5.0)
     ws = [per_request("a", proposers=("draft",), profile="h100-llama3-70b")]
-    bold = policy(kind="goodput").decide("chat", ws, Fixed(draft=est))
-    careful = policy(kind="goodput", risk=2.0).decide("chat", ws, Fixed(draft=est))
+    bold = policy(kind="goodput", explore=0.0).decide("chat", ws, Fixed(draft=est))  # plans, not probes
+    careful = policy(kind="goodput", risk=2.0, explore=0.0).decide("chat", ws, Fixed(draft=est))
     assert bold.gamma > 0 and careful.gamma == 0
 
 
@@ -225,22 +226,48 @@ def test_goodput_prices_the_propose_rate_and_the_prefill_load():
     assert p.decide("summarize", [busy], rare).expected_speedup < p.decide("summarize", [idle], rare).expected_speedup
 
 
-def test_goodput_probes_thin_keys_that_the_prior_keeps_off():
+def thompson_share(w, content_class, proposer, table, strength=20):
+    """P(a draw from `proposer`'s prior Beta(m0 k, (1 - m0) k) makes its plan win over the policy's choice
+    without it, the other proposers at their `table` estimates), in closed form: the plan wins above a
+    break-even alpha a* (bisection on the policy's own decisions at known alphas), and for integer Beta
+    parameters P(alpha > a*) = P(Binomial(k - 1, a*) < m0 k)."""
+    base = policy(kind="goodput", explore=0.0)
+    others = {q: table.get(w.name, q, content_class) for q in w.proposers if q != proposer}
+
+    def wins(a):
+        return base.decide(content_class, [w], Fixed(**{proposer: a, **others})).proposer == proposer
+
+    lo, hi = 0.0, 1.0
+    if not wins(hi):
+        return 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if wins(mid) else (mid, hi)
+    a, k = round(table.get(w.name, proposer, content_class).mean * strength), strength
+    return sum(math.comb(k - 1, i) * hi**i * (1 - hi) ** (k - 1 - i) for i in range(a))
+
+
+@pytest.mark.parametrize("load", [16, 0])
+def test_goodput_probes_thin_keys_that_the_prior_keeps_off(load):
     """A pessimistic prior (n-gram on chat: 0.15) keeps the plan off at batch 17 on cpu-tiny; with no evidence
-    the policy drafts anyway on a share `explore` of those requests (binomial, 6 sigma), and stops once the
-    key has evidence. Without probes the estimate could never improve."""
+    the policy drafts anyway: with the probability that a draw from the key's posterior beats the plan
+    (Thompson sampling for thin keys), else on a share `explore` of the rest (binomial, 6 sigma); and stops
+    once the key has evidence. Without probes the estimate could never improve."""
     table = AlphaTable()
-    w = per_request("a", load=16, proposers=("ngram",), profile="cpu-tiny")
+    w = per_request("a", load=load, proposers=("ngram",), profile="cpu-tiny")
     off = policy(kind="goodput", explore=0.0).decide("chat", [w], table)
     assert off.gamma == 0
     p = policy(kind="goodput", explore=0.1, explore_below_tokens=256, seed=3)
     n = 20_000
     decisions = [p.decide("chat", [w], table) for _ in range(n)]
     probes = [d for d in decisions if d.gamma > 0]
-    sd = (n * 0.1 * 0.9) ** 0.5
-    assert abs(len(probes) - n * 0.1) <= 6 * sd
-    assert all(d.proposer == "ngram" and re.match(r"goodput: probe ngram g=\d+ batch=17 \(evidence 0 tokens", d.reason)
-               for d in probes)
+    ts = thompson_share(w, "chat", "ngram", table)
+    assert (ts < 0.001) if load else (0.1 < ts < 0.5)  # the prior's draws rarely win at batch 17, often at 1
+    share = ts + (1 - ts) * 0.1
+    sd = (n * share * (1 - share)) ** 0.5
+    assert abs(len(probes) - n * share) <= 6 * sd
+    assert all(d.proposer == "ngram" and re.match(rf"goodput: probe ngram g=\d+ batch={load + 1} \(evidence 0 tokens",
+                                                  d.reason) for d in probes)
     # evidence arrives (n-gram accepts well on this traffic): probing stops, the plan follows the estimate
     table.observe_counts("a", "ngram", "chat", 800.0, 200.0, [500.0, 300.0], [300.0, 200.0], steps=1250.0,
                          drafts=500.0)
@@ -249,6 +276,43 @@ def test_goodput_probes_thin_keys_that_the_prior_keeps_off():
     # keys with evidence that really loses are never probed either
     table.observe_counts("a", "ngram", "math", 10.0, 990.0, steps=1000.0, drafts=1000.0)
     assert all(p.decide("math", [w], table).gamma == 0 for _ in range(2_000))
+
+
+def test_thin_keys_are_probed_beside_a_chosen_plan_by_posterior_draws():
+    """At batch 1 on cpu-tiny the draft model, with evidence of 0.75 on math, wins; n-gram lookup (prior 0.30,
+    no evidence) is tried with the probability that its posterior draw beats that plan (closed form, 6 sigma),
+    the draft plan otherwise; with `explore: 0` never."""
+    w = per_request("a", load=0, proposers=("ngram", "draft"), profile="cpu-tiny")
+    table = AlphaTable()
+    table.observe_counts("a", "draft", "math", 750.0, 250.0)
+    assert policy(kind="goodput", explore=0.0).decide("math", [w], table).proposer == "draft"
+    assert all(policy(kind="goodput", explore=0.0).decide("math", [w], table).proposer == "draft" for _ in range(200))
+    p = policy(kind="goodput", explore=0.05, seed=1)
+    n = 10_000
+    ds = [p.decide("math", [w], table) for _ in range(n)]
+    probes = [d for d in ds if d.proposer == "ngram"]
+    share = thompson_share(w, "math", "ngram", table)
+    assert 0.05 < share < 0.95
+    assert abs(len(probes) - n * share) <= 6 * (n * share * (1 - share)) ** 0.5
+    assert all("probe ngram" in d.reason and "posterior draw" in d.reason for d in probes)
+    assert {d.proposer for d in ds} == {"ngram", "draft"}
+
+
+def test_the_prior_floor_lasts_two_requests_not_hundreds_of_tokens():
+    """A key with thin evidence is planned at no less than its prior mean (one unlucky request must not keep
+    a proposer off), but only until a second request: two short requests drafted at gamma 1 that both
+    accept little (60 tokens, far below `explore_below_tokens`) put the draft model's translate plan off."""
+    w = per_request("a", load=0, proposers=("draft",), profile="cpu-tiny")
+    p = policy(kind="goodput", explore=0.0)
+    table = AlphaTable()
+    assert p.decide("translate", [w], table).proposer == "draft"  # prior 0.60
+    table.observe("a", "draft", "translate", 30, 6, [6], num_drafts=30)
+    assert table.get("a", "draft", "translate").reports == 1
+    assert p.decide("translate", [w], table).proposer == "draft"  # one request: the prior's floor holds
+    table.observe("a", "draft", "translate", 30, 6, [6], num_drafts=30)
+    est = table.get("a", "draft", "translate")
+    assert est.reports == pytest.approx(2, abs=0.01) and est.n == pytest.approx(60, abs=0.1) and est.mean < 0.6
+    assert p.decide("translate", [w], table).gamma == 0
 
 
 # -- online step-time calibration ------------------------------------------------------------------------
@@ -292,8 +356,8 @@ def test_trusted_fit_makes_decisions_those_of_the_true_profile():
     costs = _fitted_costs()
     assert costs.trusted
     truth = parse_profile(TRUTH_PROFILE, "truth")
-    wrong = policy(kind="goodput", default_profile="h200-llama3-70b")
-    right = policy(kind="goodput")
+    wrong = policy(kind="goodput", default_profile="h200-llama3-70b", explore=0.0)  # plans, not probes
+    right = policy(kind="goodput", explore=0.0)
     right._profiles[None] = right.default_profile = truth  # the policy as if it had been given the truth
     alphas = AlphaTable()
 
