@@ -132,9 +132,11 @@ class GoodputPolicy(_Experiments):
     default_profile: str = "cpu-tiny"  # for workers whose pool names no profile
     risk: float = Field(default=0.0, ge=0.0)  # plan with alpha = mean - risk * std
     tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)  # goodputs this close: least loaded wins
-    # probes: a request whose plan is off while a proposer's evidence for its class is thin (fewer than
-    # explore_below_tokens drafted tokens, e.g. never tried, or forgotten) drafts with that proposer with
-    # probability `explore`, so a pessimistic prior or a stale estimate cannot keep it off for good
+    # probes, so a pessimistic prior or a stale estimate cannot keep a proposer off for good: while its
+    # evidence for a class is thin (fewer than explore_below_tokens drafted tokens, e.g. never tried, or
+    # forgotten) a request drafts with it with the probability that a draw from its posterior beats the plan
+    # (request-local probes: n-gram lookup at any load, any proposer at batch 1), and a request whose plan is
+    # off with probability `explore`; explore 0: no probes
     explore: float = Field(default=0.05, ge=0.0, le=1.0)
     explore_below_tokens: float = Field(default=256.0, ge=0.0)
     seed: int | None = 0
