@@ -68,7 +68,7 @@ def _free_port() -> int:
 
 
 def _gauges(text: str, worker: str) -> tuple[dict[str, float], dict[str, float], float, float, dict[str, float]]:
-    """The proxy's fit of `worker`: coefficients, errors, trusted, steps, and {drafted_contrast, probes}."""
+    """The proxy's fit of `worker`: coefficients, errors, trusted, steps, and {contrast_steps, probes}."""
     from prometheus_client.parser import text_string_to_metric_families
 
     coef, err, trusted, steps, extra = {}, {}, 0.0, 0.0, {}
@@ -84,8 +84,8 @@ def _gauges(text: str, worker: str) -> tuple[dict[str, float], dict[str, float],
                 trusted = s.value
             elif s.name == "adaptspec_step_model_steps":
                 steps = s.value
-            elif s.name == "adaptspec_step_model_drafted_contrast":
-                extra["drafted_contrast"] = s.value
+            elif s.name == "adaptspec_step_model_contrast_steps":
+                extra["contrast_steps"] = s.value
             elif s.name == "adaptspec_step_model_probes":
                 extra["probes"] = s.value
     return coef, err, trusted, steps, extra
@@ -238,7 +238,7 @@ def _replay(path: str) -> int:
 def simulate_fit(profile: str, truth: str, levels: list[int], *, trace: list[str] | None = None,
                  workload: str = "mixed", requests: int = 400, seed: int = 0, max_batch: int = 64,
                  proposers: tuple[str, ...] = ("ngram", "draft"), calibrate: bool = True,
-                 calibrator: StepCalibrator | None = None, probe_below: float | None = None
+                 calibrator: StepCalibrator | None = None, probe_steps: float | None = None
                  ) -> tuple[StepCalibrator | None, list[dict]]:
     """The live run's loop in the simulator: `adaptive` believing `profile` on an engine that costs `truth`, its
     StepCalibrator (prior: `profile`) fed the simulated engine's telemetry, carried over the load levels in
@@ -264,7 +264,7 @@ def simulate_fit(profile: str, truth: str, levels: list[int], *, trace: list[str
     clock = _SimClock()
     alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
     if calibrate and calibrator is None:
-        calibrator = StepCalibrator(belief) if probe_below is None else StepCalibrator(belief, probe_below=probe_below)
+        calibrator = StepCalibrator(belief) if probe_steps is None else StepCalibrator(belief, probe_steps=probe_steps)
     elif not calibrate:
         calibrator = None
     counters, rows = None, []
@@ -287,7 +287,7 @@ def _simulated(args) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     trace = args.trace or None
     common = {"trace": trace, "workload": args.workload, "requests": args.requests, "seed": args.seed,
-              "probe_below": args.probe_below}
+              "probe_steps": args.probe_steps}
     cal, rows = simulate_fit(args.profile, args.truth_profile, levels, **common)
     right = []
     if args.versus_truth:  # the truth believed, calibrated as well (the issue's "adaptive run whose profile is the truth")
@@ -298,7 +298,8 @@ def _simulated(args) -> int:
     print(f"# Simulated calibration: `{args.profile}` believed, `{args.truth_profile}` true "
           f"({'trace ' + ','.join(trace) if trace else 'workload ' + args.workload}, seed {args.seed})\n")
     print(f"{elapsed:.0f} simulated s at concurrency {args.concurrency}; fit over {costs.steps:.0f} engine steps, "
-          f"trusted={costs.trusted}, tied={list(costs.tied)}, drafted contrast {costs.drafted_contrast:.2f} "
+          f"trusted={costs.trusted}, tied={list(costs.tied)}, drafted contrast {costs.drafted_contrast:.2f} = "
+          f"{costs.contrast_steps:.0f} steps "
           f"(probing: {costs.probe}; probes made {sum(r['probes'] for r in rows)})\n")
     p_truth, p_wrong = prior_coefficients(truth), prior_coefficients(wrong)
     print(f"| coefficient | fitted | +- | {args.truth_profile} (truth) | rel err | {args.profile} (prior) |")
@@ -362,8 +363,8 @@ def main() -> int:
     ap.add_argument("--workload", default="mixed", help="--simulate without --trace: a synthetic workload")
     ap.add_argument("--requests", type=int, default=400, help="--simulate: measured requests per level")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--probe-below", type=float, default=None,
-                    help="--simulate: the calibrator's probe_below (0: no calibration probes; default its own)")
+    ap.add_argument("--probe-steps", type=float, default=None,
+                    help="--simulate: the calibrator's probe_steps (0: no calibration probes; default its own)")
     ap.add_argument("--versus-truth", action="store_true",
                     help="--simulate: also run adaptive believing the truth (uncalibrated); throughput ratios")
     args = ap.parse_args()
@@ -431,7 +432,7 @@ def main() -> int:
         p["fit_s"] = _predict(fitted, r["window"])
     print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker\n")
     print(f"{elapsed:.0f} s of load at concurrency {args.concurrency}; fit over {steps:.0f} engine steps, "
-          f"trusted={bool(trusted)}; drafted contrast {extra.get('drafted_contrast', math.nan):.2f}, "
+          f"trusted={bool(trusted)}; contrast {extra.get('contrast_steps', math.nan):.0f} steps, "
           f"calibration probes made {extra.get('probes', math.nan):.0f}\n")
     print("| coefficient | fitted | +- | cpu-tiny | " + args.profile + " (additive) |")
     print("|---|---|---|---|---|")

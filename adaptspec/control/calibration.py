@@ -55,11 +55,14 @@ slope, decides every speculation choice; yet along the policy's own traffic batc
 n-gram hit rates) does not pin that slope where it matters: a worker whose step is not exactly linear in the
 regressors gets a split that fits its traffic and misprices drafting (docs/results/calibration.md, 2026-12-02).
 `drafted_contrast` measures what the windows say about it by design, whatever the residuals: the relative spread of
-drafted tokens per step left once requests and KV tokens per step are accounted for (the moments of [steps,
-requests, KV tokens, drafted tokens] kept alongside S, weighted and discounted alike). Below `probe_below` the fit
-asks for contrast (`CalibratedCosts.probe`): the policy then admits a small share of requests with speculation
-toggled (control/calibration_probe.py), windows at the same batch with and without drafted tokens, and stops once the
-contrast is there. It reads no residuals: a misspecified worker's standard errors are small and wrong.
+drafted tokens per step left once requests and KV tokens per step are accounted for (sqrt(residual / explained);
+the moments of [steps, requests, KV tokens, drafted tokens] kept alongside S, weighted and discounted alike), and
+`contrast_steps` = steps x contrast^2 its evidence, in engine steps' worth of drafted tokens varying fully on their
+own (drafting on in half the steps and off in the others gives contrast 1). Below `probe_steps` of it the fit asks
+for contrast (`CalibratedCosts.probe`): the policy then admits a small share of requests with speculation toggled
+(control/calibration_probe.py), windows at the same batch with and without drafted tokens, and stops once the
+evidence is there (a share p of probes alone gives contrast sqrt(p / (1 - p)): 1/8 needs 7 x `probe_steps` steps).
+It reads no residuals: a misspecified worker's standard errors are small and wrong.
 
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
@@ -192,8 +195,9 @@ class CalibratedCosts:
     prior_mse: float = math.nan
     tied: tuple[str, ...] = ()  # coefficients fitted at the profile's ratios (one scale per group; module doc)
     # the drafted tokens' spread across windows at given requests and KV (module doc: the drafted token's price);
-    # NaN before the engine counted requests per step; `probe`: below the calibrator's `probe_below`
+    # NaN before the engine counted requests per step; `probe`: below the calibrator's `probe_steps`
     drafted_contrast: float = math.nan
+    contrast_steps: float = math.nan  # steps x drafted_contrast^2: steps' worth of full contrast
     probe: bool = False
 
     @property
@@ -236,7 +240,7 @@ class StepCalibrator:
     min_steps: float = 300.0
     min_spread: float = 0.05
     weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
-    probe_below: float = 0.5  # ask for probes while drafted_contrast is below this (0: never)
+    probe_steps: float = 300.0  # ask for probes while contrast_steps is below this (0: never)
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
     theta0: np.ndarray = field(init=False)
@@ -505,6 +509,7 @@ class StepCalibrator:
         key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         contrast = self.drafted_contrast()
+        evidence = n * contrast * contrast if math.isfinite(contrast) else math.nan
         return CalibratedCosts(
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
@@ -513,5 +518,5 @@ class StepCalibrator:
             snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
             fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
             prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,
-            tied=tuple(self.names[j] for g in tied for j in g), drafted_contrast=contrast,
-            probe=bool(math.isfinite(contrast) and contrast < self.probe_below))
+            tied=tuple(self.names[j] for g in tied for j in g), drafted_contrast=contrast, contrast_steps=evidence,
+            probe=bool(math.isfinite(contrast) and evidence < self.probe_steps))

@@ -37,7 +37,7 @@ def calibrator(ws: list[StepCounters], **kw) -> StepCalibrator:
     return cal
 
 
-@pytest.mark.parametrize("a", [0.0, 0.25, 1.0, 2.0])
+@pytest.mark.parametrize("a", [0.0, 0.25, 0.5, 1.0])
 def test_contrast_is_the_drafted_spread_at_a_given_batch(a):
     """Drafted tokens per step m - a*m and m + a*m in equal-weight windows at one batch: the regression on
     [1, requests, KV] leaves a residual variance (a m)^2 against an explained m^2, so the contrast is a."""
@@ -45,8 +45,10 @@ def test_contrast_is_the_drafted_spread_at_a_given_batch(a):
     ws = [window(10, 8, 150, m * (1 - a)), window(10, 8, 150, m * (1 + a))] * 20
     cal = calibrator(ws)
     assert cal.drafted_contrast() == pytest.approx(a, abs=1e-6)
-    assert cal.costs().drafted_contrast == pytest.approx(a, abs=1e-6)
-    assert cal.costs().probe == (a < cal.probe_below)
+    c = cal.costs()
+    assert c.drafted_contrast == pytest.approx(a, abs=1e-6)
+    assert c.contrast_steps == pytest.approx(400 * a * a, abs=1e-4)  # 400 steps x a^2
+    assert c.probe == (a < 1.0)  # 400 a^2 against 300 by default: only a = 1 has the evidence
 
 
 def test_drafting_that_follows_the_batch_has_no_contrast_whatever_the_batch():
@@ -62,16 +64,17 @@ def test_drafting_that_follows_the_batch_has_no_contrast_whatever_the_batch():
     assert calibrator(follow).drafted_contrast() == pytest.approx(0.0, abs=1e-6)
     assert calibrator(follow).costs().probe
     assert calibrator(mixed).drafted_contrast() > 0.9  # a fair coin per window: contrast 1 in expectation
-    assert not calibrator(mixed).costs().probe
+    assert not calibrator(mixed).costs().probe  # ~1400 steps x ~1
+    assert calibrator(mixed[:30]).costs().probe  # ~200 steps: not yet
 
 
-def test_no_request_counts_no_verdict_and_probe_below_zero_never_asks():
+def test_no_request_counts_no_verdict_and_probe_steps_zero_never_asks():
     w = window(10, 8, 150, 3.0)
     uncounted = StepCounters(w.steps, w.step_seconds, w.batched_tokens, w.kv_tokens, w.drafted_tokens, {}, 0.0)
     cal = calibrator([uncounted] * 20)
     assert math.isnan(cal.drafted_contrast()) and not cal.costs().probe
-    assert not calibrator([w] * 20, probe_below=0.0).costs().probe
-    assert calibrator([w] * 20).costs().probe  # the default asks
+    assert not calibrator([window(10, 8, 150, 3.0)] * 20, probe_steps=0.0).costs().probe
+    assert calibrator([window(10, 8, 150, 3.0)] * 20).costs().probe  # the default asks
 
 
 def _worker(probe: bool, load: float = 3.0, per_request: bool = True) -> WorkerState:
@@ -79,6 +82,17 @@ def _worker(probe: bool, load: float = 3.0, per_request: bool = True) -> WorkerS
     costs = calibrator(ws).costs()
     assert costs.probe == probe
     return WorkerState("w0", proposers=("ngram", "draft"), running=load, per_request=per_request, step_costs=costs)
+
+
+def test_a_share_of_probes_alone_reaches_the_evidence():
+    """Drafting that follows the batch except in a share p of the steps (probes: off): contrast sqrt(p / (1 - p)),
+    so 1/8 of probes reach `probe_steps` after 7 x probe_steps steps and the fit stops asking."""
+    ws = [window(1, 8, 150, 0.0 if i % 8 == 0 else 3.0) for i in range(2400)]
+    cal = calibrator(ws[:2000])
+    assert cal.drafted_contrast() == pytest.approx(math.sqrt(1 / 7), rel=1e-6)
+    assert cal.costs().probe  # 2000 / 7 = 286 < 300
+    cal = calibrator(ws)
+    assert cal.costs().contrast_steps == pytest.approx(2400 / 7, rel=1e-6) and not cal.costs().probe
 
 
 def test_probe_blocks_are_one_batch_every_eighth():
