@@ -364,7 +364,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=400, help="--simulate: measured requests per level")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--probe-steps", type=float, default=None,
-                    help="--simulate: the calibrator's probe_steps (0: no calibration probes; default its own)")
+                    help="the calibrator's probe_steps (0: no calibration probes; default the proxy's, 300)")
     ap.add_argument("--versus-truth", action="store_true",
                     help="--simulate: also run adaptive believing the truth (uncalibrated); throughput ratios")
     args = ap.parse_args()
@@ -381,7 +381,8 @@ def main() -> int:
         "policy": {"kind": "goodput"},
         "pools": [{"name": "ref", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
                    "max_gamma": 8, "profile": args.profile, "workers": [{"name": "w0", "url": worker_url}]}],
-        "server": {"host": "127.0.0.1", "port": pport, "scrape_interval_s": 0.25}}))
+        "server": {"host": "127.0.0.1", "port": pport, "scrape_interval_s": 0.25},
+        **({"calibration": {"probe_steps": args.probe_steps}} if args.probe_steps is not None else {})}))
     py = sys.executable
     procs = []
     rows = []
@@ -430,7 +431,8 @@ def main() -> int:
     fitted = costs.apply(wrong)
     for r, p in zip(rows, report, strict=True):
         p["fit_s"] = _predict(fitted, r["window"])
-    print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker\n")
+    print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker"
+          + (f" (calibration.probe_steps {args.probe_steps:g})" if args.probe_steps is not None else "") + "\n")
     print(f"{elapsed:.0f} s of load at concurrency {args.concurrency}; fit over {steps:.0f} engine steps, "
           f"trusted={bool(trusted)}; contrast {extra.get('contrast_steps', math.nan):.0f} steps, "
           f"calibration probes made {extra.get('probes', math.nan):.0f}\n")
@@ -452,7 +454,8 @@ def main() -> int:
     decisions = _compare_decisions(args.profile, costs)
     if args.json:  # NaN errors (held at the prior) are written as NaN, which json.loads reads back
         Path(args.json).write_text(json.dumps({
-            "profile": args.profile, "elapsed_s": elapsed, "steps": steps, "trusted": bool(trusted),
+            "profile": args.profile, "probe_steps": args.probe_steps, "elapsed_s": elapsed, "steps": steps,
+            "trusted": bool(trusted),
             "coefficients": coef, "errors": err, "points": report, **extra,
             **decisions, "scrapes": scrapes}, indent=1) + "\n")
     return 0

@@ -514,7 +514,9 @@ class StepCalibrator:
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
             fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
-            steps=n, trusted=self._trusted(n), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
+            # a target priced at nothing is no step model: the profile's held proposer costs over-explained the
+            # windows (e.g. passes at a constant gamma, collinear with the intercept, priced 2x) and NNLS zeroed it
+            steps=n, trusted=self._trusted(n) and float(theta[0] + theta[1]) > 0.0, sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
             snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
             fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
             prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,

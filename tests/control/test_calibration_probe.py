@@ -138,3 +138,25 @@ def test_goodput_policy_probes_one_admission_in_eight_while_the_fit_asks():
             assert (d.proposer, d.gamma) != (ref.proposer, ref.gamma)
     assert made["probe"] == 160 // 8
     assert asked.contrast_probe.probes == 160 // 8 and calm.contrast_probe.probes == 0
+
+
+def test_a_fit_whose_target_is_priced_at_nothing_is_not_trusted():
+    """Draft-model passes at a constant gamma (collinear with the intercept) held at a prior that prices them 4x
+    the truth over-explain every window: NNLS zeroes the target, and such a fit must not price decisions (a
+    zero step time divides by zero in the cost model); the profile keeps pricing until the data separate them."""
+    prior = load_profile("h200-llama3-70b")
+    ws = []
+    for i in range(200):
+        w = window(10, 1, 150 + i % 50, 4.0)  # one request drafting 4 tokens per step, context growing
+        passes = 4.0 * w.steps
+        # the truth's draft passes: a quarter of what the prior says per pass
+        extra = passes * 0.25 * (prior.draft("draft").model.overhead_s + prior.draft("draft").model.memory_floor_s)
+        ws.append(StepCounters(w.steps, w.step_seconds + extra, w.batched_tokens, w.kv_tokens,
+                               {"draft": 4.0 * w.steps}, {"draft": passes}, w.requests))
+    cal = StepCalibrator(prior, half_life_steps=1e9, min_steps=100)
+    for w in ws:
+        cal.observe(w)
+    c = cal.costs()
+    assert c.steps >= cal.min_steps and not c.fitted["draft_pass_s"]  # enough steps; passes held at the prior
+    assert c.coefficients["overhead_s"] == c.coefficients["compute_s_per_token"] == 0.0
+    assert not c.trusted
