@@ -224,6 +224,32 @@ def mean_context(points: list[dict]) -> float:
     return kv / sum(p["steps"] * p["batched_per_step"] for p in points)
 
 
+def _replay_scrapes(path: str, probe_steps: float | None) -> int:
+    """Feed a saved live run's recorded scrapes to a fresh StepCalibrator (the proxy's defaults, prior = the run's
+    profile) and print how its fit and the drafted tokens' contrast evolve (no servers)."""
+    run = json.loads(Path(path).read_text())
+    ws = scrape_windows(run.get("scrapes", []))
+    if not ws:
+        print(f"{path}: no recorded scrapes", file=sys.stderr)
+        return 2
+    prior = load_profile(run["profile"])
+    cal = StepCalibrator(prior) if probe_steps is None else StepCalibrator(prior, probe_steps=probe_steps)
+    print(f"# {path}: {len(ws)} windows, {sum(w.steps for w in ws):.0f} steps, prior {run['profile']}\n")
+    print("| windows | steps | overhead ms | per batched token ms | per KV token us | drafted contrast | contrast steps "
+          "| probe asked | trusted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    every = max(1, len(ws) // 8)
+    for i, w in enumerate(ws):
+        cal.observe(w)
+        if (i + 1) % every == 0 or i + 1 == len(ws):
+            c = cal.costs()
+            k = c.coefficients
+            print(f"| {i + 1} | {c.steps:.0f} | {1e3 * k['overhead_s']:.2f} | {1e3 * k['compute_s_per_token']:.3f} | "
+                  f"{1e6 * k['kv_s_per_token']:.2f} | {c.drafted_contrast:.2f} | {c.contrast_steps:.0f} | {c.probe} | "
+                  f"{c.trusted} |")
+    return 0
+
+
 def _replay(path: str) -> int:
     """Recompute the decision comparison from a saved --json run (no servers)."""
     run = json.loads(Path(path).read_text())
@@ -277,8 +303,10 @@ def simulate_fit(profile: str, truth: str, levels: list[int], *, trace: list[str
         window = res.counters.since(counters or StepCounters())
         counters = res.counters
         probe = getattr(policy, "contrast_probe", None)
+        fit = calibrator.costs() if calibrator is not None else None
         rows.append({"concurrency": c, "window": window, "sim_s": res.sim_time_s,
-                     "probes": probe.probes if probe is not None else 0, **res.row()})
+                     "probes": probe.probes if probe is not None else 0,
+                     "contrast_steps": fit.contrast_steps if fit is not None else math.nan, **res.row()})
     return calibrator, rows
 
 
@@ -356,6 +384,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--from-json", metavar="FILE", help="only recompute the decision comparison of a saved run")
+    ap.add_argument("--replay-scrapes", metavar="FILE",
+                    help="feed a saved run's recorded scrapes to a fresh StepCalibrator and print its fit (no servers)")
     ap.add_argument("--simulate", action="store_true",
                     help="no servers: the simulator's engine costs --truth-profile and emits the same counters")
     ap.add_argument("--truth-profile", default="cpu-tiny", help="--simulate: what the simulated engine costs")
@@ -370,6 +400,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.from_json:
         return _replay(args.from_json)
+    if args.replay_scrapes:
+        return _replay_scrapes(args.replay_scrapes, args.probe_steps)
     if args.simulate:
         return _simulated(args)
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -3,7 +3,10 @@
 A drafted token is a batched token with almost no KV: its price decides every speculation choice, but along the
 policy's own traffic drafted tokens follow the batch and the online fit cannot tell them from the rest of it
 (control/calibration.py, "The drafted token's price"). While a worker's fit asks for contrast
-(`CalibratedCosts.probe`), one block of admissions in every `every` is toggled: a request the policy would draft for
+(`CalibratedCosts.probe`), among the admissions whose choice the price can flip (the chosen plan's expected speedup,
+or the best missed plan's when the choice is plain, within a factor `near` of 1: a 2x speculation is not decided
+by a 15% error in a drafted token's price, and toggling it would cost the most), one block in every `every` is
+toggled: a request the policy would draft for
 runs without speculation, one it would run plain drafts with the best plan that missed the margin. A block is one
 batch's worth of admissions (the running batch + 1), so the batch turns over into windows with and without
 drafted tokens at the same load, which is the contrast the regression needs; the rest of the time the policy decides
@@ -22,7 +25,8 @@ from adaptspec.control.types import Decision, WorkerState
 class ContrastProbe:
     """Per worker: admissions left in the current probe block, and admissions until the next one."""
 
-    every: int = 8  # one block of probes in this many (a share of 1/every of admissions while asked)
+    every: int = 8  # one block of probes in this many (a share of 1/every of the close admissions while asked)
+    near: float = 1.5  # close: expected speedup within [1/near, near]
     _left: dict[str, int] = field(default_factory=dict)
     _gap: dict[str, int] = field(default_factory=dict)
     made: dict[str, int] = field(default_factory=dict)  # probes made per worker
@@ -33,8 +37,8 @@ class ContrastProbe:
         return sum(self.made.values())
 
     def __post_init__(self) -> None:
-        if self.every < 2:
-            raise ValueError(f"every must be >= 2, got {self.every}")
+        if self.every < 2 or self.near <= 1.0:
+            raise ValueError(f"every must be >= 2 and near > 1, got {self.every}, {self.near}")
 
     def due(self, w: WorkerState) -> bool:
         """Whether this admission to `w` is a probe (advances w's block counters when its fit asks)."""
@@ -54,9 +58,12 @@ class ContrastProbe:
         self._gap[w.name] = (self.every - 1) * block
         return True
 
-    def apply(self, d: Decision, w: WorkerState, missed_proposer: str | None, missed_gamma: int) -> Decision:
-        """`d` toggled when this admission is a probe: drafting -> plain; plain -> the missed plan, if any."""
-        if not self.due(w):
+    def apply(self, d: Decision, w: WorkerState, missed_proposer: str | None, missed_gamma: int,
+              missed_speedup: float = 0.0) -> Decision:
+        """`d` toggled when this admission is a probe: drafting -> plain; plain -> the missed plan, if any.
+        Only admissions whose choice is close (see module doc) count towards the blocks."""
+        speedup = d.expected_speedup if (d.gamma > 0 or d.schedule) else missed_speedup
+        if not (1.0 / self.near <= speedup <= self.near) or not self.due(w):
             return d
         if d.gamma > 0 or d.schedule:
             self.made[w.name] = self.made.get(w.name, 0) + 1

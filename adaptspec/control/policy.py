@@ -462,7 +462,8 @@ class _CostModelPolicy:
                 reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
         d = Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched)
         return self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
-                                         missed.gamma if missed is not None else 0)
+                                         missed.gamma if missed is not None else 0,
+                                         missed.speedup if missed is not None else 0.0)
 
     def request_schedule(self, w: WorkerState, content_class: str, alphas: AlphaSource, plan: costmodel.Plan
                          ) -> tuple[str, Schedule | None]:

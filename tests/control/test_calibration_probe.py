@@ -113,11 +113,24 @@ def test_a_probe_toggles_speculation_and_keeps_the_rest():
     assert "calibration probe" in d.reason
     assert probe.apply(on, w, None, 0) == on  # the next admission is not a probe
     off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
-    d = probe.apply(off, w, "draft", 2)
+    d = probe.apply(off, w, "draft", 2, 0.95)
     assert (d.proposer, d.gamma) == ("draft", 2)
-    probe.apply(off, w, "draft", 2)
+    probe.apply(off, w, "draft", 2, 0.95)
     assert probe.apply(off, w, None, 0) == off  # a probe slot with nothing to try leaves the decision alone
     assert probe.probes == 2
+
+
+def test_only_close_choices_are_probed():
+    """A choice the drafted token's price cannot flip (speculation 2x, or a missed plan at 0.5x) is never
+    toggled and does not count towards the blocks: with every=2 the close admissions alternate probe / not."""
+    probe, w = ContrastProbe(every=2), _worker(True, load=0.0)
+    fast = Decision("w0", "ngram", 4, "code", "goodput", "goodput: ngram g=4", 2.0)
+    close = Decision("w0", "ngram", 2, "code", "goodput", "goodput: ngram g=2", 1.2)
+    off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
+    assert all(probe.apply(fast, w, None, 0) == fast for _ in range(10))
+    assert all(probe.apply(off, w, "draft", 2, 0.5) == off for _ in range(10))
+    toggled = [probe.apply(close, w, None, 0).gamma == 0 for _ in range(6)]
+    assert toggled == [True, False] * 3 and probe.probes == 3
 
 
 def test_goodput_policy_probes_one_admission_in_eight_while_the_fit_asks():
