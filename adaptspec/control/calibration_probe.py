@@ -4,7 +4,7 @@ A drafted token is a batched token with almost no KV: its price decides every sp
 policy's own traffic drafted tokens follow the batch and the online fit cannot tell them from the rest of it
 (control/calibration.py, "The drafted token's price"). While a worker's fit asks for contrast
 (`CalibratedCosts.probe`), among the admissions whose choice the price can flip (the chosen plan's expected speedup,
-or the best missed plan's when the choice is plain, within a factor `near` of 1: a 2x speculation is not decided
+or the best missed plan's when the choice is plain, within a factor `near` (1.3) of 1: a 2x speculation is not decided
 by a 15% error in a drafted token's price, and toggling it would cost the most), one block in every `every` is
 toggled: a request the policy would draft for
 runs without speculation, one it would run plain drafts with the best plan that missed the margin. A block is one
@@ -26,7 +26,7 @@ class ContrastProbe:
     """Per worker: admissions left in the current probe block, and admissions until the next one."""
 
     every: int = 8  # one block of probes in this many (a share of 1/every of the close admissions while asked)
-    near: float = 1.5  # close: expected speedup within [1/near, near]
+    near: float = 1.3  # close: expected speedup within [1/near, near]
     _left: dict[str, int] = field(default_factory=dict)
     _gap: dict[str, int] = field(default_factory=dict)
     made: dict[str, int] = field(default_factory=dict)  # probes made per worker

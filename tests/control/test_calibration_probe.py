@@ -107,7 +107,7 @@ def test_probe_blocks_are_one_batch_every_eighth():
 
 def test_a_probe_toggles_speculation_and_keeps_the_rest():
     probe, w = ContrastProbe(every=2), _worker(True, load=0.0)  # block of 1, then 1 skipped
-    on = Decision("w0", "ngram", 4, "code", "goodput", "goodput: ngram g=4", 1.4, schedule=((8, 2),))
+    on = Decision("w0", "ngram", 4, "code", "goodput", "goodput: ngram g=4", 1.2, schedule=((8, 2),))
     d = probe.apply(on, w, None, 0)
     assert (d.proposer, d.gamma, d.schedule, d.worker, d.content_class) == ("none", 0, None, "w0", "code")
     assert "calibration probe" in d.reason
@@ -134,23 +134,25 @@ def test_only_close_choices_are_probed():
 
 
 def test_goodput_policy_probes_one_admission_in_eight_while_the_fit_asks():
-    """The goodput policy's decisions for a worker whose fit asks for contrast: 1/8 of the admissions toggled
-    (blocks of load + 1), the rest as without probes; none when the fit has the contrast."""
+    """The goodput policy's decisions for a worker whose fit asks for contrast: 1/8 of the (close) admissions
+    toggled (blocks of load + 1), the rest as without probes; none when the fit has the contrast."""
     cfg = parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}}).policy
     alphas = AlphaTable()
     asked, calm = build_policy(cfg), build_policy(cfg)
-    w_asked, w_calm = _worker(True, load=1.0), _worker(False, load=1.0)
+    w_asked, w_calm = _worker(True, load=7.0), _worker(False, load=7.0)  # blocks of 8 admissions
     made = Counter()
     for _ in range(160):
-        d = asked.decide("code", [w_asked], alphas)
-        ref = calm.decide("code", [w_calm], alphas)
+        d = asked.decide("math", [w_asked], alphas)  # cpu-tiny at batch 8: draft g=1, x1.1 (close)
+        ref = calm.decide("math", [w_calm], alphas)
+        assert 1.0 < ref.expected_speedup < 1.3 and ref.gamma > 0
         made["probe" if "calibration probe" in d.reason else "same"] += 1
         if "calibration probe" not in d.reason:
             assert (d.proposer, d.gamma) == (ref.proposer, ref.gamma)
         else:
             assert (d.proposer, d.gamma) != (ref.proposer, ref.gamma)
-    assert made["probe"] == 160 // 8
-    assert asked.contrast_probe.probes == 160 // 8 and calm.contrast_probe.probes == 0
+    expected = sum(1 for i in range(160) if i % 64 < 8)  # a block of 8 (batch 8) in every 64 admissions
+    assert made["probe"] == expected == 24
+    assert asked.contrast_probe.probes == expected and calm.contrast_probe.probes == 0
 
 
 def test_a_fit_whose_target_is_priced_at_nothing_is_not_trusted():
