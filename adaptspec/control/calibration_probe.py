@@ -45,15 +45,19 @@ class ContrastProbe:
         costs = w.step_costs
         if costs is None or not costs.probe or not w.per_request:  # a fixed pool's speculation is not per request
             return False
-        left = self._left.get(w.name, 0)
+        block = max(1, round(w.load + 1.0))
+        if w.name not in self._gap:  # the gap first: at most 1/every of the admissions, however few there are
+            self._left[w.name] = 0
+            self._gap[w.name] = (self.every - 1) * block - 1
+            return False
+        left = self._left[w.name]
         if left > 0:
             self._left[w.name] = left - 1
             return True
-        gap = self._gap.get(w.name, 0)
+        gap = self._gap[w.name]
         if gap > 0:
             self._gap[w.name] = gap - 1
             return False
-        block = max(1, round(w.load + 1.0))
         self._left[w.name] = block - 1
         self._gap[w.name] = (self.every - 1) * block
         return True

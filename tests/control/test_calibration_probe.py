@@ -96,17 +96,19 @@ def test_a_share_of_probes_alone_reaches_the_evidence():
 
 
 def test_probe_blocks_are_one_batch_every_eighth():
-    """At load 3 (block of 4 admissions), every=8: admissions 0-3 probed, 4-31 not, 32-35 probed, ..."""
+    """At load 3 (block of 4 admissions), every=8: admissions 0-27 not probed, 28-31 probed, 32-59 not, ...
+    (the gap comes first: a short run never probes more than 1/8 of its admissions)."""
     probe, w = ContrastProbe(every=8), _worker(True)
     due = [probe.due(w) for _ in range(96)]
-    assert [i for i, x in enumerate(due) if x] == [i for i in range(96) if i % 32 < 4]
+    assert [i for i, x in enumerate(due) if x] == [i for i in range(96) if i % 32 >= 28]
     quiet = ContrastProbe(every=8)
     assert not any(quiet.due(_worker(False)) for _ in range(96))
     assert not any(quiet.due(_worker(True, per_request=False)) for _ in range(96))  # a fixed pool: nothing to toggle
 
 
 def test_a_probe_toggles_speculation_and_keeps_the_rest():
-    probe, w = ContrastProbe(every=2), _worker(True, load=0.0)  # block of 1, then 1 skipped
+    probe, w = ContrastProbe(every=2), _worker(True, load=0.0)  # 1 skipped, then a block of 1, ...
+    probe.due(w)
     on = Decision("w0", "ngram", 4, "code", "goodput", "goodput: ngram g=4", 1.2, schedule=((8, 2),))
     d = probe.apply(on, w, None, 0)
     assert (d.proposer, d.gamma, d.schedule, d.worker, d.content_class) == ("none", 0, None, "w0", "code")
@@ -130,7 +132,7 @@ def test_only_close_choices_are_probed():
     assert all(probe.apply(fast, w, None, 0) == fast for _ in range(10))
     assert all(probe.apply(off, w, "draft", 2, 0.5) == off for _ in range(10))
     toggled = [probe.apply(close, w, None, 0).gamma == 0 for _ in range(6)]
-    assert toggled == [True, False] * 3 and probe.probes == 3
+    assert toggled == [False, True] * 3 and probe.probes == 3
 
 
 def test_goodput_policy_probes_one_admission_in_eight_while_the_fit_asks():
@@ -150,8 +152,8 @@ def test_goodput_policy_probes_one_admission_in_eight_while_the_fit_asks():
             assert (d.proposer, d.gamma) == (ref.proposer, ref.gamma)
         else:
             assert (d.proposer, d.gamma) != (ref.proposer, ref.gamma)
-    expected = sum(1 for i in range(160) if i % 64 < 8)  # a block of 8 (batch 8) in every 64 admissions
-    assert made["probe"] == expected == 24
+    expected = sum(1 for i in range(160) if i % 64 >= 56)  # a block of 8 (batch 8) in every 64 admissions
+    assert made["probe"] == expected == 16
     assert asked.contrast_probe.probes == expected and calm.contrast_probe.probes == 0
 
 
