@@ -22,14 +22,16 @@ import math
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import yaml
 
 from adaptspec.control import costmodel
-from adaptspec.control.calibration import CalibratedCosts, feature_names, prior_coefficients
+from adaptspec.control.calibration import CalibratedCosts, StepCalibrator, feature_names, prior_coefficients
 from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy, estimate
@@ -65,10 +67,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _gauges(text: str, worker: str) -> tuple[dict[str, float], dict[str, float], float, float]:
+def _gauges(text: str, worker: str) -> tuple[dict[str, float], dict[str, float], float, float, dict[str, float]]:
+    """The proxy's fit of `worker`: coefficients, errors, trusted, steps, and {contrast_steps, probes}."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    coef, err, trusted, steps = {}, {}, 0.0, 0.0
+    coef, err, trusted, steps, extra = {}, {}, 0.0, 0.0, {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.labels.get("worker") != worker:
@@ -81,7 +84,48 @@ def _gauges(text: str, worker: str) -> tuple[dict[str, float], dict[str, float],
                 trusted = s.value
             elif s.name == "adaptspec_step_model_steps":
                 steps = s.value
-    return coef, err, trusted, steps
+            elif s.name == "adaptspec_step_model_contrast_steps":
+                extra["contrast_steps"] = s.value
+            elif s.name == "adaptspec_step_model_probes":
+                extra["probes"] = s.value
+    return coef, err, trusted, steps, extra
+
+
+class _Recorder(threading.Thread):
+    """Scrapes the worker's cumulative step counters every `interval_s` (as the proxy does), so that the run's
+    windows can be replayed through StepCalibrator variants offline (`--json` keeps them as `scrapes`)."""
+
+    def __init__(self, url: str, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.url, self.interval_s = url, interval_s
+        self.scrapes: list[dict] = []
+        self.failures = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval_s):
+            try:
+                c = parse_metrics(_get(self.url)).steps
+            except OSError:
+                self.failures += 1
+                continue
+            self.scrapes.append({"t": time.monotonic(), **asdict(c)})
+
+    def stop(self) -> list[dict]:
+        self._halt.set()
+        self.join(timeout=10)
+        return self.scrapes
+
+
+def scrape_windows(scrapes: list[dict]) -> list[StepCounters]:
+    """The windows between consecutive recorded scrapes (a reset starts over, as StepCalibrator.update does)."""
+    counters = [StepCounters(**{k: v for k, v in s.items() if k != "t"}) for s in scrapes]
+    out = []
+    for before, after in zip(counters, counters[1:], strict=False):
+        w = after.since(before)
+        if w is not None and w.steps >= 1:
+            out.append(w)
+    return out
 
 
 def _predict(prof: Profile, w: StepCounters) -> float:
@@ -122,13 +166,14 @@ def _best_goodput(judge: Profile, pol, alphas: AlphaTable, cls: str, batch: floa
     return best
 
 
-def _compare_decisions(profile: str, costs: CalibratedCosts) -> dict:
+def _compare_decisions(profile: str, costs: CalibratedCosts, reference: str = "cpu-tiny") -> dict:
     """Over content classes x loads (prior alphas): how often the policy priced with the fit (on the wrong
-    profile) decides as with cpu-tiny, and how often its decision's goodput is within _NEAR of the best, as
-    priced by cpu-tiny and by the fit; the same for the wrong profile alone. Prints the summary lines."""
-    wrong, tiny = load_profile(profile), load_profile("cpu-tiny")
+    profile) decides as with the `reference` profile (cpu-tiny: the reference worker's measured one), and how
+    often its decision's goodput is within _NEAR of the best, as priced by the reference and by the fit; the
+    same for the wrong profile alone. Prints the summary lines. (JSON keys say cpu_tiny whatever the reference.)"""
+    wrong, tiny = load_profile(profile), load_profile(reference)
     pol_wrong = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": profile}}).policy)
-    pol_tiny = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}}).policy)
+    pol_tiny = build_policy(parse_config({"policy": {"kind": "goodput", "default_profile": reference}}).policy)
     alphas = AlphaTable()
     judges = {"cpu-tiny": tiny, "fit": costs.apply(wrong)}
     same = {"fit": 0, "wrong": 0}
@@ -146,10 +191,11 @@ def _compare_decisions(profile: str, costs: CalibratedCosts) -> dict:
                 for jname, judge in judges.items():
                     best = _best_goodput(judge, pol_tiny, alphas, cls, load + 1)
                     near[jname][who] += _goodput(judge, pol_tiny, alphas, cls, d, load + 1) >= (1 - _NEAR) * best
-    print(f"\nDecisions (6 classes x 7 loads, prior alphas) equal to cpu-tiny's: with the fit {same['fit']}/{total}, "
+    print(f"\nDecisions (6 classes x 7 loads, prior alphas) equal to {reference}'s: with the fit {same['fit']}/{total}, "
           f"with {profile} alone {same['wrong']}/{total}")
     for jname in judges:
-        print(f"Decisions within {_NEAR:.0%} of the best goodput as priced by {jname}: with the fit "
+        print(f"Decisions within {_NEAR:.0%} of the best goodput as priced by "
+              f"{reference if jname == 'cpu-tiny' else jname}: with the fit "
               f"{near[jname]['fit']}/{total}, with {profile} alone {near[jname]['wrong']}/{total}")
     return {"decisions_equal_to_cpu_tiny": {**same, "of": total},
             "decisions_near_best": {j: {**v, "of": total, "within": _NEAR} for j, v in near.items()}}
@@ -178,6 +224,32 @@ def mean_context(points: list[dict]) -> float:
     return kv / sum(p["steps"] * p["batched_per_step"] for p in points)
 
 
+def _replay_scrapes(path: str, probe_steps: float | None) -> int:
+    """Feed a saved live run's recorded scrapes to a fresh StepCalibrator (the proxy's defaults, prior = the run's
+    profile) and print how its fit and the drafted tokens' contrast evolve (no servers)."""
+    run = json.loads(Path(path).read_text())
+    ws = scrape_windows(run.get("scrapes", []))
+    if not ws:
+        print(f"{path}: no recorded scrapes", file=sys.stderr)
+        return 2
+    prior = load_profile(run["profile"])
+    cal = StepCalibrator(prior) if probe_steps is None else StepCalibrator(prior, probe_steps=probe_steps)
+    print(f"# {path}: {len(ws)} windows, {sum(w.steps for w in ws):.0f} steps, prior {run['profile']}\n")
+    print("| windows | steps | overhead ms | per batched token ms | per KV token us | drafted contrast | contrast steps "
+          "| probe asked | trusted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    every = max(1, len(ws) // 8)
+    for i, w in enumerate(ws):
+        cal.observe(w)
+        if (i + 1) % every == 0 or i + 1 == len(ws):
+            c = cal.costs()
+            k = c.coefficients
+            print(f"| {i + 1} | {c.steps:.0f} | {1e3 * k['overhead_s']:.2f} | {1e3 * k['compute_s_per_token']:.3f} | "
+                  f"{1e6 * k['kv_s_per_token']:.2f} | {c.drafted_contrast:.2f} | {c.contrast_steps:.0f} | {c.probe} | "
+                  f"{c.trusted} |")
+    return 0
+
+
 def _replay(path: str) -> int:
     """Recompute the decision comparison from a saved --json run (no servers)."""
     run = json.loads(Path(path).read_text())
@@ -189,6 +261,121 @@ def _replay(path: str) -> int:
     return 0
 
 
+def simulate_fit(profile: str, truth: str, levels: list[int], *, trace: list[str] | None = None,
+                 workload: str = "mixed", requests: int = 400, seed: int = 0, max_batch: int = 64,
+                 proposers: tuple[str, ...] = ("ngram", "draft"), calibrate: bool = True,
+                 calibrator: StepCalibrator | None = None, probe_steps: float | None = None
+                 ) -> tuple[StepCalibrator | None, list[dict]]:
+    """The live run's loop in the simulator: `adaptive` believing `profile` on an engine that costs `truth`, its
+    StepCalibrator (prior: `profile`) fed the simulated engine's telemetry, carried over the load levels in
+    turn as the proxy's is. Returns the calibrator and per level its row: throughput, speculation share, the
+    engine's step window and the simulated seconds (`calibrate=False`: priced with `profile` alone)."""
+    from adaptspec.bench.simulator import (
+        AlphaModel,
+        ProfileCost,
+        SimConfig,
+        _SimClock,
+        parse_policy,
+        simulate,
+    )
+    from adaptspec.bench.traces import TraceWorkload
+    from adaptspec.bench.workloads import get_workload
+    from adaptspec.control.config import EstimatorConfig
+
+    belief = load_profile(profile)
+    cost = ProfileCost(load_profile(truth))
+    worker = replace(cost.worker(max_gamma=8, profile=profile), proposers=proposers)
+    wl = TraceWorkload.from_files(trace, order="shuffle", seed=seed) if trace else get_workload(workload)
+    spec = parse_policy("adaptive", profile, seed)
+    clock = _SimClock()
+    alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
+    if calibrate and calibrator is None:
+        calibrator = StepCalibrator(belief) if probe_steps is None else StepCalibrator(belief, probe_steps=probe_steps)
+    elif not calibrate:
+        calibrator = None
+    counters, rows = None, []
+    for c in levels:
+        cfg = SimConfig(concurrency=c, requests=requests, max_batch=max_batch, max_gamma=8, seed=seed)
+        policy = build_policy(spec.policy)
+        res = simulate(policy, cost, wl, cfg, truth=AlphaModel(aliases=cost.truth_aliases()),
+                       alphas=alphas, worker=worker, on_step=clock.set, t0=clock.t, calibrator=calibrator,
+                       counters=counters, telemetry=lambda now, snap: None)
+        window = res.counters.since(counters or StepCounters())
+        counters = res.counters
+        probe = getattr(policy, "contrast_probe", None)
+        fit = calibrator.costs() if calibrator is not None else None
+        rows.append({"concurrency": c, "window": window, "sim_s": res.sim_time_s,
+                     "probes": probe.probes if probe is not None else 0,
+                     "contrast_steps": fit.contrast_steps if fit is not None else math.nan, **res.row()})
+    return calibrator, rows
+
+
+def _simulated(args) -> int:
+    """--simulate: the same report from the simulator (truth = --truth-profile), no servers."""
+    levels = [int(c) for c in args.concurrency.split(",")]
+    trace = args.trace or None
+    common = {"trace": trace, "workload": args.workload, "requests": args.requests, "seed": args.seed,
+              "probe_steps": args.probe_steps}
+    cal, rows = simulate_fit(args.profile, args.truth_profile, levels, **common)
+    right = []
+    if args.versus_truth:  # the truth believed, calibrated as well (the issue's "adaptive run whose profile is the truth")
+        _, right = simulate_fit(args.truth_profile, args.truth_profile, levels, **common)
+    costs = cal.costs()
+    wrong, truth = load_profile(args.profile), load_profile(args.truth_profile)
+    elapsed = sum(r["sim_s"] for r in rows)
+    print(f"# Simulated calibration: `{args.profile}` believed, `{args.truth_profile}` true "
+          f"({'trace ' + ','.join(trace) if trace else 'workload ' + args.workload}, seed {args.seed})\n")
+    print(f"{elapsed:.0f} simulated s at concurrency {args.concurrency}; fit over {costs.steps:.0f} engine steps, "
+          f"trusted={costs.trusted}, tied={list(costs.tied)}, drafted contrast {costs.drafted_contrast:.2f} = "
+          f"{costs.contrast_steps:.0f} steps "
+          f"(probing: {costs.probe}; probes made {sum(r['probes'] for r in rows)})\n")
+    p_truth, p_wrong = prior_coefficients(truth), prior_coefficients(wrong)
+    print(f"| coefficient | fitted | +- | {args.truth_profile} (truth) | rel err | {args.profile} (prior) |")
+    print("|---|---|---|---|---|---|")
+    coef_rows = {}
+    for i, n in enumerate(feature_names()):
+        v = costs.coefficients[n]
+        rel = (v - p_truth[i]) / p_truth[i] if p_truth[i] > 0 else math.nan
+        coef_rows[n] = {"fitted": v, "error": costs.errors[n], "is_fitted": costs.fitted[n], "truth": p_truth[i],
+                        "rel_error": rel}
+        shown = f"{v:.4g}" if costs.fitted[n] else f"({v:.4g}: prior)"
+        print(f"| {n} | {shown} | {costs.errors[n]:.2g} | {p_truth[i]:.4g} | {rel:+.1%} | {p_wrong[i]:.4g} |")
+    print("\n| concurrency | sim s | steps | batched tok/step | kv tok/step | draft passes/step | tokens/s | "
+          "speculation share" + (f" | {args.truth_profile} believed (calibrated) tokens/s | ratio" if right else "")
+          + " |")
+    print("|---|---|---|---|---|---|---|---" + ("|---|---" if right else "") + "|")
+    points = []
+    for i, r in enumerate(rows):
+        w = r["window"]
+        n = w.steps
+        pt = {"concurrency": r["concurrency"], "sim_s": r["sim_s"], "steps": n,
+              "batched_per_step": w.batched_tokens / n, "kv_per_step": w.kv_tokens / n,
+              "draft_passes_per_step": w.draft_passes.get("draft", 0.0) / n,
+              "output_tokens_per_s": r["output_tokens_per_s"], "speculation_share": r["speculation_share"]}
+        line = (f"| {pt['concurrency']} | {pt['sim_s']:.0f} | {n:.0f} | {pt['batched_per_step']:.1f} | "
+                f"{pt['kv_per_step']:.0f} | {pt['draft_passes_per_step']:.2f} | {pt['output_tokens_per_s']:.0f} | "
+                f"{pt['speculation_share']:.2f}")
+        if right:
+            pt["truth_believed_tokens_per_s"] = right[i]["output_tokens_per_s"]
+            pt["ratio"] = r["output_tokens_per_s"] / right[i]["output_tokens_per_s"]
+            line += f" | {pt['truth_believed_tokens_per_s']:.0f} | {pt['ratio']:.3f}x"
+        print(line + " |")
+        points.append(pt)
+    decisions = _compare_decisions(args.profile, costs, reference=args.truth_profile)
+    ref_ctx = truth.context_tokens
+    print(f"\nThe same at {args.truth_profile}'s context ({ref_ctx:g} tokens; the fit measured "
+          f"{costs.context_tokens:.0f} on this traffic):")
+    decisions["same_context"] = _compare_decisions(
+        args.profile, replace(costs, context_tokens=ref_ctx, key=f"{costs.key}@ctx"), reference=args.truth_profile)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "simulated": True, "profile": args.profile, "truth_profile": args.truth_profile, "trace": trace,
+            "workload": None if trace else args.workload, "seed": args.seed, "requests": args.requests,
+            "sim_s": elapsed, "steps": costs.steps, "trusted": costs.trusted, "tied": list(costs.tied),
+            "coefficients": coef_rows, "points": points, **decisions}, indent=1) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="h200-llama3-70b", help="the wrong profile the proxy starts with")
@@ -197,9 +384,26 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--from-json", metavar="FILE", help="only recompute the decision comparison of a saved run")
+    ap.add_argument("--replay-scrapes", metavar="FILE",
+                    help="feed a saved run's recorded scrapes to a fresh StepCalibrator and print its fit (no servers)")
+    ap.add_argument("--simulate", action="store_true",
+                    help="no servers: the simulator's engine costs --truth-profile and emits the same counters")
+    ap.add_argument("--truth-profile", default="cpu-tiny", help="--simulate: what the simulated engine costs")
+    ap.add_argument("--trace", action="append", default=[], help="--simulate: acceptance trace(s) to replay")
+    ap.add_argument("--workload", default="mixed", help="--simulate without --trace: a synthetic workload")
+    ap.add_argument("--requests", type=int, default=400, help="--simulate: measured requests per level")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--probe-steps", type=float, default=None,
+                    help="the calibrator's probe_steps (0: no calibration probes; default the proxy's, 300)")
+    ap.add_argument("--versus-truth", action="store_true",
+                    help="--simulate: also run adaptive believing the truth (uncalibrated); throughput ratios")
     args = ap.parse_args()
     if args.from_json:
         return _replay(args.from_json)
+    if args.replay_scrapes:
+        return _replay_scrapes(args.replay_scrapes, args.probe_steps)
+    if args.simulate:
+        return _simulated(args)
     levels = [int(c) for c in args.concurrency.split(",")]
     wport, pport = _free_port(), _free_port()
     worker_url, proxy_url = f"http://127.0.0.1:{wport}", f"http://127.0.0.1:{pport}"
@@ -209,7 +413,8 @@ def main() -> int:
         "policy": {"kind": "goodput"},
         "pools": [{"name": "ref", "engine": "adaptspec", "per_request": True, "proposers": ["ngram", "draft"],
                    "max_gamma": 8, "profile": args.profile, "workers": [{"name": "w0", "url": worker_url}]}],
-        "server": {"host": "127.0.0.1", "port": pport, "scrape_interval_s": 0.25}}))
+        "server": {"host": "127.0.0.1", "port": pport, "scrape_interval_s": 0.25},
+        **({"calibration": {"probe_steps": args.probe_steps}} if args.probe_steps is not None else {})}))
     py = sys.executable
     procs = []
     rows = []
@@ -222,6 +427,8 @@ def main() -> int:
                                       stdout=open(tmp / "proxy.log", "w"), stderr=subprocess.STDOUT))  # noqa: SIM115
         _wait(proxy_url + "/health", procs[-1])
         started = time.monotonic()
+        recorder = _Recorder(worker_url + "/metrics")
+        recorder.start()
         for c in levels:
             before = parse_metrics(_get(worker_url + "/metrics")).steps
             out = tmp / f"bench-{c}.json"
@@ -233,7 +440,8 @@ def main() -> int:
             bench = bench[0] if isinstance(bench, list) else bench
             rows.append({"concurrency": c, "window": window, "bench": bench})
         elapsed = time.monotonic() - started
-        coef, err, trusted, steps = _gauges(_get(proxy_url + "/metrics"), "w0")
+        scrapes = recorder.stop()
+        coef, err, trusted, steps, extra = _gauges(_get(proxy_url + "/metrics"), "w0")
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -255,9 +463,11 @@ def main() -> int:
     fitted = costs.apply(wrong)
     for r, p in zip(rows, report, strict=True):
         p["fit_s"] = _predict(fitted, r["window"])
-    print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker\n")
+    print(f"# Online calibration: proxy started with `{args.profile}` in front of the reference worker"
+          + (f" (calibration.probe_steps {args.probe_steps:g})" if args.probe_steps is not None else "") + "\n")
     print(f"{elapsed:.0f} s of load at concurrency {args.concurrency}; fit over {steps:.0f} engine steps, "
-          f"trusted={bool(trusted)}\n")
+          f"trusted={bool(trusted)}; contrast {extra.get('contrast_steps', math.nan):.0f} steps, "
+          f"calibration probes made {extra.get('probes', math.nan):.0f}\n")
     print("| coefficient | fitted | +- | cpu-tiny | " + args.profile + " (additive) |")
     print("|---|---|---|---|---|")
     p_tiny, p_wrong = prior_coefficients(tiny), prior_coefficients(wrong)
@@ -276,9 +486,10 @@ def main() -> int:
     decisions = _compare_decisions(args.profile, costs)
     if args.json:  # NaN errors (held at the prior) are written as NaN, which json.loads reads back
         Path(args.json).write_text(json.dumps({
-            "profile": args.profile, "elapsed_s": elapsed, "steps": steps, "trusted": bool(trusted),
-            "coefficients": coef, "errors": err, "points": report,
-            **decisions}, indent=1) + "\n")
+            "profile": args.profile, "probe_steps": args.probe_steps, "elapsed_s": elapsed, "steps": steps,
+            "trusted": bool(trusted),
+            "coefficients": coef, "errors": err, "points": report, **extra,
+            **decisions, "scrapes": scrapes}, indent=1) + "\n")
     return 0
 
 

@@ -49,6 +49,21 @@ error above `weak_rel` (10%), and the fitted ratio is within two standard errors
 test). Data that separate the pair, or contradict the ratio, fit both freely. `CalibratedCosts.tied` names
 them.
 
+The drafted token's price. A drafted token is a batched token with almost no KV, so its price, the batched-token
+slope, decides every speculation choice; yet along the policy's own traffic batched and KV tokens grow together
+(running requests x their draft length, and x their context), and what separates them there (prompts at batch 1,
+n-gram hit rates) does not pin that slope where it matters: a worker whose step is not exactly linear in the
+regressors gets a split that fits its traffic and misprices drafting (docs/results/calibration.md, 2026-12-02).
+`drafted_contrast` measures what the windows say about it by design, whatever the residuals: the relative spread of
+drafted tokens per step left once requests and KV tokens per step are accounted for (sqrt(residual / explained);
+the moments of [steps, requests, KV tokens, drafted tokens] kept alongside S, weighted and discounted alike), and
+`contrast_steps` = steps x contrast^2 its evidence, in engine steps' worth of drafted tokens varying fully on their
+own (drafting on in half the steps and off in the others gives contrast 1). Below `probe_steps` of it the fit asks
+for contrast (`CalibratedCosts.probe`): the policy then admits a small share of requests with speculation toggled
+(control/calibration_probe.py), windows at the same batch with and without drafted tokens, and stops once the
+evidence is there (a share p of probes alone gives contrast sqrt(p / (1 - p)): 1/8 needs 7 x `probe_steps` steps).
+It reads no residuals: a misspecified worker's standard errors are small and wrong.
+
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
 coefficients held at the prior).
@@ -179,6 +194,11 @@ class CalibratedCosts:
     fit_mse: float = math.nan
     prior_mse: float = math.nan
     tied: tuple[str, ...] = ()  # coefficients fitted at the profile's ratios (one scale per group; module doc)
+    # the drafted tokens' spread across windows at given requests and KV (module doc: the drafted token's price);
+    # NaN before the engine counted requests per step; `probe`: below the calibrator's `probe_steps`
+    drafted_contrast: float = math.nan
+    contrast_steps: float = math.nan  # steps x drafted_contrast^2: steps' worth of full contrast
+    probe: bool = False
 
     @property
     def target(self) -> StepTimeModel:
@@ -220,6 +240,7 @@ class StepCalibrator:
     min_steps: float = 300.0
     min_spread: float = 0.05
     weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
+    probe_steps: float = 300.0  # ask for probes while contrast_steps is below this (0: never)
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
     theta0: np.ndarray = field(init=False)
@@ -239,6 +260,7 @@ class StepCalibrator:
         self._q = 0.0  # sum y^2 / steps
         self._windows = 0.0  # discounted number of windows
         self._ctx = np.zeros(2)  # [KV tokens, requests] of the windows whose engine counts requests per step
+        self._u = np.zeros((4, 4))  # sum u u^T / steps, u = [steps, requests, KV, drafted tokens] (same windows)
         self._err = np.zeros(2)  # discounted prequential squared errors per step: [fit, profile]
         self._err_windows = 0.0  # the windows behind them (discounted alike)
         # the profile's residual per step r = (y - profile) / steps, weighted by steps (discounted alike):
@@ -283,6 +305,11 @@ class StepCalibrator:
         self._q = lam * self._q + y * y / n
         self._windows = lam * self._windows + 1.0
         self._ctx = lam * self._ctx + (np.array([w.kv_tokens, w.requests]) if w.requests > 0 else 0.0)
+        if w.requests > 0:
+            u = np.array([n, w.requests, w.kv_tokens, float(sum(w.drafted_tokens.values()))])  # [4]
+            self._u = lam * self._u + np.outer(u, u) / n
+        else:
+            self._u = lam * self._u
         self._cached = None
         return True
 
@@ -401,6 +428,18 @@ class StepCalibrator:
                 out.append(g)
         return out
 
+    def drafted_contrast(self) -> float:
+        """sqrt(residual / explained) of drafted tokens per step regressed on [1, requests, KV tokens] per step
+        (weighted, discounted): 0 when the windows' drafting only follows the batch, inf when it varies on its
+        own; NaN without windows that count requests."""
+        g = self._u  # [4, 4]
+        if g[0, 0] <= 0 or g[3, 3] <= 0:
+            return math.nan if g[0, 0] <= 0 else 0.0
+        b = np.linalg.lstsq(g[:3, :3], g[:3, 3], rcond=None)[0]
+        resid = max(float(g[3, 3] - g[:3, 3] @ b), 0.0)
+        explained = float(g[3, 3]) - resid
+        return math.inf if explained <= 0 else math.sqrt(resid / explained)
+
     def required_steps(self) -> float:
         """Engine steps of evidence the fit needs before it is trusted: `min_steps`, or fewer the worse the
         profile has predicted the windows. A profile that is systematically off (its mean error per
@@ -469,12 +508,17 @@ class StepCalibrator:
         ctx, ctx_i = _snap(float(kv / reqs)) if reqs > 0 and kv > 0 else (0.0, None)
         key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
+        contrast = self.drafted_contrast()
+        evidence = n * contrast * contrast if math.isfinite(contrast) else math.nan
         return CalibratedCosts(
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
             fitted=dict(zip(self.names, (bool(f) for f in free), strict=True)),
-            steps=n, trusted=self._trusted(n), sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
+            # a target priced at nothing is no step model: the profile's held proposer costs over-explained the
+            # windows (e.g. passes at a constant gamma, collinear with the intercept, priced 2x) and NNLS zeroed it
+            steps=n, trusted=self._trusted(n) and float(theta[0] + theta[1]) > 0.0, sigma_s=sigma, key=key, proposers=self.proposers, batch=batch,
             snapped=dict(zip(self.names, snapped, strict=True)), context_tokens=ctx,
             fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
             prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,
-            tied=tuple(self.names[j] for g in tied for j in g))
+            tied=tuple(self.names[j] for g in tied for j in g), drafted_contrast=contrast, contrast_steps=evidence,
+            probe=bool(math.isfinite(contrast) and evidence < self.probe_steps))

@@ -216,7 +216,7 @@ class Feedback:
         (left None with `calibration.enabled: false`: the gauges still show the fit)."""
         cfg = getattr(self.proxy.config, "calibration", None)
         opts = {} if cfg is None else {"min_steps": cfg.min_steps, "prior_steps": cfg.prior_steps,
-                                       "half_life_steps": cfg.half_life_steps}
+                                       "half_life_steps": cfg.half_life_steps, "probe_steps": cfg.probe_steps}
         cal = self._calibrators.get(worker.name)
         prior = self._prior(worker)
         if cal is None or cal.prior.name != prior.name or any(getattr(cal, k) != v for k, v in opts.items()):
@@ -243,7 +243,8 @@ class Feedback:
                 if p != "none":
                     sampled += [((w.name, p, c), alphas.get(w.name, p, c, regime=SAMPLED).mean)
                                 for c in CONTENT_CLASSES]
-        coef, err, trusted, steps, need, mse = [], [], [], [], [], []
+        coef, err, trusted, steps, need, mse, contrast, probes = [], [], [], [], [], [], [], []
+        made = getattr(getattr(self.proxy.policy, "contrast_probe", None), "made", {})
         for name, cal in self._calibrators.items():
             c = cal.costs()
             for k, v in c.coefficients.items():
@@ -253,6 +254,8 @@ class Feedback:
             steps.append(((name,), c.steps))
             need.append(((name,), cal.required_steps()))
             mse += [((name, "fit"), c.fit_mse), ((name, "profile"), c.prior_mse)]
+            contrast.append(((name,), c.contrast_steps))
+            probes.append(((name,), float(made.get(name, 0))))
         labels = ("worker", "coefficient")
         return {mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
                 mn.STEP_MODEL_COEFFICIENT: (labels, coef),
@@ -260,7 +263,9 @@ class Feedback:
                 mn.STEP_MODEL_TRUSTED: (("worker",), trusted),
                 mn.STEP_MODEL_STEPS: (("worker",), steps),
                 mn.STEP_MODEL_REQUIRED_STEPS: (("worker",), need),
-                mn.STEP_MODEL_PREDICTION_MSE: (("worker", "model"), mse)}
+                mn.STEP_MODEL_PREDICTION_MSE: (("worker", "model"), mse),
+                mn.STEP_MODEL_CONTRAST_STEPS: (("worker",), contrast),
+                mn.STEP_MODEL_PROBES: (("worker",), probes)}
 
     def forget(self, worker_name: str) -> None:
         self._trackers.pop(worker_name, None)

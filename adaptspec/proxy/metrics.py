@@ -162,6 +162,8 @@ STEP_MODEL_TRUSTED = "adaptspec_step_model_trusted"
 STEP_MODEL_STEPS = "adaptspec_step_model_steps"
 STEP_MODEL_REQUIRED_STEPS = "adaptspec_step_model_required_steps"
 STEP_MODEL_PREDICTION_MSE = "adaptspec_step_model_prediction_mse"
+STEP_MODEL_CONTRAST_STEPS = "adaptspec_step_model_contrast_steps"
+STEP_MODEL_PROBES = "adaptspec_step_model_probes"
 
 GAUGE_DOCS = {
     WORKER_RUNNING: "Requests in the worker's running batch (scraped)",
@@ -184,6 +186,9 @@ GAUGE_DOCS = {
     STEP_MODEL_REQUIRED_STEPS: "Engine steps the fit needs before it is trusted (fewer the worse the profile predicts)",
     STEP_MODEL_PREDICTION_MSE: "Recent out-of-sample squared error per step of the telemetry windows' seconds, "
                                "by the fit and by the profile (model=fit|profile)",
+    STEP_MODEL_CONTRAST_STEPS: "Engine steps' worth of drafted tokens varying on their own at given requests and KV "
+                               "(below calibration.probe_steps the policy probes: a drafted token's price)",
+    STEP_MODEL_PROBES: "Admissions the policy toggled to give the fit a drafted token's price (calibration probes)",
 }
 
 GaugeRows = Iterable[tuple[tuple[str, ...], float]]

@@ -77,3 +77,45 @@ def test_mean_context_is_kv_per_request_step(mc):
     # runs saved before requests were recorded: priced as they were then (KV per batched token)
     old = [{k: v for k, v in p.items() if k != "requests_per_step"} for p in points]
     assert mc.mean_context(old) == pytest.approx((100 * 300 + 50 * 2400) / (100 * 10 + 50 * 60))
+
+
+def test_recorded_scrapes_replay_as_the_proxys_windows(mc):
+    """The live run's recorded scrapes (cumulative counters as dicts) become the windows a StepCalibrator sees;
+    a counter that went down (engine restart) starts over, as StepCalibrator.update does."""
+    from dataclasses import asdict
+
+    from adaptspec.control.telemetry import StepCounters
+
+    a = StepCounters(10, 0.1, 50, 1500, {"ngram": 8}, {}, 20)
+    b = a.add_step(0.02, 9, 320, {"ngram": 4}, {}, 2)
+    c = b.add_step(0.03, 12, 330, {"ngram": 6, "draft": 2}, {"draft": 2}, 2)
+    restarted = StepCounters(1, 0.01, 3, 100, {}, {}, 1)
+    d = restarted.add_step(0.01, 4, 120, {}, {}, 1)
+    scrapes = [{"t": float(i), **asdict(x)} for i, x in enumerate((a, b, b, c, restarted, d))]
+    ws = mc.scrape_windows(scrapes)
+    assert [(w.steps, w.batched_tokens, w.kv_tokens, dict(w.drafted_tokens)) for w in ws] == [
+        (1, 9, 320, {"ngram": 4}), (1, 12, 330, {"ngram": 6, "draft": 2}), (1, 4, 120, {})]
+    assert ws[1].step_seconds == pytest.approx(0.03) and ws[1].draft_passes == {"draft": 2}
+
+
+def test_simulated_run_fits_the_truth_and_compares_the_42_cells(mc, tmp_path, monkeypatch, capsys):
+    """--simulate: the simulated engine costs cpu-tiny (additive), the proxy's calibrator (prior h200-llama3-70b) is
+    fed its counters; the fitted target slopes land within 10% of cpu-tiny's, and the decisions of the fit are
+    compared with cpu-tiny's over the 6 classes x 7 loads, at the fit's context and at cpu-tiny's."""
+    out = tmp_path / "sim.json"
+    monkeypatch.setattr("sys.argv", ["measure_calibration.py", "--simulate", "--profile", "h200-llama3-70b",
+                                     "--truth-profile", "cpu-tiny", "--concurrency", "1,8", "--requests", "40",
+                                     "--json", str(out)])
+    assert mc.main() == 0
+    run = json.loads(out.read_text())
+    coef = run["coefficients"]
+    for name in ("overhead_s", "compute_s_per_token", "kv_s_per_token"):
+        assert coef[name]["is_fitted"] and abs(coef[name]["rel_error"]) < 0.10, (name, coef[name])
+    assert coef["compute_s_per_token"]["truth"] == pytest.approx(load_profile("cpu-tiny").target.compute_s_per_token)
+    assert run["trusted"] and [p["concurrency"] for p in run["points"]] == [1, 8]
+    for block in (run, run["same_context"]):
+        assert block["decisions_equal_to_cpu_tiny"]["of"] == 42
+        assert block["decisions_equal_to_cpu_tiny"]["wrong"] == 0  # h200-llama3-70b alone never decides like cpu-tiny
+    # at cpu-tiny's context the fit mostly decides like cpu-tiny (the mixed workload's own context is ~4x longer)
+    assert run["same_context"]["decisions_equal_to_cpu_tiny"]["fit"] >= 21
+    assert "Decisions (6 classes x 7 loads" in capsys.readouterr().out

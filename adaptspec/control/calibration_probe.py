@@ -1,0 +1,80 @@
+"""Calibration probes: admissions with speculation toggled, so that a worker's step-time fit sees a drafted token's price.
+
+A drafted token is a batched token with almost no KV: its price decides every speculation choice, but along the
+policy's own traffic drafted tokens follow the batch and the online fit cannot tell them from the rest of it
+(control/calibration.py, "The drafted token's price"). While a worker's fit asks for contrast
+(`CalibratedCosts.probe`), among the admissions whose choice the price can flip (the chosen plan's expected speedup,
+or the best missed plan's when the choice is plain, within a factor `near` (1.3) of 1: a 2x speculation is not decided
+by a 15% error in a drafted token's price, and toggling it would cost the most), one block in every `every` is
+toggled: a request the policy would draft for
+runs without speculation, one it would run plain drafts with the best plan that missed the margin. A block is one
+batch's worth of admissions (the running batch + 1), so the batch turns over into windows with and without
+drafted tokens at the same load, which is the contrast the regression needs; the rest of the time the policy decides
+as usual. Once the fit has the contrast it stops asking and no more probes are made. Deterministic (admission
+counts, no clock or randomness): the simulator and the proxy probe alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from adaptspec.control.types import Decision, WorkerState
+
+
+@dataclass
+class ContrastProbe:
+    """Per worker: admissions left in the current probe block, and admissions until the next one."""
+
+    every: int = 8  # one block of probes in this many (a share of 1/every of the close admissions while asked)
+    near: float = 1.3  # close: expected speedup within [1/near, near]
+    _left: dict[str, int] = field(default_factory=dict)
+    _gap: dict[str, int] = field(default_factory=dict)
+    made: dict[str, int] = field(default_factory=dict)  # probes made per worker
+
+    @property
+    def probes(self) -> int:
+        """Probes made, all workers."""
+        return sum(self.made.values())
+
+    def __post_init__(self) -> None:
+        if self.every < 2 or self.near <= 1.0:
+            raise ValueError(f"every must be >= 2 and near > 1, got {self.every}, {self.near}")
+
+    def due(self, w: WorkerState) -> bool:
+        """Whether this admission to `w` is a probe (advances w's block counters when its fit asks)."""
+        costs = w.step_costs
+        if costs is None or not costs.probe or not w.per_request:  # a fixed pool's speculation is not per request
+            return False
+        block = max(1, round(w.load + 1.0))
+        if w.name not in self._gap:  # the gap first: at most 1/every of the admissions, however few there are
+            self._left[w.name] = 0
+            self._gap[w.name] = (self.every - 1) * block - 1
+            return False
+        left = self._left[w.name]
+        if left > 0:
+            self._left[w.name] = left - 1
+            return True
+        gap = self._gap[w.name]
+        if gap > 0:
+            self._gap[w.name] = gap - 1
+            return False
+        self._left[w.name] = block - 1
+        self._gap[w.name] = (self.every - 1) * block
+        return True
+
+    def apply(self, d: Decision, w: WorkerState, missed_proposer: str | None, missed_gamma: int,
+              missed_speedup: float = 0.0) -> Decision:
+        """`d` toggled when this admission is a probe: drafting -> plain; plain -> the missed plan, if any.
+        Only admissions whose choice is close (see module doc) count towards the blocks."""
+        speedup = d.expected_speedup if (d.gamma > 0 or d.schedule) else missed_speedup
+        if not (1.0 / self.near <= speedup <= self.near) or not self.due(w):
+            return d
+        if d.gamma > 0 or d.schedule:
+            self.made[w.name] = self.made.get(w.name, 0) + 1
+            return replace(d, proposer="none", gamma=0, schedule=None, expected_speedup=1.0,
+                           reason=f"{d.reason} [calibration probe: plain]")
+        if missed_proposer is None or missed_gamma <= 0:
+            return d
+        self.made[w.name] = self.made.get(w.name, 0) + 1
+        return replace(d, proposer=missed_proposer, gamma=missed_gamma,
+                       reason=f"{d.reason} [calibration probe: {missed_proposer} g={missed_gamma}]")

@@ -1,0 +1,179 @@
+"""The drafted token's price (issue 11): the calibrator's drafted_contrast says whether its windows show drafted tokens
+varying on their own at a given batch, asks for probes when they do not, and the goodput policy then toggles
+speculation for one batch-sized block of admissions in every `every` (control/calibration_probe.py)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from adaptspec.control.calibration import StepCalibrator
+from adaptspec.control.calibration_probe import ContrastProbe
+from adaptspec.control.config import parse_config
+from adaptspec.control.estimators import AlphaTable
+from adaptspec.control.policy import build_policy
+from adaptspec.control.profiles import load_profile
+from adaptspec.control.telemetry import StepCounters
+from adaptspec.control.types import Decision, WorkerState
+
+PROFILE = load_profile("cpu-tiny")
+
+
+def window(steps: float, requests: float, ctx: float, drafted: float) -> StepCounters:
+    """`steps` steps of `requests` rows of context `ctx`, `drafted` n-gram tokens per step, priced by cpu-tiny."""
+    batched, kv = requests + drafted, requests * ctx
+    t = PROFILE.target.time(batched, kv)
+    return StepCounters(steps, steps * t, steps * batched, steps * kv, {"ngram": steps * drafted}, {},
+                        steps * requests)
+
+
+def calibrator(ws: list[StepCounters], **kw) -> StepCalibrator:
+    cal = StepCalibrator(PROFILE, half_life_steps=1e9, **kw)
+    for w in ws:
+        cal.observe(w)
+    return cal
+
+
+@pytest.mark.parametrize("a", [0.0, 0.25, 0.5, 1.0])
+def test_contrast_is_the_drafted_spread_at_a_given_batch(a):
+    """Drafted tokens per step m - a*m and m + a*m in equal-weight windows at one batch: the regression on
+    [1, requests, KV] leaves a residual variance (a m)^2 against an explained m^2, so the contrast is a."""
+    m = 3.0
+    ws = [window(10, 8, 150, m * (1 - a)), window(10, 8, 150, m * (1 + a))] * 20
+    cal = calibrator(ws)
+    assert cal.drafted_contrast() == pytest.approx(a, abs=1e-6)
+    c = cal.costs()
+    assert c.drafted_contrast == pytest.approx(a, abs=1e-6)
+    assert c.contrast_steps == pytest.approx(400 * a * a, abs=1e-4)  # 400 steps x a^2
+    assert c.probe == (a < 1.0)  # 400 a^2 against 300 by default: only a = 1 has the evidence
+
+
+def test_drafting_that_follows_the_batch_has_no_contrast_whatever_the_batch():
+    """Drafted tokens proportional to the running requests (the policy's own traffic: every request drafts the
+    same) at batches 1..32 and varying contexts: drafting is explained by the batch, contrast 0, probes asked;
+    the same batches with drafting on in some windows and off in others: contrast, no probes."""
+    rng = np.random.default_rng(0)
+    follow, mixed = [], []
+    for _ in range(200):
+        r, ctx = float(rng.integers(1, 33)), float(rng.uniform(100, 250))
+        follow.append(window(float(rng.integers(3, 12)), r, ctx, 3.0 * r))
+        mixed.append(window(float(rng.integers(3, 12)), r, ctx, 3.0 * r * float(rng.integers(0, 2))))
+    assert calibrator(follow).drafted_contrast() == pytest.approx(0.0, abs=1e-6)
+    assert calibrator(follow).costs().probe
+    assert calibrator(mixed).drafted_contrast() > 0.9  # a fair coin per window: contrast 1 in expectation
+    assert not calibrator(mixed).costs().probe  # ~1400 steps x ~1
+    assert calibrator(mixed[:30]).costs().probe  # ~200 steps: not yet
+
+
+def test_no_request_counts_no_verdict_and_probe_steps_zero_never_asks():
+    w = window(10, 8, 150, 3.0)
+    uncounted = StepCounters(w.steps, w.step_seconds, w.batched_tokens, w.kv_tokens, w.drafted_tokens, {}, 0.0)
+    cal = calibrator([uncounted] * 20)
+    assert math.isnan(cal.drafted_contrast()) and not cal.costs().probe
+    assert not calibrator([window(10, 8, 150, 3.0)] * 20, probe_steps=0.0).costs().probe
+    assert calibrator([window(10, 8, 150, 3.0)] * 20).costs().probe  # the default asks
+
+
+def _worker(probe: bool, load: float = 3.0, per_request: bool = True) -> WorkerState:
+    ws = [window(10, 8, 150, 3.0)] * 20 if probe else [window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]
+    costs = calibrator(ws).costs()
+    assert costs.probe == probe
+    return WorkerState("w0", proposers=("ngram", "draft"), running=load, per_request=per_request, step_costs=costs)
+
+
+def test_a_share_of_probes_alone_reaches_the_evidence():
+    """Drafting that follows the batch except in a share p of the steps (probes: off): contrast sqrt(p / (1 - p)),
+    so 1/8 of probes reach `probe_steps` after 7 x probe_steps steps and the fit stops asking."""
+    ws = [window(1, 8, 150, 0.0 if i % 8 == 0 else 3.0) for i in range(2400)]
+    cal = calibrator(ws[:2000])
+    assert cal.drafted_contrast() == pytest.approx(math.sqrt(1 / 7), rel=1e-6)
+    assert cal.costs().probe  # 2000 / 7 = 286 < 300
+    cal = calibrator(ws)
+    assert cal.costs().contrast_steps == pytest.approx(2400 / 7, rel=1e-6) and not cal.costs().probe
+
+
+def test_probe_blocks_are_one_batch_every_eighth():
+    """At load 3 (block of 4 admissions), every=8: admissions 0-27 not probed, 28-31 probed, 32-59 not, ...
+    (the gap comes first: a short run never probes more than 1/8 of its admissions)."""
+    probe, w = ContrastProbe(every=8), _worker(True)
+    due = [probe.due(w) for _ in range(96)]
+    assert [i for i, x in enumerate(due) if x] == [i for i in range(96) if i % 32 >= 28]
+    quiet = ContrastProbe(every=8)
+    assert not any(quiet.due(_worker(False)) for _ in range(96))
+    assert not any(quiet.due(_worker(True, per_request=False)) for _ in range(96))  # a fixed pool: nothing to toggle
+
+
+def test_a_probe_toggles_speculation_and_keeps_the_rest():
+    probe, w = ContrastProbe(every=2), _worker(True, load=0.0)  # 1 skipped, then a block of 1, ...
+    probe.due(w)
+    on = Decision("w0", "ngram", 4, "code", "goodput", "goodput: ngram g=4", 1.2, schedule=((8, 2),))
+    d = probe.apply(on, w, None, 0)
+    assert (d.proposer, d.gamma, d.schedule, d.worker, d.content_class) == ("none", 0, None, "w0", "code")
+    assert "calibration probe" in d.reason
+    assert probe.apply(on, w, None, 0) == on  # the next admission is not a probe
+    off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
+    d = probe.apply(off, w, "draft", 2, 0.95)
+    assert (d.proposer, d.gamma) == ("draft", 2)
+    probe.apply(off, w, "draft", 2, 0.95)
+    assert probe.apply(off, w, None, 0) == off  # a probe slot with nothing to try leaves the decision alone
+    assert probe.probes == 2
+
+
+def test_only_close_choices_are_probed():
+    """A choice the drafted token's price cannot flip (speculation 2x, or a missed plan at 0.5x) is never
+    toggled and does not count towards the blocks: with every=2 the close admissions alternate probe / not."""
+    probe, w = ContrastProbe(every=2), _worker(True, load=0.0)
+    fast = Decision("w0", "ngram", 4, "code", "goodput", "goodput: ngram g=4", 2.0)
+    close = Decision("w0", "ngram", 2, "code", "goodput", "goodput: ngram g=2", 1.2)
+    off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
+    assert all(probe.apply(fast, w, None, 0) == fast for _ in range(10))
+    assert all(probe.apply(off, w, "draft", 2, 0.5) == off for _ in range(10))
+    toggled = [probe.apply(close, w, None, 0).gamma == 0 for _ in range(6)]
+    assert toggled == [False, True] * 3 and probe.probes == 3
+
+
+def test_goodput_policy_probes_one_admission_in_eight_while_the_fit_asks():
+    """The goodput policy's decisions for a worker whose fit asks for contrast: 1/8 of the (close) admissions
+    toggled (blocks of load + 1), the rest as without probes; none when the fit has the contrast."""
+    cfg = parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}}).policy
+    alphas = AlphaTable()
+    asked, calm = build_policy(cfg), build_policy(cfg)
+    w_asked, w_calm = _worker(True, load=7.0), _worker(False, load=7.0)  # blocks of 8 admissions
+    made = Counter()
+    for _ in range(160):
+        d = asked.decide("math", [w_asked], alphas)  # cpu-tiny at batch 8: draft g=1, x1.1 (close)
+        ref = calm.decide("math", [w_calm], alphas)
+        assert 1.0 < ref.expected_speedup < 1.3 and ref.gamma > 0
+        made["probe" if "calibration probe" in d.reason else "same"] += 1
+        if "calibration probe" not in d.reason:
+            assert (d.proposer, d.gamma) == (ref.proposer, ref.gamma)
+        else:
+            assert (d.proposer, d.gamma) != (ref.proposer, ref.gamma)
+    expected = sum(1 for i in range(160) if i % 64 >= 56)  # a block of 8 (batch 8) in every 64 admissions
+    assert made["probe"] == expected == 16
+    assert asked.contrast_probe.probes == expected and calm.contrast_probe.probes == 0
+
+
+def test_a_fit_whose_target_is_priced_at_nothing_is_not_trusted():
+    """Draft-model passes at a constant gamma (collinear with the intercept) held at a prior that prices them 4x
+    the truth over-explain every window: NNLS zeroes the target, and such a fit must not price decisions (a
+    zero step time divides by zero in the cost model); the profile keeps pricing until the data separate them."""
+    prior = load_profile("h200-llama3-70b")
+    ws = []
+    for i in range(200):
+        w = window(10, 1, 150 + i % 50, 4.0)  # one request drafting 4 tokens per step, context growing
+        passes = 4.0 * w.steps
+        # the truth's draft passes: a quarter of what the prior says per pass
+        extra = passes * 0.25 * (prior.draft("draft").model.overhead_s + prior.draft("draft").model.memory_floor_s)
+        ws.append(StepCounters(w.steps, w.step_seconds + extra, w.batched_tokens, w.kv_tokens,
+                               {"draft": 4.0 * w.steps}, {"draft": passes}, w.requests))
+    cal = StepCalibrator(prior, half_life_steps=1e9, min_steps=100)
+    for w in ws:
+        cal.observe(w)
+    c = cal.costs()
+    assert c.steps >= cal.min_steps and not c.fitted["draft_pass_s"]  # enough steps; passes held at the prior
+    assert c.coefficients["overhead_s"] == c.coefficients["compute_s_per_token"] == 0.0
+    assert not c.trusted
