@@ -394,7 +394,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=400, help="--simulate: measured requests per level")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--probe-steps", type=float, default=None,
-                    help="the calibrator's probe_steps (0: no calibration probes; default the proxy's, 300)")
+                    help="the calibrator's probe_steps (0: no calibration probes; default the proxy's, 0: off)")
     ap.add_argument("--versus-truth", action="store_true",
                     help="--simulate: also run adaptive believing the truth (uncalibrated); throughput ratios")
     args = ap.parse_args()

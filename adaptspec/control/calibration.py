@@ -240,7 +240,7 @@ class StepCalibrator:
     min_steps: float = 300.0
     min_spread: float = 0.05
     weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
-    probe_steps: float = 300.0  # ask for probes while contrast_steps is below this (0: never)
+    probe_steps: float = 0.0  # ask for probes while contrast_steps is below this (0: never; opt in, e.g. 300)
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
     theta0: np.ndarray = field(init=False)

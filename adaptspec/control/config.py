@@ -232,7 +232,7 @@ class CalibrationConfig(_Strict):
     min_steps: float = Field(default=300.0, ge=0)  # engine steps before the fit is trusted
     prior_steps: float = Field(default=20.0, gt=0)  # weight of the profile, in engine steps
     half_life_steps: float = Field(default=20_000.0, gt=0)  # forgetting
-    probe_steps: float = Field(default=300.0, ge=0)  # toggle speculation for 1/8 of admissions while the fit has
+    probe_steps: float = Field(default=0.0, ge=0)  # opt in (e.g. 300): toggle speculation for 1/8 of admissions while the fit has
     # fewer steps' worth of drafted tokens varying on their own (a drafted token's price, control/calibration_probe.py); 0: never
 
 

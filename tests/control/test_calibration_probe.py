@@ -30,8 +30,11 @@ def window(steps: float, requests: float, ctx: float, drafted: float) -> StepCou
                         steps * requests)
 
 
+PROBING = 300.0  # probe_steps of a calibrator that asks for probes (opt in: the default, 0, never asks)
+
+
 def calibrator(ws: list[StepCounters], **kw) -> StepCalibrator:
-    cal = StepCalibrator(PROFILE, half_life_steps=1e9, **kw)
+    cal = StepCalibrator(PROFILE, half_life_steps=1e9, **{"probe_steps": PROBING, **kw})
     for w in ws:
         cal.observe(w)
     return cal
@@ -74,7 +77,11 @@ def test_no_request_counts_no_verdict_and_probe_steps_zero_never_asks():
     cal = calibrator([uncounted] * 20)
     assert math.isnan(cal.drafted_contrast()) and not cal.costs().probe
     assert not calibrator([window(10, 8, 150, 3.0)] * 20, probe_steps=0.0).costs().probe
-    assert calibrator([window(10, 8, 150, 3.0)] * 20).costs().probe  # the default asks
+    assert calibrator([window(10, 8, 150, 3.0)] * 20).costs().probe  # opted in: asks
+    default = StepCalibrator(PROFILE, half_life_steps=1e9)
+    for w in [window(10, 8, 150, 3.0)] * 20:
+        default.observe(w)
+    assert default.probe_steps == 0.0 and not default.costs().probe  # the default never asks
 
 
 def _worker(probe: bool, load: float = 3.0, per_request: bool = True) -> WorkerState:
@@ -170,7 +177,7 @@ def test_a_fit_whose_target_is_priced_at_nothing_is_not_trusted():
         extra = passes * 0.25 * (prior.draft("draft").model.overhead_s + prior.draft("draft").model.memory_floor_s)
         ws.append(StepCounters(w.steps, w.step_seconds + extra, w.batched_tokens, w.kv_tokens,
                                {"draft": 4.0 * w.steps}, {"draft": passes}, w.requests))
-    cal = StepCalibrator(prior, half_life_steps=1e9, min_steps=100)
+    cal = StepCalibrator(prior, half_life_steps=1e9, min_steps=100, probe_steps=PROBING)
     for w in ws:
         cal.observe(w)
     c = cal.costs()
