@@ -1,7 +1,7 @@
 """Cost of classifying one unseen prompt: the shipped classifier vs another artifact or revision, side by side.
 
     .venv/bin/python benchmarks/bench_classify.py [--data ../shared/data] [--artifact DIR] [--baseline REV]
-        [--rounds 3] [--instructions N] [--limit K] [--json]
+        [--rounds 3] [--instructions N] [--limit K] [--chars LO HI] [--json]
 
 Prompts: the held-out test split of scripts/train_classifier.py (every class, real length distribution)
 when ../shared/data is there, else a few built-in prompts. Each implementation runs in a child process of
@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default="", metavar="REV", help="git revision to compare with (default: none)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="time at most this many prompts (0 = all)")
+    ap.add_argument("--chars", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                    help="only prompts of LO..HI characters (hop_cpu.py --prompts distinct: 200 4000)")
     ap.add_argument("--instructions", type=int, default=0, metavar="N",
                     help="count instructions per prediction over the first N prompts instead of timing")
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
@@ -117,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"text": t, "label": "?"} for t in ("Translate to German: good night", "What is 12 * 7?",
                                                      "Write a Python function that sorts a list.")]
         source = "built-in prompts"
+    if args.chars:
+        rows = [r for r in rows if args.chars[0] <= len(r["text"]) <= args.chars[1]]
     if args.limit:
         rows = rows[:: max(1, len(rows) // args.limit)][: args.limit]
     texts = [r["text"] for r in rows]
