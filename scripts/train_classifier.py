@@ -1,6 +1,11 @@
 """Train the prompt content classifier and write the shipped artifact.
 
     .venv/bin/python scripts/train_classifier.py [--data ../shared/data] [--out adaptspec/control/_classifier]
+    .venv/bin/python scripts/train_classifier.py --features hashed --out DIR   # the hashed byte n-gram model
+
+`--features hashed` trains the same model over adaptspec/control/_hashed_features.py (hashed byte 1..6-grams,
+2**18 buckets, no vocabulary; C=64, the 60,000 strongest buckets kept) and writes an artifact_format 2
+artifact (`HashedClassifier`); the figures below are printed and recorded the same way for both.
 
 Data: ../shared/data/combined/classifier_prompts.jsonl.gz (see ../shared/data/README.md). Rows from the
 non-commercial / unlicensed sources (code_alpaca_2k, alpaca_eval, t0_p3 samsum / sciq / xsum) are never
@@ -37,8 +42,8 @@ import scipy.sparse as sp
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import confusion_matrix, f1_score
 
-from adaptspec.control import _features
-from adaptspec.control.classify import Classifier, save_artifact
+from adaptspec.control import _features, _hashed_features
+from adaptspec.control.classify import HASHED_FORMAT, Classifier, save_artifact, save_hashed_artifact
 from adaptspec.control.types import CONTENT_CLASSES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -517,6 +522,49 @@ def compact(vocabulary: list[list[str]], coef: np.ndarray) -> tuple[list[list[st
     return kept_vocab, coef[keep_rows]
 
 
+# ---- the hashed byte n-gram model (--features hashed): no vocabulary, a fixed number of columns
+
+def hashed_matrix(texts: list[str]) -> sp.csr_matrix:
+    """The training matrix [len(texts), N_FEATURES]: each row `_hashed_features.transform` of its text."""
+    indptr, indices, values = [0], [], []
+    for t in texts:
+        idx, val = _hashed_features.transform(t)
+        indices.append(idx)
+        values.append(val)
+        indptr.append(indptr[-1] + len(idx))
+    return sp.csr_matrix(
+        (np.concatenate(values), np.concatenate(indices), np.array(indptr)), shape=(len(texts), _hashed_features.N_FEATURES)
+    )
+
+
+def quantize_hashed(clf: LogisticRegression, keep: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Round the weights to what ships (float16 coef [N_FEATURES, n_classes], float32 intercept) and load them
+    back into clf.
+
+    With keep > 0, only the `keep` buckets with the strongest say are kept; the others get weight 0 (the
+    artifact stores only non-zero buckets). A bucket's say is the spread of its weights across classes:
+    adding a constant to all classes changes no probability.
+    """
+    coef = clf.coef_.T.astype(np.float16)  # [n_features, n_classes]
+    buckets = coef[: _hashed_features.N_BUCKETS]  # a view
+    if 0 < keep < buckets.shape[0]:
+        w = buckets.astype(np.float64)
+        say = np.abs(w - w.mean(axis=1, keepdims=True)).max(axis=1)
+        buckets[np.argsort(-say, kind="stable")[keep:]] = 0
+    intercept = clf.intercept_.astype(np.float32)
+    clf.coef_ = coef.T.astype(np.float64)
+    clf.intercept_ = intercept.astype(np.float64)
+    return coef, intercept
+
+
+def compact_hashed(coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids of the buckets with a non-zero weight [k] uint32, their weights [k, n_classes], the structural
+    features' weights [n_struct, n_classes]) of a full weight matrix [N_FEATURES, n_classes]."""
+    buckets = coef[: _hashed_features.N_BUCKETS]
+    ids = np.flatnonzero(np.any(buckets != 0, axis=1)).astype(np.uint32)
+    return ids, buckets[ids], coef[_hashed_features.N_BUCKETS :]
+
+
 def report(name: str, y: np.ndarray, pred: np.ndarray) -> dict:
     present = sorted(set(y.tolist()) | set(pred.tolist()))
     f1 = f1_score(y, pred, labels=sorted(set(y.tolist())), average="macro")
@@ -540,11 +588,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--c", type=float, nargs="+", default=[16.0], help="C values to try (validation picks; 1 4 16 -> 16)")
-    ap.add_argument("--keep", type=int, default=10000, help="n-grams kept in the shipped model (0 = all)")
+    ap.add_argument("--features", choices=("words", "hashed"), default="words",
+                    help="words: word / byte-4 vocabulary (_features.py, the shipped model); hashed: hashed byte "
+                    "n-grams (_hashed_features.py, artifact_format 2)")
+    ap.add_argument("--c", type=float, nargs="+", default=None,
+                    help="C values to try (validation picks); default 16 (words: 1 4 16 -> 16), 64 (hashed)")
+    ap.add_argument("--keep", type=int, default=None,
+                    help="n-grams (words) / hash buckets (hashed) kept in the model; default 10000 / 60000; 0 = all")
     ap.add_argument("--no-augment", action="store_true", help="train on the data rows only")
     ap.add_argument("--min-df", type=int, default=2, help="keep n-grams seen in at least this many prompts")
     args = ap.parse_args(argv)
+    hashed = args.features == "hashed"
+    args.c = args.c or [64.0 if hashed else 16.0]
+    args.keep = (60000 if hashed else 10000) if args.keep is None else args.keep
 
     t0 = time.perf_counter()
     rows = load_rows(args.data)
@@ -553,15 +609,24 @@ def main(argv: list[str] | None = None) -> int:
     by_split = {s: [r for r in rows if r["split"] == s] for s in ("train", "val", "test", "ood", "short_test")}
     for s, rs in by_split.items():
         print(f"{s}: {len(rs)} rows", dict(sorted(Counter(r["label"] for r in rs).items())))
-    vocabulary = build_vocabulary([r["text"] for r in by_split["train"] + by_split["val"]], args.min_df)
-    featurizer = _features.Featurizer(vocabulary)
-    print("vocabulary:", dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)))
-    xs = {s: matrix(featurizer, [r["text"] for r in rs]) for s, rs in by_split.items()}
+    if hashed:
+        vocabulary: list = []
+
+        def to_matrix(texts: list[str]) -> sp.csr_matrix:
+            return hashed_matrix(texts)
+    else:
+        vocabulary = build_vocabulary([r["text"] for r in by_split["train"] + by_split["val"]], args.min_df)
+        featurizer = _features.Featurizer(vocabulary)
+        print("vocabulary:", dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)))
+
+        def to_matrix(texts: list[str]) -> sp.csr_matrix:
+            return matrix(featurizer, texts)
+    xs = {s: to_matrix([r["text"] for r in rs]) for s, rs in by_split.items()}
     ys = {s: labels(rs) for s, rs in by_split.items()}
     print(f"features built in {time.perf_counter() - t0:.1f}s")
 
-    best_c, best_f1 = None, -1.0
-    for c in args.c:
+    best_c, best_f1 = args.c[0], -1.0
+    for c in args.c if len(args.c) > 1 or not hashed else []:  # hashed, one C: no validation fit
         clf = fit(xs["train"], ys["train"], c)
         f1 = f1_score(ys["val"], clf.predict(xs["val"]), average="macro")
         print(f"C={c:g}: validation macro-F1 {f1:.4f} ({clf.n_iter_[0]} iterations)")
@@ -571,10 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     x_fit = sp.vstack([xs["train"], xs["val"]]).tocsr()
     y_fit = np.concatenate([ys["train"], ys["val"]])
     clf = fit(x_fit, y_fit, best_c)
-    coef, intercept = quantize(clf, args.keep)
+    coef, intercept = (quantize_hashed if hashed else quantize)(clf, args.keep)
     train_s = time.perf_counter() - t0
 
-    metrics = {"C": best_c, "validation_macro_f1": round(best_f1, 4)}
+    metrics = {"C": best_c, "validation_macro_f1": round(best_f1, 4) if best_f1 >= 0 else None}
     metrics["test"] = report("held-out test (group split)", ys["test"], clf.predict(xs["test"]))
     if by_split["short_test"]:
         metrics["short_test"] = report(
@@ -585,27 +650,39 @@ def main(argv: list[str] | None = None) -> int:
         "out-of-distribution: excluded NC sources (never trained on)", ys["ood"], clf.predict(xs["ood"])
     )
     gsm = load_gsm8k_test(args.data)
-    metrics["gsm8k_test_accuracy"] = report("gsm8k test (math)", labels(gsm), clf.predict(matrix(featurizer, [r["text"] for r in gsm])))[
+    metrics["gsm8k_test_accuracy"] = report("gsm8k test (math)", labels(gsm), clf.predict(to_matrix([r["text"] for r in gsm])))[
         "accuracy"
     ]
     meta = {
         "classes": list(CONTENT_CLASSES),
-        "feature_version": _features.VERSION,
-        "feature_params": _features.PARAMS,
-        "groups": list(_features.GROUPS),
-        "structural_features": list(_features.STRUCT_NAMES),
-        "vocabulary_sizes": dict(zip(_features.GROUPS, map(len, vocabulary), strict=False)),
-        "min_df": args.min_df,
-        "kept_ngrams": args.keep,
         "trained_on": "shared/data combined/classifier_prompts.jsonl.gz minus " + ", ".join(EXCLUDED_PREFIXES),
         "n_train": int(len(y_fit)),
         "train_seconds": round(train_s, 1),
         "sklearn": __import__("sklearn").__version__,
         "metrics": metrics,
     }
-    vocabulary, coef = compact(vocabulary, coef)
-    meta["vocabulary_sizes"] = dict(zip(_features.GROUPS, map(len, vocabulary), strict=True))
-    save_artifact(args.out, vocabulary, coef, intercept, meta)
+    if hashed:
+        buckets, bucket_coef, struct_coef = compact_hashed(coef)
+        meta.update({
+            "artifact_format": HASHED_FORMAT,
+            "feature_version": _hashed_features.VERSION,
+            "feature_params": _hashed_features.PARAMS,
+            "structural_features": list(_hashed_features.STRUCT_NAMES),
+            "kept_buckets": int(buckets.size),
+        })
+        save_hashed_artifact(args.out, buckets, bucket_coef, struct_coef, intercept, meta)
+    else:
+        meta.update({
+            "feature_version": _features.VERSION,
+            "feature_params": _features.PARAMS,
+            "groups": list(_features.GROUPS),
+            "structural_features": list(_features.STRUCT_NAMES),
+            "min_df": args.min_df,
+            "kept_ngrams": args.keep,
+        })
+        vocabulary, coef = compact(vocabulary, coef)
+        meta["vocabulary_sizes"] = dict(zip(_features.GROUPS, map(len, vocabulary), strict=True))
+        save_artifact(args.out, vocabulary, coef, intercept, meta)
 
     # The numpy inference path must agree with scikit-learn on every held-out row.
     model = Classifier.load(args.out)

@@ -18,18 +18,26 @@ import functools
 import gzip
 import json
 import math
+import operator
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from adaptspec.control import _features
+from adaptspec.control import _features, _hashed_features
 from adaptspec.errors import ModelLoadError, RequestError
 
 ARTIFACT_DIR = Path(__file__).resolve().parent / "_classifier"
 WEIGHTS_FILE = "weights.npz"
 META_FILE = "meta.json"
 VOCABULARY_FILE = "vocabulary.json.gz"
+# Layout of an artifact's files, in meta.json's "artifact_format": 1 (or absent) = word / byte-4 vocabulary +
+# weights (`Classifier`, adaptspec/control/_features.py); 2 = hashed byte n-grams (`HashedClassifier`,
+# adaptspec/control/_hashed_features.py: weights.npz with the non-zero buckets' weights, no vocabulary).
+HASHED_FORMAT = 2
+_LANES = 8  # the hashed weight table's row width: classes padded to 8 float32 (32 bytes)
+# the most n-grams a hashed window can have: every byte of the window (UTF-8: <= 4 per character) + START
+_MAX_NGRAMS = len(_hashed_features.ORDERS) * _hashed_features.MAX_POSITIONS
 
 # Chat bodies are scored as w * (last user turn) + (1 - w) * (system + earlier user turns + last user turn):
 # the last turn counts twice, but a RAG context in the system prompt can still outweigh a short question.
@@ -69,9 +77,15 @@ class Classifier:
 
     @classmethod
     def load(cls, directory: str | Path) -> Classifier:
+        """The artifact in `directory`: a `HashedClassifier` for artifact_format 2, else a `Classifier`."""
         directory = Path(directory)
         try:
             meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot load the classifier artifact from {directory}: {exc}") from exc
+        if meta.get("artifact_format") == HASHED_FORMAT:
+            return HashedClassifier.load_hashed(directory, meta)
+        try:
             with gzip.open(directory / VOCABULARY_FILE, "rt", encoding="utf-8") as f:
                 vocabulary = json.load(f)
             with np.load(directory / WEIGHTS_FILE, allow_pickle=False) as arrays:
@@ -163,6 +177,111 @@ class Classifier:
         if _structured_field(body):
             return "structured"
         return self._text_class(last, context)[0]
+
+
+class HashedClassifier(Classifier):
+    """The same kind of linear model over hashed byte n-gram + structural features
+    (adaptspec/control/_hashed_features.py): no vocabulary, no tokens; scoring an unseen prompt is a handful
+    of numpy calls. Request handling and the memo are `Classifier`'s. Immutable after construction."""
+
+    def __init__(
+        self,
+        buckets: np.ndarray,
+        bucket_coef: np.ndarray,
+        struct_coef: np.ndarray,
+        intercept: np.ndarray,
+        classes: tuple[str, ...],
+        meta: dict | None = None,
+    ):
+        k, c = len(buckets), len(classes)
+        if (
+            bucket_coef.shape != (k, c)
+            or struct_coef.shape != (len(_hashed_features.STRUCT_NAMES), c)
+            or intercept.shape != (c,)
+            or c > _LANES
+        ):
+            raise ModelLoadError(
+                f"classifier weights have shapes {bucket_coef.shape} / {struct_coef.shape} / {intercept.shape}, "
+                f"expected ({k}, {c}) / ({len(_hashed_features.STRUCT_NAMES)}, {c}) / ({c},), "
+                f"at most {_LANES} classes"
+            )
+        buckets = np.asarray(buckets, dtype=np.int64)
+        n_buckets = _hashed_features.N_BUCKETS
+        if k and (buckets.min() < 0 or buckets.max() >= n_buckets or np.unique(buckets).size != k):
+            raise ModelLoadError(f"classifier bucket ids must be distinct and in [0, {n_buckets})")
+        self.classes = tuple(classes)
+        self.meta = dict(meta or {})
+        # The bucket weights as a dense table, one row of _LANES float32 per bucket (classes padded with 0):
+        # a 32-byte row is the size numpy's take() copies fastest, and float32 sums of float16 weights
+        # stay within ~1e-5 of scikit-learn's float64 ones.
+        self._table = np.zeros((_hashed_features.N_BUCKETS, _LANES), dtype=np.float32)  # [n_buckets, _LANES]
+        self._table[buckets, :c] = bucket_coef
+        self._struct = np.asarray(struct_coef, dtype=np.float64)  # [n_struct, n_classes]
+        self._b = np.asarray(intercept, dtype=np.float64)  # [n_classes]
+        self._bias = self._b.tolist()
+        self._struct_cols = [tuple(c) for c in self._struct.T.tolist()]  # per class: n_struct plain floats
+        self._ones = np.ones(_MAX_NGRAMS, dtype=np.float32)  # [_MAX_NGRAMS] for the bucket sum (BLAS gemv)
+        self._memo: dict[tuple[str, str], tuple[str, dict[str, float]]] = {}  # (last, context) -> (class, scores)
+
+    @classmethod
+    def load_hashed(cls, directory: Path, meta: dict) -> HashedClassifier:
+        try:
+            with np.load(directory / WEIGHTS_FILE, allow_pickle=False) as arrays:
+                buckets, bucket_coef = arrays["buckets"], arrays["bucket_coef"]
+                struct_coef, intercept = arrays["struct_coef"], arrays["intercept"]
+        except (OSError, KeyError, ValueError) as exc:
+            raise ModelLoadError(f"cannot load the classifier artifact from {directory}: {exc}") from exc
+        if (
+            meta.get("artifact_format") != HASHED_FORMAT
+            or meta.get("feature_version") != _hashed_features.VERSION
+            or meta.get("feature_params") != _hashed_features.PARAMS
+            or meta.get("structural_features") != list(_hashed_features.STRUCT_NAMES)
+        ):
+            raise ModelLoadError(
+                f"classifier artifact in {directory} was built for other features than "
+                "adaptspec/control/_hashed_features.py computes; retrain with scripts/train_classifier.py"
+            )
+        return cls(buckets, bucket_coef, struct_coef, intercept, tuple(meta["classes"]), meta)
+
+    def dense_coef(self) -> np.ndarray:
+        """The weights as one matrix [N_FEATURES, n_classes] float64, in the training matrix's column order
+        (scikit-learn's `coef_.T`)."""
+        return np.concatenate([self._table[:, : len(self.classes)].astype(np.float64), self._struct])
+
+    def _evidence(self, text: str) -> list[float]:
+        # = transform(text) . W without the intercept, as n_classes plain floats: every n-gram has the same
+        # value, so the buckets' rows are gathered, summed (one gemv with a ones vector) and scaled once; the
+        # few structural features are added with sum(map(mul)) per class (numpy's per-call overhead is larger).
+        buckets, value, struct = _hashed_features.scan(text)
+        ids = buckets.ravel()  # [n_orders * n_positions]
+        ones = self._ones if ids.size <= _MAX_NGRAMS else np.ones(ids.size, dtype=np.float32)
+        sums = (ones[: ids.size] @ self._table.take(ids, axis=0)).tolist()  # _LANES floats
+        cols = self._struct_cols  # sums has _LANES entries, the first n_classes are the classes'
+        return [value * v + sum(map(operator.mul, struct, col)) for v, col in zip(sums, cols, strict=False)]
+
+    def _result(self, logits: list[float]) -> tuple[str, dict[str, float]]:
+        top = max(logits)
+        e = [math.exp(v - top) for v in logits]  # 6 values: plain floats beat numpy's per-call overhead
+        total = sum(e)
+        best = logits.index(top)
+        return self.classes[best], {c: v / total for c, v in zip(self.classes, e, strict=True)}
+
+    def decision_function(self, text: str) -> np.ndarray:
+        """Raw class scores (logits) [n_classes], as scikit-learn's `decision_function` on the same features."""
+        return np.array(self._evidence(text)) + self._b
+
+    def predict(self, text: str) -> tuple[str, dict[str, float]]:
+        """(class, {class: probability}) for one prompt; probabilities over all classes sum to 1."""
+        if not isinstance(text, str):
+            raise TypeError(f"predict() takes a str, not {type(text).__name__}")
+        return self._result([v + b for v, b in zip(self._evidence(text), self._bias, strict=True)])
+
+    def _logits(self, last: str, context: str) -> list[float]:
+        if context:
+            w = LAST_TURN_WEIGHT
+            both = zip(self._evidence(last), self._evidence(context + "\n\n" + last), self._bias, strict=True)
+            return [w * a + (1.0 - w) * c + b for a, c, b in both]
+        return [v + b for v, b in zip(self._evidence(last), self._bias, strict=True)]
 
 
 def classify_request(body: Mapping) -> str:
@@ -261,4 +380,28 @@ def save_artifact(
     (directory / META_FILE).write_text(text + "\n", encoding="utf-8")
 
 
-__all__ = ["Classifier", "classify_request", "request_text", "save_artifact"]
+def save_hashed_artifact(
+    directory: str | Path,
+    buckets: np.ndarray,
+    bucket_coef: np.ndarray,
+    struct_coef: np.ndarray,
+    intercept: np.ndarray,
+    meta: dict,
+) -> None:
+    """Write weights.npz (buckets [k] uint32, bucket_coef [k, n_classes] float16, struct_coef [n_struct,
+    n_classes] float16, intercept [n_classes] float32) and meta.json."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # sorted keys and fixed array order: the same training run gives byte-identical files.
+    np.savez_compressed(
+        directory / WEIGHTS_FILE,
+        buckets=np.asarray(buckets, np.uint32),
+        bucket_coef=np.asarray(bucket_coef, np.float16),
+        struct_coef=np.asarray(struct_coef, np.float16),
+        intercept=np.asarray(intercept, np.float32),
+    )
+    text = json.dumps({**meta, "artifact_format": HASHED_FORMAT}, indent=1, sort_keys=True, allow_nan=False)
+    (directory / META_FILE).write_text(text + "\n", encoding="utf-8")
+
+
+__all__ = ["Classifier", "HashedClassifier", "classify_request", "request_text", "save_artifact", "save_hashed_artifact"]
