@@ -496,11 +496,16 @@ def quantize(clf: LogisticRegression, keep: int = 0) -> tuple[np.ndarray, np.nda
     """
     coef = clf.coef_.T.astype(np.float16)  # [n_features, n_classes]
     coef[: len(_features.GROUPS)] = 0  # unknown n-gram slots (never set in the training matrix)
-    ngram = coef[len(_features.GROUPS) : coef.shape[0] - len(_features.STRUCT_NAMES)]  # a view
-    if 0 < keep < ngram.shape[0]:
-        w = ngram.astype(np.float64)
+    return _keep_strongest(clf, coef, coef[len(_features.GROUPS) : coef.shape[0] - len(_features.STRUCT_NAMES)], keep)
+
+
+def _keep_strongest(clf, coef: np.ndarray, rows: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Zero all but the `keep` rows of `rows` (a view into `coef` [n_features, n_classes]) with the largest spread
+    across classes; the model takes the float16 weights it will ship. Returns (coef, float32 intercept)."""
+    if 0 < keep < rows.shape[0]:
+        w = rows.astype(np.float64)
         say = np.abs(w - w.mean(axis=1, keepdims=True)).max(axis=1)
-        ngram[np.argsort(-say, kind="stable")[keep:]] = 0
+        rows[np.argsort(-say, kind="stable")[keep:]] = 0
     intercept = clf.intercept_.astype(np.float32)
     clf.coef_ = coef.T.astype(np.float64)
     clf.intercept_ = intercept.astype(np.float64)
@@ -546,15 +551,7 @@ def quantize_hashed(clf: LogisticRegression, keep: int = 0) -> tuple[np.ndarray,
     adding a constant to all classes changes no probability.
     """
     coef = clf.coef_.T.astype(np.float16)  # [n_features, n_classes]
-    buckets = coef[: _hashed_features.N_BUCKETS]  # a view
-    if 0 < keep < buckets.shape[0]:
-        w = buckets.astype(np.float64)
-        say = np.abs(w - w.mean(axis=1, keepdims=True)).max(axis=1)
-        buckets[np.argsort(-say, kind="stable")[keep:]] = 0
-    intercept = clf.intercept_.astype(np.float32)
-    clf.coef_ = coef.T.astype(np.float64)
-    clf.intercept_ = intercept.astype(np.float64)
-    return coef, intercept
+    return _keep_strongest(clf, coef, coef[: _hashed_features.N_BUCKETS], keep)
 
 
 def compact_hashed(coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -118,8 +118,8 @@ class Classifier:
         rows = self._w.take(columns, axis=0)  # [n_ngrams + n_struct, n_classes]
         return np.array(values) @ np.add.reduceat(rows, offsets, axis=0)  # [n_classes], without the intercept
 
-    def _result(self, logits: np.ndarray) -> tuple[str, dict[str, float]]:
-        z = logits.tolist()
+    def _result(self, logits: np.ndarray | list[float]) -> tuple[str, dict[str, float]]:
+        z = logits.tolist() if isinstance(logits, np.ndarray) else logits
         top = max(z)
         e = [math.exp(v - top) for v in z]  # 6 values: plain floats beat numpy's per-call overhead
         total = sum(e)
@@ -258,13 +258,6 @@ class HashedClassifier(Classifier):
         sums = (ones[: ids.size] @ self._table.take(ids, axis=0)).tolist()  # _LANES floats
         cols = self._struct_cols  # sums has _LANES entries, the first n_classes are the classes'
         return [value * v + sum(map(operator.mul, struct, col)) for v, col in zip(sums, cols, strict=False)]
-
-    def _result(self, logits: list[float]) -> tuple[str, dict[str, float]]:
-        top = max(logits)
-        e = [math.exp(v - top) for v in logits]  # 6 values: plain floats beat numpy's per-call overhead
-        total = sum(e)
-        best = logits.index(top)
-        return self.classes[best], {c: v / total for c, v in zip(self.classes, e, strict=True)}
 
     def decision_function(self, text: str) -> np.ndarray:
         """Raw class scores (logits) [n_classes], as scikit-learn's `decision_function` on the same features."""

@@ -3,7 +3,6 @@ scikit-learn, the inference vector == the training matrix's row, artifact errors
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -15,6 +14,7 @@ from adaptspec.control import _hashed_features
 from adaptspec.control.classify import HASHED_FORMAT, Classifier, HashedClassifier, save_hashed_artifact
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ModelLoadError
+from tests.control.test_classify import _load_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,13 +36,6 @@ TRAIN: dict[str, list[str]] = {
 }
 HELD_OUT = ["Write a Go function that sums a slice.", "Translate to Italian: good night", "What is 12% of 250?",
             "", "?", "日本語のテキスト", "x" * 5000, "Summarize: the train was late, so we missed the concert."]
-
-
-def _load_trainer():
-    spec = importlib.util.spec_from_file_location("train_classifier", REPO / "scripts" / "train_classifier.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
