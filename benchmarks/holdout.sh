@@ -50,21 +50,23 @@ sim guard-h200-c8-faster guard --profile h200-llama3-70b --concurrency 8 --seeds
     --window-s 20 --washout-s 4
 # one switchback config across loads, windows in x y y x blocks (the regime after a switch runs 240 s: the
 # drain after on->off takes ~64 s at c=128): slower than off at c=128 / c=64, faster at c=32 / 8 / 1
+# guard_loads NAME FLAGS...: one guard config at the five loads, NAME, NAME-c64 (slower than off), NAME-c32-faster,
+# NAME-c8-faster, NAME-c1-faster (faster than off)
+guard_loads() {
+    local name=$1; shift
+    sim "$name" guard "$@" --concurrency 128 --requests 3000
+    sim "$name-c64" guard "$@" --concurrency 64 --requests 3000
+    sim "$name-c32-faster" guard "$@" --concurrency 32 --requests 2000
+    sim "$name-c8-faster" guard "$@" --concurrency 8 --requests 1500
+    sim "$name-c1-faster" guard "$@" --concurrency 1 --requests 300
+}
 ABBA="--profile h200-llama3-70b --window-s 120 --washout-s 30 --order abba --seeds 20"
-sim guard-h200-abba guard $ABBA --concurrency 128 --requests 3000
-sim guard-h200-abba-c64 guard $ABBA --concurrency 64 --requests 3000
-sim guard-h200-abba-c32-faster guard $ABBA --concurrency 32 --requests 2000
-sim guard-h200-abba-c8-faster guard $ABBA --concurrency 8 --requests 1500
-sim guard-h200-abba-c1-faster guard $ABBA --concurrency 1 --requests 300
+guard_loads guard-h200-abba $ABBA
 # engine-side switch (issue 17, h-guard2): the worker applies the window's regime to its running requests from
 # the next step on (no drain), and a window's throughput is the worker's step-level token count; one config
 # across loads: 6 s windows (1 s washout after a switch), x y y x blocks
 ENG="--profile h200-llama3-70b --window-s 6 --washout-s 1 --order abba --seeds 20 --engine-switch"
-sim guard-h200-engine guard $ENG --concurrency 128 --requests 3000
-sim guard-h200-engine-c64 guard $ENG --concurrency 64 --requests 3000
-sim guard-h200-engine-c32-faster guard $ENG --concurrency 32 --requests 2000
-sim guard-h200-engine-c8-faster guard $ENG --concurrency 8 --requests 1500
-sim guard-h200-engine-c1-faster guard $ENG --concurrency 1 --requests 300
+guard_loads guard-h200-engine $ENG
 # ... and the switchback interval of the same windows vs the true throughput ratio at c=128
 sim switchback-h200-engine switchback --profile h200-llama3-70b --concurrency 128 --seeds 20 --requests 4000 \
     --warmup 500 --window-s 6 --washout-s 1 --order abba --engine-switch
