@@ -58,8 +58,8 @@ regressors gets a split that fits its traffic and misprices drafting (docs/resul
 drafted tokens per step left once requests and KV tokens per step are accounted for (sqrt(residual / explained);
 the moments of [steps, requests, KV tokens, drafted tokens] kept alongside S, weighted and discounted alike), and
 `contrast_steps` = steps x contrast^2 its evidence, in engine steps' worth of drafted tokens varying fully on their
-own (drafting on in half the steps and off in the others gives contrast 1). Below `probe_steps` of it the fit asks
-for contrast (`CalibratedCosts.probe`): the policy then admits a small share of requests with speculation toggled
+own (drafting on in half the steps and off in the others gives contrast 1). Below `probe_steps` (default 0: never)
+of it the fit asks for contrast (`CalibratedCosts.probe`): the policy then admits a small share of requests with speculation toggled
 (control/calibration_probe.py), windows at the same batch with and without drafted tokens, and stops once the
 evidence is there (a share p of probes alone gives contrast sqrt(p / (1 - p)): 1/8 needs 7 x `probe_steps` steps).
 It reads no residuals: a misspecified worker's standard errors are small and wrong.
@@ -304,12 +304,12 @@ class StepCalibrator:
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
         self._windows = lam * self._windows + 1.0
-        self._ctx = lam * self._ctx + (np.array([w.kv_tokens, w.requests]) if w.requests > 0 else 0.0)
-        if w.requests > 0:
+        self._ctx = lam * self._ctx
+        self._u = lam * self._u
+        if w.requests > 0:  # an engine that counts requests per step
+            self._ctx += np.array([w.kv_tokens, w.requests])
             u = np.array([n, w.requests, w.kv_tokens, float(sum(w.drafted_tokens.values()))])  # [4]
-            self._u = lam * self._u + np.outer(u, u) / n
-        else:
-            self._u = lam * self._u
+            self._u += np.outer(u, u) / n
         self._cached = None
         return True
 
