@@ -8,10 +8,6 @@
     bandit     goodput with alpha drawn from each key's Beta posterior (Thompson) or its upper bound (UCB),
                so keys without data get tried (BanditSpec-style exploration)
 
-goodput probes keys with thin evidence: a request-local proposer (n-gram lookup at any load, any at batch 1)
-with the probability that a draw from its posterior beats the plan, and, where a rejected draft costs little
-(<= 10% over off), a key whose prior loses gets two first tries at its break-even plan (`first_try`).
-
 With `schedule: true`, goodput also sends each request a gamma schedule (control/schedule.py): the best gamma
 by the cost model at every running-batch level for the request's own alpha estimate, cached per key, so a
 long generation admitted at one load drafts right at the loads it meets later; a request that is off at
@@ -348,8 +344,7 @@ class _CostModelPolicy:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
         plan that missed the margin (for the reason), the best missed plan whose proposer has thin evidence
         for this class with that evidence (a probe candidate), else None; and the best plan of a thin
-        proposer at an alpha drawn from its posterior, with its evidence, the draw and False (see `decide`),
-        or a first try (`first_try`: the plan at its break-even alpha, with True)."""
+        proposer at an alpha drawn from its posterior, with its evidence and the draw (see `decide`)."""
         prof = self.worker_profile(w)
         batch = w.load + 1.0
         rho = (w.prefill_ratio, w.prompt_tokens)
