@@ -38,10 +38,7 @@ from adaptspec.errors import ConfigError, UpstreamError
 log = logging.getLogger(__name__)
 
 
-_FIRST_TRY_ALPHA = 0.95  # a key that cannot win even at this alpha is not given a first try
-_FIRST_TRY_DOWNSIDE = 0.10  # a first try drafts at most as long as costs <= 10% over off when nothing is accepted
 HOPEFUL_REPORTS = 1.5  # more than one request of evidence: the key is planned on its data alone (see `hopeful`)
-FIRST_TRIES = 2  # requests a key whose prior loses is tried on before posterior draws alone decide (`first_try`)
 
 
 def posterior_draw(rng: random.Random, est: AlphaEstimate) -> float:
@@ -290,7 +287,6 @@ class _CostModelPolicy:
         self._common: dict[tuple, tuple[int, int]] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self._levels: dict[tuple, tuple[dict[int, int], int]] = {}  # see _level_gammas
-        self._first_tries: dict[tuple[str, str, str], int] = {}  # (worker, proposer, class) -> first tries sent
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -340,7 +336,7 @@ class _CostModelPolicy:
 
     def options(self, w: WorkerState, content_class: str, alphas: AlphaSource) -> tuple[
             costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None,
-            tuple[costmodel.Plan, float, float, bool] | None]:
+            tuple[costmodel.Plan, float, float] | None]:
         """The worker's best plan (off unless a plan beats it by the margin), its alpha as shown, the best
         plan that missed the margin (for the reason), the best missed plan whose proposer has thin evidence
         for this class with that evidence (a probe candidate), else None; and the best plan of a thin
@@ -349,7 +345,6 @@ class _CostModelPolicy:
         batch = w.load + 1.0
         rho = (w.prefill_ratio, w.prompt_tokens)
         choice, shown, missed, thin, dream = self.cache.off(prof, batch, rho), "", None, None, None
-        fresh: list[tuple[str, AlphaEstimate]] = []  # never-tried request-local keys (see `first_try`)
         if not w.per_request:
             p, g = fixed_config(w)
             if g > 0 and prof.offers(p):
@@ -383,60 +378,11 @@ class _CostModelPolicy:
                 choice, shown = _named(plan, p), shown_p
             if self.explore > 0 and est.n < self.explore_below and (w.load < 1 or prof.draft(p).kind == "ngram"):
                 # a request-local probe (no passes shared with a batch): plan it at a posterior draw
-                if est.reports < HOPEFUL_REPORTS and self._first_tries.get((w.name, p, content_class), 0) < FIRST_TRIES:
-                    fresh.append((p, est))
                 drawn = posterior_draw(self._probe_rng, est)
                 plan = self.cache.best(prof, p, drawn, batch, bound, rate, rho)
                 if dream is None or plan.goodput > dream[0].goodput:
-                    dream = (_named(plan, p), est.n, drawn, False)
-        first = self.first_try(prof, fresh, choice, batch, bound, rho)
-        return choice, shown, missed, thin, first or dream
-
-    def first_try(self, prof: Profile, fresh: list[tuple[str, AlphaEstimate]], choice: costmodel.Plan,
-                  batch: float, bound: int, rho: tuple[float, float]
-                  ) -> tuple[costmodel.Plan, float, float, bool] | None:
-        """A first try of a request-local key that has (almost) never been tried: the plan it would run at its
-        break-even alpha (the lowest at which it beats `choice`, or off by the margin), among the gammas whose
-        cost at alpha 0 is within `_FIRST_TRY_DOWNSIDE` of off, if it can win at all (at alpha 0.95). At most
-        `FIRST_TRIES` requests per policy, worker, proposer and class, while the key has fewer than
-        `HOPEFUL_REPORTS` requests of evidence.
-
-        Why: the prior table is a belief about some model on some hardware. Where it is far off (answers that
-        copy more than the table's), a key whose prior loses is probed by posterior draws with a probability
-        of ~0 (a prior of 0.15 worth 20 trials almost never draws past 0.5), so the error is never found; and
-        one request is not enough, as acceptance varies several-fold between the requests of a class. A try
-        is cheap only where drafting that accepts nothing costs little (a lookup verified in a memory-bound
-        step): there it loses at most that request's speedup over off, and its outcome is evidence that the
-        posterior then weighs as usual."""
-        target = choice.goodput * (1.0 if choice.gamma else self.margin)
-        off = self.cache.off(prof, batch, rho).goodput
-        best = None
-        for p, est in fresh:
-            cheap = 0  # the longest draft whose cost, when nothing is accepted, is within the bound
-            for g in range(1, bound + 1):
-                if self.cache.at(prof, p, 0.0, batch, g, est.propose_rate, rho).goodput * (
-                        1.0 + _FIRST_TRY_DOWNSIDE) < off:
-                    break
-                cheap = g
-            if cheap == 0:
-                continue
-
-            def wins(a: float, p: str = p, est: AlphaEstimate = est, cheap: int = cheap) -> costmodel.Plan | None:
-                plan = self.cache.best(prof, p, a, batch, cheap, est.propose_rate, rho)
-                return plan if plan.goodput > target else None
-
-            if wins(_FIRST_TRY_ALPHA) is None:
-                continue
-            lo, hi = est.mean, _FIRST_TRY_ALPHA
-            if wins(lo) is not None:
-                hi = lo
-            for _ in range(10):  # to ~0.001 of alpha (the plan cache's bucket)
-                mid = 0.5 * (lo + hi)
-                lo, hi = (lo, mid) if wins(mid) is not None else (mid, hi)
-            plan = wins(hi)
-            if plan is not None and (best is None or hi < best[2]):
-                best = (_named(plan, p), est.n, hi, True)
-        return best
+                    dream = (_named(plan, p), est.n, drawn)
+        return choice, shown, missed, thin, dream
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
                     bound: int, exact: bool = False) -> int:
@@ -521,17 +467,11 @@ class _CostModelPolicy:
             # Thompson sampling for thin keys only: a proposer with little evidence for this class is tried
             # with the probability that it beats the chosen plan under its posterior (a low prior is tried
             # rarely, a close call often), whatever the plan is; it stops once the key has evidence
-            probe, n, drawn, first = dream
+            probe, n, drawn = dream
             self._note(w, content_class)
-            if first:
-                key = (w.name, probe.proposer, content_class)
-                tries = self._first_tries[key] = self._first_tries.get(key, 0) + 1
-                how = f"first try {tries} of {FIRST_TRIES} at break-even alpha={drawn:.2f}"
-            else:
-                how = f"posterior draw alpha={drawn:.2f}"
             return Decision(w.name, probe.proposer, probe.gamma, content_class, self.name,
                             f"{self.name}: probe {probe.proposer} g={probe.gamma} batch={w.load + 1:g} "
-                            f"(evidence {n:.0f} tokens < {self.explore_below:g}; {how} "
+                            f"(evidence {n:.0f} tokens < {self.explore_below:g}; posterior draw alpha={drawn:.2f} "
                             f"x{probe.speedup:.2f})", probe.speedup)
         if plan.gamma == 0 and thin is not None and self.explore > 0 and self._probe_rng.random() < self.explore:
             probe, n = thin

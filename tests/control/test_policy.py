@@ -298,50 +298,6 @@ def test_thin_keys_are_probed_beside_a_chosen_plan_by_posterior_draws():
     assert {d.proposer for d in ds} == {"ngram", "draft"}
 
 
-def test_a_key_whose_prior_loses_gets_two_cheap_first_tries():
-    """On an H200 at batch 1, verifying 9 tokens instead of 1 costs ~nothing (a memory-bound step), so n-gram
-    lookup on chat (prior 0.15: its posterior draws beat EAGLE's prior plan with probability ~0) is tried on
-    the first two requests, at the plan that breaks even with EAGLE's, among the gammas whose cost when nothing
-    is accepted stays within 10% of off; then posterior draws alone decide (none here: share < 0.001)."""
-    prof = load_profile("h200-llama3-70b")
-    w = per_request("a", load=0, proposers=("ngram", "eagle"), profile="h200-llama3-70b")
-    table = AlphaTable()
-    share = thompson_share(w, "chat", "ngram", table)
-    assert share < 1e-3
-    p = policy(kind="goodput", seed=0)
-    n = 5_000
-    ds = [p.decide("chat", [w], table) for _ in range(n)]
-    assert [d.proposer for d in ds[:2]] == ["ngram", "ngram"]
-    assert "first try 1 of 2" in ds[0].reason and "first try 2 of 2" in ds[1].reason
-    assert not any("first try" in d.reason for d in ds[2:])
-    assert sum(d.proposer == "ngram" for d in ds[2:]) <= n * share + 6 * (n * share) ** 0.5 + 5
-    # the break-even alpha (2 decimals in the reason): just above it n-gram's best plan beats EAGLE's, below not
-    a = float(re.search(r"break-even alpha=([0-9.]+)", ds[0].reason).group(1))
-    eagle = costmodel.best_gamma(prof, "eagle", 0.72, 1.0, 8)  # chat's EAGLE prior
-    assert costmodel.best_gamma(prof, "ngram", a + 0.006, 1.0, 8).goodput > eagle.goodput
-    assert costmodel.best_gamma(prof, "ngram", a - 0.006, 1.0, 8).goodput < eagle.goodput
-    g = ds[0].gamma
-    off = costmodel.evaluate(prof, "none", 0.0, 0, 1.0).goodput
-    assert costmodel.evaluate(prof, "ngram", 0.0, g, 1.0).goodput * 1.1 >= off
-    assert g == costmodel.best_gamma(prof, "ngram", a, 1.0, 8).gamma == 8
-
-
-def test_no_first_try_where_a_rejected_draft_is_dear_or_the_key_has_evidence():
-    """On cpu-tiny one more verified token costs ~13% of a step (a first try is capped at 10% over off when
-    nothing is accepted): n-gram lookup is left to posterior draws there. And a key with two requests of
-    evidence gets no first try, wherever it is."""
-    w = per_request("a", load=0, proposers=("ngram", "draft"), profile="cpu-tiny")
-    p = policy(kind="goodput", seed=0)
-    assert not any("first try" in p.decide("chat", [w], AlphaTable()).reason for _ in range(200))
-    h200 = per_request("a", load=0, proposers=("ngram", "eagle"), profile="h200-llama3-70b")
-    table = AlphaTable()
-    for _ in range(2):  # two short requests whose lookups were all rejected
-        table.observe("a", "ngram", "chat", 8, 0, [0, 0, 0, 0, 0, 0, 0, 0], num_drafts=1)
-    assert table.get("a", "ngram", "chat").reports == pytest.approx(2, abs=0.01)
-    assert not any("first try" in policy(kind="goodput", seed=0).decide("chat", [h200], table).reason
-                   for _ in range(20))
-
-
 def test_the_prior_floor_lasts_two_requests_not_hundreds_of_tokens():
     """A key with thin evidence is planned at no less than its prior mean (one unlucky request must not keep
     a proposer off), but only until a second request: two short requests drafted at gamma 1 that both
