@@ -9,7 +9,9 @@ fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool an
 harness row runs it; `naive`: the harness's naive_aiohttp_proxy.py), and the harness's load client (closed
 loop, c=1, 1 s warm-up) against it; CPU of the gateway process / requests served. Gateways alternate within
 each round (A B A B ...), and the medians per gateway are printed as JSON: the box is shared and noisy, so
-compare figures from one run only. `--stub classify` replaces the classifier by a constant class, `--stub
+compare figures from one run only. Per request, beside CPU µs: user and system µs, the gateway's read and
+write system calls (/proc/self/io; libuv reads and writes sockets with read/readv/write/writev) and its
+voluntary / involuntary context switches, which the box's load moves less than CPU time. `--stub classify` replaces the classifier by a constant class, `--stub
 classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
 the gateway's time goes (cProfile's own time per file, then the top functions), one round. `--access-log`
 writes adaptspec's access log as the CLI does (off here unless given; `adaptspec serve` defaults to stderr).
@@ -152,6 +154,32 @@ async def _count_instructions(args) -> dict:
     return {"requests": res["n_ok"]}
 
 
+def _counters() -> dict[str, float]:
+    """This process's user and system CPU seconds, read/write system calls (/proc/self/io: read, readv,
+    write, writev; libuv reads and writes sockets with those) and context switches (/proc/self/status)."""
+    t = os.times()
+    out = {"user_s": t.user, "sys_s": t.system}
+    try:
+        with open("/proc/self/io") as f:
+            io = dict(line.split(": ") for line in f.read().splitlines())
+        out["syscr"], out["syscw"] = float(io["syscr"]), float(io["syscw"])
+        with open("/proc/self/status") as f:
+            status = dict(line.split(":\t") for line in f.read().splitlines() if ":\t" in line)
+        out["ctx_vol"] = float(status["voluntary_ctxt_switches"])
+        out["ctx_invol"] = float(status["nonvoluntary_ctxt_switches"])
+    except (OSError, KeyError, ValueError):  # not Linux: CPU seconds only
+        pass
+    return out
+
+
+def _per_request(before: dict, after: dict, requests: float) -> dict:
+    scale = {"user_s": 1e6, "sys_s": 1e6}  # -> µs
+    names = {"user_s": "user_us", "sys_s": "sys_us", "syscr": "reads", "syscw": "writes",
+             "ctx_vol": "ctx_switches_vol", "ctx_invol": "ctx_switches_invol"}
+    return {f"{names[k]}_per_request": round((after[k] - before[k]) / requests * scale.get(k, 1), 2)
+            for k in after if k in before}
+
+
 async def _measure(args) -> dict:
     runner = await (_naive_site(args) if args.gateway == "naive" else _adaptspec_site(args))
     await asyncio.sleep(1.0)
@@ -161,20 +189,21 @@ async def _measure(args) -> dict:
         finally:
             await runner.cleanup()
     prof = cProfile.Profile() if args.profile else None
-    t0 = time.process_time()
+    t0, before = time.process_time(), _counters()
     if prof is not None:
         prof.enable()
     res = await _load(args, "-d", str(args.seconds), "--warmup", "1")
     if prof is not None:
         prof.disable()
-    cpu = time.process_time() - t0
+    cpu, after = time.process_time() - t0, _counters()
     await runner.cleanup()
     requests = res["rps"] * (args.seconds + 1)  # the warm-up second is served (and costs CPU) too
     if prof is not None:
         _print_profile(prof, requests)
         if args.profile_out:
             prof.dump_stats(f"{args.profile_out}.{args.gateway}")
-    return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6)}
+    return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6),
+            **_per_request(before, after, requests)}
 
 
 def _print_profile(prof: cProfile.Profile, requests: float) -> None:

@@ -4,6 +4,7 @@
     up = await client.post(worker.url, "/v1/chat/completions", payload, headers)   # after the response head
     up.status, up.content_type
     data = await up.read()           # whole body      | chunk = await up.readany()   # b"" at the end
+    up.watch(30.0)                   # optional: readany() raises TimeoutError after 30 s without a byte
     up.release()                     # back to the pool (closed instead if unfinished) | up.close(): drop it
     await client.close()
 
@@ -287,7 +288,7 @@ class Response:
     with `close`."""
 
     __slots__ = ("_conn", "_client", "_origin", "_loop", "status", "content_type", "_head", "_headers", "_chunks",
-                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole")
+                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole", "_stall_s", "_last", "_stalled", "_timer")
 
     def __init__(self, conn: _Connection, client: H1Client, origin: _Origin) -> None:
         self._conn: _Connection | None = conn
@@ -303,6 +304,10 @@ class Response:
         self._waiter: asyncio.Future | None = None
         self._keep = False
         self._whole = False  # read(): no flow control, the whole body is wanted
+        self._stall_s = 0.0  # watch(): readany() raises TimeoutError after this long without body bytes
+        self._last = 0.0  # loop time of the last body bytes (or of the last stall reported)
+        self._stalled = False
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- fed by the connection ----------------------------------------------------------------------------
     def _set_head(self, status: int, head: bytes, ctype: bytes | None) -> None:
@@ -321,6 +326,7 @@ class Response:
         return self._headers
 
     def _data(self, body: list[bytes]) -> None:
+        self._last = self._loop.time()
         self._chunks += body
         self._size += sum(map(len, body))
         if self._size > HIGH_WATER and not self._whole:
@@ -349,7 +355,27 @@ class Response:
         finally:
             self._waiter = None
 
+    def _check_stall(self) -> None:
+        """The watchdog's timer: report a stall if nothing arrived for stall_s, else sleep until it could."""
+        self._timer = None
+        if self._done or self._exc is not None or self._conn is None:
+            return
+        deadline = self._last + self._stall_s
+        if self._loop.time() < deadline:
+            self._timer = self._loop.call_at(deadline, self._check_stall)
+            return
+        self._stalled = True
+        self._wake()
+
     # -- the caller's side --------------------------------------------------------------------------------
+    def watch(self, stall_s: float) -> None:
+        """From now on, readany() raises TimeoutError when no body bytes have arrived for `stall_s` seconds
+        (then counts again from the error). One timer per stall period, not one per read: a stream's chunks
+        cost no timer each."""
+        self._stall_s, self._last = stall_s, self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._last + stall_s, self._check_stall)
+
     async def readany(self) -> bytes:
         """The body bytes received since the last call (waiting for some); b"" once the body has ended."""
         while not self._chunks:
@@ -357,6 +383,10 @@ class Response:
                 raise self._exc
             if self._done:
                 return b""
+            if self._stalled:
+                self._stalled = False
+                self.watch(self._stall_s)  # the next read waits a whole stall period again
+                raise TimeoutError(f"no body bytes for {self._stall_s:g} s")
             await self._wait()
         return self._take()
 
@@ -373,8 +403,9 @@ class Response:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._size = 0
-        if self._conn is not None:
-            self._conn.resume()
+        conn = self._conn
+        if conn is not None and conn._paused:
+            conn.resume()
         return data
 
     async def read(self) -> bytes:
@@ -391,8 +422,14 @@ class Response:
         self._chunks = []
         return data
 
+    def _unwatch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def release(self) -> None:
         """Back to the pool when the body was read to its end on a reusable connection; else closed."""
+        self._unwatch()
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -404,6 +441,7 @@ class Response:
 
     def close(self) -> None:
         """Drop the connection (an unfinished generation: the worker sees the client go)."""
+        self._unwatch()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.response = None

@@ -481,12 +481,12 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
     sse = _SseScan(plan)
     accounted = False
     quiet_since = time.monotonic()
+    up.watch(ctx.proxy.stall_timeout_s)  # a worker silent this long is stalled: readany raises TimeoutError
     while True:
         try:
-            chunk = up.read_nowait()  # what has arrived; a timer only when there is nothing yet
+            chunk = up.read_nowait()  # what has arrived; a wait only when there is nothing yet
             if chunk is None:
-                async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
-                    chunk = await up.readany()
+                chunk = await up.readany()
         except _UPSTREAM_ERRORS as exc:
             if isinstance(exc, TimeoutError) and _queued_not_stalled(ctx, quiet_since):
                 continue
