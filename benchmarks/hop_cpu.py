@@ -1,7 +1,7 @@
 """CPU per request of the proxy hop, in process, side by side with the harness's bare aiohttp pass-through.
 
     .venv/bin/python benchmarks/hop_cpu.py --harness ../shared/bench/overhead --python /tmp/gw/venv-base/bin/python \
-        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
+        [--gateways adaptspec,naive,adaptspec=/tmp/old-tree] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
         [--instructions N] [--prompts distinct|FILE.jsonl]
 
 Starts the overhead harness's fake upstream once, then for each round and each gateway: the gateway in a
@@ -15,7 +15,8 @@ voluntary / involuntary context switches, which the box's load moves less than C
 classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
 the gateway's time goes (cProfile's own time per file, then the top functions), one round. `--access-log`
 writes adaptspec's access log as the CLI does (off here unless given; `adaptspec serve` defaults to stderr).
-`--instructions N` counts instead the instructions each gateway executes (user space, valgrind's callgrind,
+`adaptspec=DIR` in --gateways is the proxy imported from another source tree (a `git archive` of an earlier
+commit): before and after in one run. `--instructions N` counts instead the instructions each gateway executes (user space, valgrind's callgrind,
 instrumented only while N requests at c=1 run, after 100 unmeasured): a figure the box's load does not move.
 Kernel time (syscalls, loopback TCP) is not in it, and the access log's batched writes weigh more than at
 full speed (fewer lines per 0.1 s batch under valgrind).
@@ -227,7 +228,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--harness", required=True, help="the overhead harness folder (fake_upstream.py, load.py)")
     ap.add_argument("--python", required=True, help="interpreter with the harness's deps (uvicorn, httptools)")
-    ap.add_argument("--gateways", default="adaptspec,naive", help="comma list of adaptspec, naive")
+    ap.add_argument("--gateways", default="adaptspec,naive",
+                    help="comma list of adaptspec, naive, adaptspec=DIR (the proxy from the source tree DIR)")
     ap.add_argument("--stream", action="store_true", help="SSE streams of 32 chunks instead of whole answers")
     ap.add_argument("--stub", default="", help="comma list of classify, decide (adaptspec only)")
     ap.add_argument("--access-log", default="off", metavar="off|-|FILE",
@@ -259,8 +261,16 @@ def main() -> int:
 
 
 def _child_argv(args, gateway: str) -> list[str]:
-    argv = [__file__, *sys.argv[1:], "--gateway", gateway]
+    argv = [__file__, *sys.argv[1:], "--gateway", gateway.split("=", 1)[0]]
     return argv + ["--prompt-file", args.prompt_file] if args.prompt_file else argv
+
+
+def _child_env(gateway: str) -> dict[str, str]:
+    """adaptspec=DIR: the child imports adaptspec from DIR."""
+    env = dict(os.environ)
+    if "=" in gateway:
+        env["PYTHONPATH"] = os.path.abspath(gateway.split("=", 1)[1])
+    return env
 
 
 def _cpu_seconds(args, prompts: dict) -> int:
@@ -271,7 +281,7 @@ def _cpu_seconds(args, prompts: dict) -> int:
         time.sleep(1.5)
         for _ in range(args.rounds):
             for gateway, results in runs.items():
-                out = subprocess.run([sys.executable, *_child_argv(args, gateway)],
+                out = subprocess.run([sys.executable, *_child_argv(args, gateway)], env=_child_env(gateway),
                                      check=True, stdout=subprocess.PIPE, text=True).stdout
                 results.append(json.loads(out))
     finally:
@@ -294,10 +304,10 @@ def _instructions(args, prompts: dict) -> int:
         time.sleep(1.5)
         with tempfile.TemporaryDirectory() as tmp:
             for gateway in args.gateways.split(","):
-                dump = f"{tmp}/{gateway}.cg"
+                dump = f"{tmp}/{len(summary)}.cg"
                 out = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
                                       f"--callgrind-out-file={dump}", sys.executable, *_child_argv(args, gateway)],
-                                     check=True, stdout=subprocess.PIPE,
+                                     env=_child_env(gateway), check=True, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True).stdout
                 served = json.loads(out.splitlines()[-1])["requests"]
                 totals = [int(m.group(1)) for path in glob.glob(dump + "*") for m in

@@ -448,17 +448,20 @@ class _SseScan:
         """Bytes to forward to the client for this upstream chunk."""
         out = chunk
         if self.scan:
-            buf = self.tail + chunk if self.tail else chunk
-            cut = buf.rfind(b"\n\n")
-            if cut < 0:
-                self.tail = buf
-                out = b"" if self.strip else chunk
+            if not self.tail and chunk.endswith(b"\n\n"):  # whole events, the usual arrival: no copies
+                complete = chunk
             else:
+                buf = self.tail + chunk if self.tail else chunk
+                cut = buf.rfind(b"\n\n")
+                if cut < 0:
+                    self.tail = buf
+                    self.events += 0 if self.strip else chunk.count(b"data:")
+                    return b"" if self.strip else chunk
                 complete, self.tail = buf[:cut + 2], buf[cut + 2:]
-                if b'"usage"' in complete or b'"speculative_decoding"' in complete:
-                    complete = _take_usage(complete, self.payloads, self.strip)
-                if self.strip:
-                    out = complete
+            if b'"usage"' in complete or b'"speculative_decoding"' in complete:  # parsed only then
+                complete = _take_usage(complete, self.payloads, self.strip)
+            if self.strip:
+                out = complete
         self.events += out.count(b"data:")
         return out
 

@@ -11,7 +11,7 @@ from adaptspec.control.estimators import AlphaTable
 from adaptspec.errors import ConfigError, RequestError, UpstreamError
 from adaptspec.proxy.configfile import expand_env, load_config_file
 from adaptspec.proxy.feedback import Feedback, position_stats, prompt_tokens, spec_stats
-from adaptspec.proxy.handlers import _parse, _take_usage
+from adaptspec.proxy.handlers import _parse, _SseScan, _take_usage
 from adaptspec.proxy.metrics import ProxyMetrics
 from adaptspec.proxy.scrape import parse_metrics
 from adaptspec.proxy.state import MemoryState, redact_url
@@ -53,6 +53,27 @@ def test_parse_rejects(body, status, param):
 def test_parse_accepts():
     body, model, stream = _parse(b'{"model": "m", "prompt": ["a"], "stream": true}', "completions")
     assert (model, stream, body["prompt"]) == ("m", True, ["a"])
+
+
+def test_sse_scan_gives_the_same_bytes_and_outcome_however_the_stream_is_cut():
+    import random
+    from types import SimpleNamespace
+
+    events = [b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i for i in range(5)]
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5}}\n\n'
+    stream = b"".join(events) + usage + b"data: [DONE]\n\n"
+    rng = random.Random(0)
+    for strip in (False, True):
+        whole = _SseScan(SimpleNamespace(scan=True, strip_usage=strip))
+        want = whole.feed(stream) + (whole.tail if strip else b"")
+        assert want == (stream.replace(usage, b"") if strip else stream)
+        for _ in range(50):
+            cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 12)))
+            sse = _SseScan(SimpleNamespace(scan=True, strip_usage=strip))
+            got = b"".join(sse.feed(stream[a:b]) for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True))
+            assert got + (sse.tail if strip else b"") == want
+            out = sse.outcome()
+            assert (out.tokens, out.prompt) == (5.0, 7.0)
 
 
 def test_take_usage_strips_only_what_the_proxy_added():
