@@ -116,6 +116,13 @@ class _Connection(asyncio.Protocol):
         if resp is None or resp._done:  # bytes nobody asked for: the connection is not reusable
             self.abort()
             return
+        if self._state == _SIZE and not self._buf:  # a stream's usual arrival: one whole chunk (an SSE event)
+            cut = data.find(b"\r\n", 0, 10)
+            if cut > 0 and not data[:cut].strip(_HEX):  # hex digits only (the general path judges anything else)
+                stop = cut + 2 + int(data[:cut], 16)
+                if stop > cut + 2 and len(data) == stop + 2 and data.endswith(b"\r\n"):
+                    resp._data_one(data[cut + 2:stop])
+                    return
         body: list[bytes] = []
         try:
             self._feed(resp, self._buf + data if self._buf else data, body)
@@ -324,6 +331,15 @@ class Response:
                 name, _, value = line.partition(b":")
                 self._headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
         return self._headers
+
+    def _data_one(self, chunk: bytes) -> None:
+        """_data([chunk]), without the list."""
+        self._last = self._loop.time()
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        if self._size > HIGH_WATER and not self._whole:
+            self._conn.pause()
+        self._wake()
 
     def _data(self, body: list[bytes]) -> None:
         self._last = self._loop.time()

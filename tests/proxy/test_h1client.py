@@ -162,6 +162,42 @@ async def test_closed_before_the_head_is_disconnected_and_a_cut_body_is_a_payloa
         await client.close()
 
 
+async def test_a_stream_of_one_whole_chunk_per_arrival():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = [b"data: one\n\n", b"data: %s\n\n" % (b"x" * 300), b"data: [DONE]\n\n"]
+    pieces = [head, *(b"%X\r\n" % len(e) + e + b"\r\n" for e in events), b"0\r\n\r\n"]  # upper-case hex too
+    async with Scripted([pieces, _ok(b"next")]) as srv:
+        client = H1Client()
+        up = await client.post(srv.url, "/v1/completions", b"{}", {})
+        got = []
+        while chunk := await up.readany():
+            got.append(chunk)
+        assert b"".join(got) == b"".join(events)
+        up.release()
+        up = await client.post(srv.url, "/v1/completions", b"{}", {})  # the chunked answer ended cleanly
+        assert await up.read() == b"next"
+        up.release()
+        await client.close()
+    assert srv.connections == 1
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"3\r\nabcXY"],  # a whole chunk's length, no CRLF after the data
+    [b"zz\r\nab\r\n"],  # letters that are not hex
+    [b"2\r\nab\r\n", b"2\r\nabcd"],  # a good chunk, then a bad one
+])
+async def test_bad_framing_in_an_arrival_of_its_own_is_a_payload_error(pieces):
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with Scripted([[head, *pieces]]) as srv:
+        client = H1Client()
+        with pytest.raises(PayloadError):
+            async with asyncio.timeout(10):
+                up = await client.post(srv.url, "/v1/completions", b"{}", {})
+                while await up.readany():
+                    pass
+        await client.close()
+
+
 @pytest.mark.parametrize("raw", [
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a hex size
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nx\r\n",  # negative
