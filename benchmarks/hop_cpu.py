@@ -9,7 +9,8 @@ fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool an
 harness row runs it; `naive`: the harness's naive_aiohttp_proxy.py), and the harness's load client (closed
 loop, c=1, 1 s warm-up) against it; CPU of the gateway process / requests served. Gateways alternate within
 each round (A B A B ...), and the medians per gateway are printed as JSON: the box is shared and noisy, so
-compare figures from one run only. Per request, beside CPU µs: user and system µs, the gateway's read and
+compare figures from one run only. `--pin 0:1` places the processes as the harness does (client on CPU 0, upstream
+and gateway sharing CPU 1), which sets how many SSE events one socket read brings. Per request, beside CPU µs: user and system µs, the gateway's read and
 write system calls (/proc/self/io; libuv reads and writes sockets with read/readv/write/writev) and its
 voluntary / involuntary context switches, which the box's load moves less than CPU time. `--stub classify` replaces the classifier by a constant class, `--stub
 classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
@@ -132,6 +133,8 @@ async def _load(args, *how: str) -> dict:
     load = await asyncio.create_subprocess_exec(
         args.python, *client, "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
         "-c", "1", *how, *extra, stdout=asyncio.subprocess.PIPE)
+    if args.pin:  # the client on its own CPU, as the harness places it
+        os.sched_setaffinity(load.pid, {_pins(args)[0]})
     out, _ = await load.communicate()
     return json.loads(out)
 
@@ -217,9 +220,16 @@ def _print_profile(prof: cProfile.Profile, requests: float) -> None:
     stats.sort_stats("tottime").print_stats(30)
 
 
+def _pins(args) -> tuple[int, int]:
+    client, rest = args.pin.split(":")
+    return int(client), int(rest)
+
+
 def _child(args) -> int:
     import uvloop
 
+    if args.pin:  # the gateway shares its CPU with the upstream, as in the harness
+        os.sched_setaffinity(0, {_pins(args)[1]})
     print(json.dumps(uvloop.run(_measure(args))))
     return 0
 
@@ -234,6 +244,8 @@ def main() -> int:
     ap.add_argument("--stub", default="", help="comma list of classify, decide (adaptspec only)")
     ap.add_argument("--access-log", default="off", metavar="off|-|FILE",
                     help="adaptspec's access log as `adaptspec serve --access-log` (its default is -, stderr)")
+    ap.add_argument("--pin", metavar="C:G",
+                    help="the harness's placement: the load client on CPU C, the upstream and the gateway on CPU G")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
@@ -273,9 +285,16 @@ def _child_env(gateway: str) -> dict[str, str]:
     return env
 
 
-def _cpu_seconds(args, prompts: dict) -> int:
+def _upstream(args) -> subprocess.Popen:
     up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.pin:
+        os.sched_setaffinity(up.pid, {_pins(args)[1]})
+    return up
+
+
+def _cpu_seconds(args, prompts: dict) -> int:
+    up = _upstream(args)
     runs: dict[str, list[dict]] = {g: [] for g in args.gateways.split(",")}
     try:
         time.sleep(1.5)
@@ -287,7 +306,7 @@ def _cpu_seconds(args, prompts: dict) -> int:
     finally:
         up.terminate()
         up.wait()
-    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds, **prompts}
+    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds, "pin": args.pin, **prompts}
     for gateway, results in runs.items():
         summary[gateway] = {key: statistics.median(r[key] for r in results) for key in results[0]}
         summary[gateway]["cpu_us_per_request_all"] = [r["cpu_us_per_request"] for r in results]
@@ -297,8 +316,7 @@ def _cpu_seconds(args, prompts: dict) -> int:
 
 def _instructions(args, prompts: dict) -> int:
     """Each gateway once under callgrind (instrumented only while its N requests run): instructions/request."""
-    up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    up = _upstream(args)
     summary: dict = {"stream": args.stream, "stub": args.stub or "-", "requests": args.instructions, **prompts}
     try:
         time.sleep(1.5)
