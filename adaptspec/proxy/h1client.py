@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import math
 import ssl as ssl_module
 import time
 from urllib.parse import unquote, urlsplit
@@ -33,6 +34,7 @@ CONNECT_TIMEOUT_S = 5.0
 KEEPALIVE_S = 75.0  # an idle pooled connection older than this is closed, not reused
 HIGH_WATER = 1 << 20  # buffered, unread body bytes above which the socket stops being read
 MAX_HEAD = 64 * 1024
+TICK_S = 0.05  # how often a client checks its requests' deadlines and stalls (one timer for all of them)
 _NO_BODY = frozenset({204, 304})
 _HEX = b"0123456789abcdefABCDEF"
 # parser states: the head; a body of known length; chunked: size line, data, the CRLF after it, trailers;
@@ -54,6 +56,35 @@ class Disconnected(UpstreamConnectionError):
 
 class PayloadError(UpstreamConnectionError):
     """The connection ended, or the worker sent bad framing, inside the response."""
+
+
+class Deadline:
+    """The loop time `at` by which a request must have its answer: the head from `post`, and the whole body
+    from `read` (a stream's caller ends it with `Response.end_deadline` once the head is in). Past it the
+    request fails with TimeoutError. `reschedule(when)` and `expired()` are asyncio.Timeout's, so that
+    Pools.mark_unhealthy can end the attempts waiting on a worker it ejects (`reschedule(-1)`: at once).
+    The client checks deadlines every TICK_S with one timer, where asyncio.timeout costs a timer and the
+    task-cancelling machinery per request (~27k instructions)."""
+
+    __slots__ = ("at", "fired", "response")
+
+    def __init__(self, seconds: float | None) -> None:
+        self.at = asyncio.get_running_loop().time() + seconds if seconds else math.inf
+        self.fired = False
+        self.response: Response | None = None
+
+    def expired(self) -> bool:
+        return self.fired
+
+    def reschedule(self, when: float) -> None:
+        self.at = when
+        if when <= asyncio.get_running_loop().time():
+            self._fire()
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self.response is not None:
+            self.response._fail(TimeoutError("no answer from the worker before the deadline"))
 
 
 class _Origin:
@@ -295,7 +326,7 @@ class Response:
     with `close`."""
 
     __slots__ = ("_conn", "_client", "_origin", "_loop", "status", "content_type", "_head", "_headers", "_chunks",
-                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole", "_stall_s", "_last", "_stalled", "_timer")
+                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole", "_stall_s", "_last", "_stalled", "_deadline")
 
     def __init__(self, conn: _Connection, client: H1Client, origin: _Origin) -> None:
         self._conn: _Connection | None = conn
@@ -314,7 +345,7 @@ class Response:
         self._stall_s = 0.0  # watch(): readany() raises TimeoutError after this long without body bytes
         self._last = 0.0  # loop time of the last body bytes (or of the last stall reported)
         self._stalled = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline: Deadline | None = None
 
     # -- fed by the connection ----------------------------------------------------------------------------
     def _set_head(self, status: int, head: bytes, ctype: bytes | None) -> None:
@@ -371,26 +402,31 @@ class Response:
         finally:
             self._waiter = None
 
-    def _check_stall(self) -> None:
-        """The watchdog's timer: report a stall if nothing arrived for stall_s, else sleep until it could."""
-        self._timer = None
+    def _check(self, now: float) -> bool:
+        """The client's ticker: fire a passed deadline, report a stall; False once nothing is left to watch."""
         if self._done or self._exc is not None or self._conn is None:
-            return
-        deadline = self._last + self._stall_s
-        if self._loop.time() < deadline:
-            self._timer = self._loop.call_at(deadline, self._check_stall)
-            return
-        self._stalled = True
-        self._wake()
+            return False
+        dl = self._deadline
+        if dl is not None and now >= dl.at:
+            dl._fire()
+            return False
+        if self._stall_s and now - self._last >= self._stall_s and not self._stalled:
+            self._stalled = True
+            self._wake()
+        return bool(self._stall_s) or dl is not None
 
     # -- the caller's side --------------------------------------------------------------------------------
     def watch(self, stall_s: float) -> None:
         """From now on, readany() raises TimeoutError when no body bytes have arrived for `stall_s` seconds
-        (then counts again from the error). One timer per stall period, not one per read: a stream's chunks
-        cost no timer each."""
+        (then counts again from the error). Checked by the client's ticker: no timer per read."""
         self._stall_s, self._last = stall_s, self._loop.time()
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._last + stall_s, self._check_stall)
+        self._client._watch(self)
+
+    def end_deadline(self) -> None:
+        """The head is in; the body may take as long as it takes (a stream: watch() its stalls instead)."""
+        if self._deadline is not None:
+            self._deadline.response = None
+            self._deadline = None
 
     async def readany(self) -> bytes:
         """The body bytes received since the last call (waiting for some); b"" once the body has ended."""
@@ -401,7 +437,7 @@ class Response:
                 return b""
             if self._stalled:
                 self._stalled = False
-                self.watch(self._stall_s)  # the next read waits a whole stall period again
+                self._last = self._loop.time()  # the next read waits a whole stall period again
                 raise TimeoutError(f"no body bytes for {self._stall_s:g} s")
             await self._wait()
         return self._take()
@@ -439,9 +475,9 @@ class Response:
         return data
 
     def _unwatch(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.end_deadline()
+        self._stall_s = 0.0
+        self._client._watched.discard(self)
 
     def release(self) -> None:
         """Back to the pool when the body was read to its end on a reusable connection; else closed."""
@@ -472,16 +508,25 @@ class H1Client:
         self.connect_timeout_s, self.keepalive_s = connect_timeout_s, keepalive_s
         self._origins: dict[str, _Origin] = {}
         self._tls: ssl_module.SSLContext | None = None
+        self._watched: set[Response] = set()  # responses with a deadline or a stall watch
+        self._ticker: asyncio.TimerHandle | None = None
 
-    async def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Response:
-        """POST `body` to `base_url` + `path` -> the response, once its head has arrived."""
+    async def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str],
+                   deadline: Deadline | None = None) -> Response:
+        """POST `body` to `base_url` + `path` -> the response, once its head has arrived (TimeoutError if
+        not by `deadline`, which goes on bounding `read`)."""
         origin = self._origins.get(base_url)
         if origin is None:
             origin = self._origins[base_url] = _Origin(base_url)
         head = _request_head(origin, path, len(body), headers)
-        conn = await self._acquire(origin)
+        conn = await self._acquire(origin, deadline)
         resp = conn.response = Response(conn, self, origin)
         try:
+            if deadline is not None:
+                if deadline.fired:  # ended while connecting (its worker ejected)
+                    raise TimeoutError("no answer from the worker before the deadline")
+                resp._deadline, deadline.response = deadline, resp
+                self._watch(resp)
             if len(body) < 65536:
                 conn.transport.write(head + body)
             else:
@@ -496,7 +541,7 @@ class H1Client:
             raise
         return resp
 
-    async def _acquire(self, origin: _Origin) -> _Connection:
+    async def _acquire(self, origin: _Origin, deadline: Deadline | None = None) -> _Connection:
         idle, now = origin.idle, time.monotonic()
         while idle:
             conn = idle.pop()
@@ -505,13 +550,34 @@ class H1Client:
             conn.abort()
         loop = asyncio.get_running_loop()
         tls = self._tls_context() if origin.ssl else None
+        limit = self.connect_timeout_s if deadline is None else min(self.connect_timeout_s,
+                                                                    max(0.0, deadline.at - loop.time()))
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            async with asyncio.timeout(limit):
                 _, conn = await loop.create_connection(_Connection, origin.host, origin.port, ssl=tls)
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"cannot connect to {origin.host}:{origin.port}: "
                                 f"{exc.__class__.__name__}: {exc}") from None
         return conn
+
+    def _watch(self, resp: Response) -> None:
+        self._watched.add(resp)
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        """Every TICK_S while a response is watched: fire passed deadlines, report stalls."""
+        self._ticker = None
+        watched = self._watched
+        if not watched:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for resp in list(watched):
+            if not resp._check(now):
+                watched.discard(resp)
+        if watched:
+            self._ticker = loop.call_later(TICK_S, self._tick)
 
     def _tls_context(self) -> ssl_module.SSLContext:
         if self._tls is None:
@@ -526,6 +592,10 @@ class H1Client:
         idle.append(conn)
 
     async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        self._watched.clear()
         for origin in self._origins.values():
             while origin.idle:
                 origin.idle.pop().abort()

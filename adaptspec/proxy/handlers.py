@@ -31,7 +31,7 @@ from adaptspec.proxy import accesslog
 from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import sse_error_event
 from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, spec_stats
-from adaptspec.proxy.h1client import ConnectFailed, Response, UpstreamConnectionError
+from adaptspec.proxy.h1client import ConnectFailed, Deadline, Response, UpstreamConnectionError
 from adaptspec.proxy.report import record as record_experiment
 
 log = logging.getLogger(__name__)
@@ -324,25 +324,25 @@ async def _send(ctx: _Attempt, plan: _Plan) -> tuple[Response, bytes | None]:
     """POST the plan's body -> (response, whole body; None for an SSE stream still to relay).
 
     Until the client has seen a byte the attempt can move: a stream's head must come within
-    first_byte_timeout_s, a whole non-stream answer within request_timeout_s, and both end at once when the
-    worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`)."""
+    first_byte_timeout_s, a whole non-stream answer within request_timeout_s (TimeoutError), and both end at
+    once when the worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`)."""
     proxy, worker = ctx.proxy, plan.worker
+    dl = Deadline(proxy.first_byte_timeout_s if ctx.stream else proxy.request_timeout_s)
+    worker.heads.add(dl)
     up = None
     try:
-        async with asyncio.timeout(proxy.first_byte_timeout_s if ctx.stream else proxy.request_timeout_s) as dl:
-            worker.heads.add(dl)
-            try:
-                up = await proxy.h1.post(worker.url, ctx.path, plan.payload,
-                                         _upstream_headers(proxy, ctx.request, worker))
-                if ctx.stream and up.status == 200 and up.content_type == "text/event-stream":
-                    return up, None
-                return up, await up.read()
-            finally:
-                worker.heads.discard(dl)
+        up = await proxy.h1.post(worker.url, ctx.path, plan.payload, _upstream_headers(proxy, ctx.request, worker),
+                                 dl)
+        if ctx.stream and up.status == 200 and up.content_type == "text/event-stream":
+            up.end_deadline()  # from here on its stalls are watched (_relay_stream)
+            return up, None
+        return up, await up.read()
     except BaseException:
         if up is not None:
             up.close()
         raise
+    finally:
+        worker.heads.discard(dl)
 
 
 def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:

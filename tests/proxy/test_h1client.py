@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from adaptspec.proxy.h1client import ConnectFailed, Disconnected, H1Client, PayloadError
+from adaptspec.proxy.h1client import ConnectFailed, Deadline, Disconnected, H1Client, PayloadError
 
 from .conftest import free_port
 
@@ -242,6 +242,40 @@ async def test_cancelled_request_drops_its_connection():
             await srv.eof_seen.wait()  # the worker sees the client go
         await client.close()
     assert srv.connections == 1
+
+
+async def test_a_deadline_ends_the_wait_for_the_head_or_the_body_and_drops_the_connection():
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
+    async with Scripted([[], [head + b"12345"]]) as srv:  # no answer at all; then half a body
+        client = H1Client()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await client.post(srv.url, "/v1/completions", b"{}", {}, Deadline(0.2))
+        assert 0.2 <= loop.time() - t0 < 5  # checked every TICK_S
+        dl = Deadline(0.2)
+        up = await client.post(srv.url, "/v1/completions", b"{}", {}, dl)
+        with pytest.raises(TimeoutError):
+            await up.read()  # the same deadline bounds the body
+        assert dl.expired()
+        up.close()
+        await client.close()
+    assert srv.connections == 2  # the first connection was dropped, not reused
+
+
+async def test_rescheduling_a_deadline_into_the_past_ends_the_wait_at_once():
+    async with Scripted([[]]) as srv:  # never answers
+        client = H1Client()
+        dl = Deadline(600)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, dl.reschedule, -1.0)  # what Pools.mark_unhealthy does on an ejection
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await client.post(srv.url, "/v1/completions", b"{}", {}, dl)
+        assert loop.time() - t0 < 5 and dl.expired()
+        async with asyncio.timeout(10):
+            await srv.eof_seen.wait()  # the worker sees the client go
+        await client.close()
 
 
 async def test_credentials_in_the_url_become_basic_auth_unless_a_header_is_given():

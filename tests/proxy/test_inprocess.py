@@ -238,3 +238,29 @@ async def test_a_stream_that_goes_silent_ends_with_an_error_event_after_the_stal
     error = json.loads(events[-1][len("data: "):])["error"]
     assert error["code"] == "upstream_timeout" and "sent nothing for 0.3 s" in error["message"]
     assert not proxy.pools.workers["w0"].healthy  # ejected
+
+
+async def test_a_worker_that_never_answers_loses_the_request_to_the_next_after_the_deadline():
+    import asyncio
+
+    async def frozen(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", frozen)
+    async with TestClient(TestServer(app)) as stuck, upstream(name="w1") as w1:
+        pools = [{"name": "p", "engine": "adaptspec", "profile": "cpu-tiny", "max_gamma": 8,
+                  "workers": [{"name": "w0", "url": str(stuck.make_url("")).rstrip("/")},
+                              {"name": "w1", "url": w1.url}]}]
+        proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30, "request_timeout_s": 0.3,
+                                                               "first_byte_timeout_s": 0.3}}))
+        async with TestClient(TestServer(create_app(proxy))) as client:
+            for stream in (False, True):
+                proxy.pools.mark_healthy(proxy.pools.workers["w0"])
+                for _ in range(4):  # whichever worker the decision picks first, each request ends on w1
+                    r = await client.post("/v1/chat/completions",
+                                          json={"model": "tiny", "messages": CHAT, "stream": stream})
+                    assert r.status == 200 and r.headers["x-adaptspec-worker"] == "w1"
+                    await r.read()
+    assert _count(proxy, "adaptspec_upstream_retries_total", worker="w0") >= 1
