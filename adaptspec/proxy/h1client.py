@@ -603,12 +603,11 @@ class H1Client:
 
 
 def _request_head(origin: _Origin, path: str, length: int, headers: dict[str, str]) -> bytes:
-    parts = [f"POST {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\nContent-Length: {length}\r\n"]
-    if origin.auth is not None and "Authorization" not in headers:
-        parts.append(f"Authorization: {origin.auth}\r\n")
-    for name, value in headers.items():
-        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
-            raise ValueError(f"newline in the value of the upstream header {name!r}")
-        parts.append(f"{name}: {value}\r\n")
-    parts.append("\r\n")
-    return "".join(parts).encode("utf-8", "surrogateescape")  # header bytes the server decoded this way pass as they came
+    auth = f"Authorization: {origin.auth}\r\n" if origin.auth is not None and "Authorization" not in headers else ""
+    fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    if fields.count("\n") != len(headers) or fields.count("\r") != len(headers):  # a CR or LF of a caller's
+        name = next(n for n, v in headers.items() if "\n" in n + v or "\r" in n + v)
+        raise ValueError(f"newline in the value of the upstream header {name!r}")
+    text = (f"POST {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\nContent-Length: {length}\r\n"
+            f"{auth}{fields}\r\n")
+    return text.encode("utf-8", "surrogateescape")  # header bytes the server decoded this way pass as they came
