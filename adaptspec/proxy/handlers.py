@@ -509,11 +509,15 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
             _record(ctx, sse.outcome(), t_first, streamed=True)
             accounted = True
         if out:
+            last = accounted and not sse.tail and out.endswith(b"data: [DONE]\n\n")
             try:
-                await resp.write(out)
+                await (resp.write_eof(out) if last else resp.write(out))  # the end: with the terminator, one write
             except ConnectionResetError:
                 up.close()  # client gone: drop the upstream connection so the worker aborts the request
-                return resp, 499
+                return resp, 200 if last else 499
+            if last:
+                await _drain(up)
+                return resp, 200
     if not accounted:
         _record(ctx, sse.outcome(), t_first, streamed=True)
     try:
@@ -524,6 +528,16 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
         # a client that read [DONE] may close before the chunked terminator: it has its whole response
         return resp, 200 if accounted else 499
     return resp, 200
+
+
+async def _drain(up: Response) -> None:
+    """After [DONE] (the client has its whole stream): read the worker's stream to its end, so that its
+    connection goes back to the pool; anything after [DONE] is not an OpenAI event and is dropped."""
+    try:
+        while await up.readany():
+            pass
+    except _UPSTREAM_ERRORS:
+        up.close()
 
 
 def _queued_not_stalled(ctx: _Attempt, quiet_since: float) -> bool:

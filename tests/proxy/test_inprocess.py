@@ -211,6 +211,8 @@ async def paced_upstream(gaps_s: list[float]):
 
 
 async def _stream_through(url: str, stall_s: float) -> tuple[str, Proxy]:
+    import asyncio
+
     pools = [{"name": "p", "engine": "openai", "per_request": False, "proposers": [],
               "workers": [{"name": "w0", "url": url}]}]
     proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30, "stall_timeout_s": stall_s,
@@ -218,7 +220,14 @@ async def _stream_through(url: str, stall_s: float) -> tuple[str, Proxy]:
     async with TestClient(TestServer(create_app(proxy))) as client:
         r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "stream": True})
         assert r.status == 200
-        return (await r.read()).decode(), proxy
+        text = (await r.read()).decode()
+        if text.endswith("data: [DONE]\n\n"):  # the worker's stream read to its end: its connection is kept
+            for _ in range(200):
+                if proxy.h1._origins[url].idle:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(proxy.h1._origins[url].idle) == 1
+        return text, proxy
 
 
 async def test_a_stream_whose_chunks_come_within_the_stall_timeout_is_not_cut_however_long_it_runs():
