@@ -39,6 +39,7 @@ import cProfile
 import glob
 import importlib.util
 import json
+import logging
 import os
 import pstats
 import random
@@ -102,6 +103,8 @@ async def _adaptspec_site(args):
         from adaptspec.cli._logging import configure_access_log
 
         configure_access_log(args.access_log)
+        for handler in logging.getLogger("adaptspec.access").handlers:
+            handler.flush_s = args.log_batch_s
     proxy = Proxy(cfg)
     _stub(proxy, set(filter(None, args.stub.split(","))))
     return await start_site(create_app(proxy), "127.0.0.1", GW_PORT)
@@ -246,6 +249,10 @@ def main() -> int:
                     help="adaptspec's access log as `adaptspec serve --access-log` (its default is -, stderr)")
     ap.add_argument("--pin", metavar="C:G",
                     help="the harness's placement: the load client on CPU C, the upstream and the gateway on CPU G")
+    ap.add_argument("--log-batch-s", type=float, default=0.1, metavar="S",
+                    help="with --access-log: write a batch S s after its first line (the CLI: 0.1) or at 64 KiB; "
+                         "under --instructions a gateway serves ~30 requests a second, so a long S gives the "
+                         "batches of a full-speed one (64 KiB, ~200 lines) instead of ~3 lines")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
