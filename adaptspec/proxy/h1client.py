@@ -16,8 +16,10 @@ HTTP and HTTPS (default TLS context); credentials in the URL become Basic auth, 
 
 Failures raise `UpstreamConnectionError`: `ConnectFailed` (refused, unreachable, connect timeout: the worker
 is down), `Disconnected` (the connection ended before the response head: a pooled connection the worker had
-just closed, or a crash) or `PayloadError` (it ended inside the body). Timeouts are the caller's
-(asyncio.timeout); a cancelled call drops its connection, which tells the worker to stop generating.
+just closed, or a crash) or `PayloadError` (it ended inside the body). Time limits raise TimeoutError:
+`post(..., deadline=Deadline(s))` for the head (and `read` for the body), `Response.watch(stall_s)` for a
+stream's silences, both checked by one ticker per client (TICK_S); a cancelled call drops its connection,
+which tells the worker to stop generating.
 """
 
 from __future__ import annotations
