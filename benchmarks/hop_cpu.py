@@ -1,7 +1,7 @@
 """CPU per request of the proxy hop, in process, side by side with the harness's bare aiohttp pass-through.
 
     .venv/bin/python benchmarks/hop_cpu.py --harness ../shared/bench/overhead --python /tmp/gw/venv-base/bin/python \
-        [--gateways adaptspec,naive] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
+        [--gateways adaptspec,naive,adaptspec=/tmp/old-tree] [--stream] [--rounds 3] [--seconds 4] [--stub classify,decide] [--profile [--profile-out F]]
         [--instructions N] [--prompts distinct|FILE.jsonl]
 
 Starts the overhead harness's fake upstream once, then for each round and each gateway: the gateway in a
@@ -9,11 +9,15 @@ fresh process on uvloop (`adaptspec`: the proxy with an `engine: openai` pool an
 harness row runs it; `naive`: the harness's naive_aiohttp_proxy.py), and the harness's load client (closed
 loop, c=1, 1 s warm-up) against it; CPU of the gateway process / requests served. Gateways alternate within
 each round (A B A B ...), and the medians per gateway are printed as JSON: the box is shared and noisy, so
-compare figures from one run only. `--stub classify` replaces the classifier by a constant class, `--stub
+compare figures from one run only. `--pin 0:1` places the processes as the harness does (client on CPU 0, upstream
+and gateway sharing CPU 1), which sets how many SSE events one socket read brings. Per request, beside CPU µs: user and system µs, the gateway's read and
+write system calls (/proc/self/io; libuv reads and writes sockets with read/readv/write/writev) and its
+voluntary / involuntary context switches, which the box's load moves less than CPU time. `--stub classify` replaces the classifier by a constant class, `--stub
 classify,decide` the policy's decision too, so the difference prices each part. `--profile` prints where
 the gateway's time goes (cProfile's own time per file, then the top functions), one round. `--access-log`
 writes adaptspec's access log as the CLI does (off here unless given; `adaptspec serve` defaults to stderr).
-`--instructions N` counts instead the instructions each gateway executes (user space, valgrind's callgrind,
+`adaptspec=DIR` in --gateways is the proxy imported from another source tree (a `git archive` of an earlier
+commit): before and after in one run. `--instructions N` counts instead the instructions each gateway executes (user space, valgrind's callgrind,
 instrumented only while N requests at c=1 run, after 100 unmeasured): a figure the box's load does not move.
 Kernel time (syscalls, loopback TCP) is not in it, and the access log's batched writes weigh more than at
 full speed (fewer lines per 0.1 s batch under valgrind).
@@ -35,6 +39,7 @@ import cProfile
 import glob
 import importlib.util
 import json
+import logging
 import os
 import pstats
 import random
@@ -98,6 +103,8 @@ async def _adaptspec_site(args):
         from adaptspec.cli._logging import configure_access_log
 
         configure_access_log(args.access_log)
+        for handler in logging.getLogger("adaptspec.access").handlers:
+            handler.flush_s = args.log_batch_s
     proxy = Proxy(cfg)
     _stub(proxy, set(filter(None, args.stub.split(","))))
     return await start_site(create_app(proxy), "127.0.0.1", GW_PORT)
@@ -129,6 +136,8 @@ async def _load(args, *how: str) -> dict:
     load = await asyncio.create_subprocess_exec(
         args.python, *client, "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
         "-c", "1", *how, *extra, stdout=asyncio.subprocess.PIPE)
+    if args.pin:  # the client on its own CPU, as the harness places it
+        os.sched_setaffinity(load.pid, {_pins(args)[0]})
     out, _ = await load.communicate()
     return json.loads(out)
 
@@ -152,6 +161,32 @@ async def _count_instructions(args) -> dict:
     return {"requests": res["n_ok"]}
 
 
+def _counters() -> dict[str, float]:
+    """This process's user and system CPU seconds, read/write system calls (/proc/self/io: read, readv,
+    write, writev; libuv reads and writes sockets with those) and context switches (/proc/self/status)."""
+    t = os.times()
+    out = {"user_s": t.user, "sys_s": t.system}
+    try:
+        with open("/proc/self/io") as f:
+            io = dict(line.split(": ") for line in f.read().splitlines())
+        out["syscr"], out["syscw"] = float(io["syscr"]), float(io["syscw"])
+        with open("/proc/self/status") as f:
+            status = dict(line.split(":\t") for line in f.read().splitlines() if ":\t" in line)
+        out["ctx_vol"] = float(status["voluntary_ctxt_switches"])
+        out["ctx_invol"] = float(status["nonvoluntary_ctxt_switches"])
+    except (OSError, KeyError, ValueError):  # not Linux: CPU seconds only
+        pass
+    return out
+
+
+def _per_request(before: dict, after: dict, requests: float) -> dict:
+    scale = {"user_s": 1e6, "sys_s": 1e6}  # -> µs
+    names = {"user_s": "user_us", "sys_s": "sys_us", "syscr": "reads", "syscw": "writes",
+             "ctx_vol": "ctx_switches_vol", "ctx_invol": "ctx_switches_invol"}
+    return {f"{names[k]}_per_request": round((after[k] - before[k]) / requests * scale.get(k, 1), 2)
+            for k in after if k in before}
+
+
 async def _measure(args) -> dict:
     runner = await (_naive_site(args) if args.gateway == "naive" else _adaptspec_site(args))
     await asyncio.sleep(1.0)
@@ -161,20 +196,21 @@ async def _measure(args) -> dict:
         finally:
             await runner.cleanup()
     prof = cProfile.Profile() if args.profile else None
-    t0 = time.process_time()
+    t0, before = time.process_time(), _counters()
     if prof is not None:
         prof.enable()
     res = await _load(args, "-d", str(args.seconds), "--warmup", "1")
     if prof is not None:
         prof.disable()
-    cpu = time.process_time() - t0
+    cpu, after = time.process_time() - t0, _counters()
     await runner.cleanup()
     requests = res["rps"] * (args.seconds + 1)  # the warm-up second is served (and costs CPU) too
     if prof is not None:
         _print_profile(prof, requests)
         if args.profile_out:
             prof.dump_stats(f"{args.profile_out}.{args.gateway}")
-    return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6)}
+    return {"rps": res["rps"], "p50_ms": res.get("p50_ms"), "cpu_us_per_request": round(cpu / requests * 1e6),
+            **_per_request(before, after, requests)}
 
 
 def _print_profile(prof: cProfile.Profile, requests: float) -> None:
@@ -187,9 +223,16 @@ def _print_profile(prof: cProfile.Profile, requests: float) -> None:
     stats.sort_stats("tottime").print_stats(30)
 
 
+def _pins(args) -> tuple[int, int]:
+    client, rest = args.pin.split(":")
+    return int(client), int(rest)
+
+
 def _child(args) -> int:
     import uvloop
 
+    if args.pin:  # the gateway shares its CPU with the upstream, as in the harness
+        os.sched_setaffinity(0, {_pins(args)[1]})
     print(json.dumps(uvloop.run(_measure(args))))
     return 0
 
@@ -198,11 +241,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--harness", required=True, help="the overhead harness folder (fake_upstream.py, load.py)")
     ap.add_argument("--python", required=True, help="interpreter with the harness's deps (uvicorn, httptools)")
-    ap.add_argument("--gateways", default="adaptspec,naive", help="comma list of adaptspec, naive")
+    ap.add_argument("--gateways", default="adaptspec,naive",
+                    help="comma list of adaptspec, naive, adaptspec=DIR (the proxy from the source tree DIR)")
     ap.add_argument("--stream", action="store_true", help="SSE streams of 32 chunks instead of whole answers")
     ap.add_argument("--stub", default="", help="comma list of classify, decide (adaptspec only)")
     ap.add_argument("--access-log", default="off", metavar="off|-|FILE",
                     help="adaptspec's access log as `adaptspec serve --access-log` (its default is -, stderr)")
+    ap.add_argument("--pin", metavar="C:G",
+                    help="the harness's placement: the load client on CPU C, the upstream and the gateway on CPU G")
+    ap.add_argument("--log-batch-s", type=float, default=0.1, metavar="S",
+                    help="with --access-log: write a batch S s after its first line (the CLI: 0.1) or at 64 KiB; "
+                         "under --instructions a gateway serves ~30 requests a second, so a long S gives the "
+                         "batches of a full-speed one (64 KiB, ~200 lines) instead of ~3 lines")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--profile", action="store_true", help="cProfile the gateway (to stderr)")
@@ -230,25 +280,40 @@ def main() -> int:
 
 
 def _child_argv(args, gateway: str) -> list[str]:
-    argv = [__file__, *sys.argv[1:], "--gateway", gateway]
+    argv = [__file__, *sys.argv[1:], "--gateway", gateway.split("=", 1)[0]]
     return argv + ["--prompt-file", args.prompt_file] if args.prompt_file else argv
 
 
-def _cpu_seconds(args, prompts: dict) -> int:
+def _child_env(gateway: str) -> dict[str, str]:
+    """adaptspec=DIR: the child imports adaptspec from DIR."""
+    env = dict(os.environ)
+    if "=" in gateway:
+        env["PYTHONPATH"] = os.path.abspath(gateway.split("=", 1)[1])
+    return env
+
+
+def _upstream(args) -> subprocess.Popen:
     up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.pin:
+        os.sched_setaffinity(up.pid, {_pins(args)[1]})
+    return up
+
+
+def _cpu_seconds(args, prompts: dict) -> int:
+    up = _upstream(args)
     runs: dict[str, list[dict]] = {g: [] for g in args.gateways.split(",")}
     try:
         time.sleep(1.5)
         for _ in range(args.rounds):
             for gateway, results in runs.items():
-                out = subprocess.run([sys.executable, *_child_argv(args, gateway)],
+                out = subprocess.run([sys.executable, *_child_argv(args, gateway)], env=_child_env(gateway),
                                      check=True, stdout=subprocess.PIPE, text=True).stdout
                 results.append(json.loads(out))
     finally:
         up.terminate()
         up.wait()
-    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds, **prompts}
+    summary = {"stream": args.stream, "stub": args.stub or "-", "rounds": args.rounds, "pin": args.pin, **prompts}
     for gateway, results in runs.items():
         summary[gateway] = {key: statistics.median(r[key] for r in results) for key in results[0]}
         summary[gateway]["cpu_us_per_request_all"] = [r["cpu_us_per_request"] for r in results]
@@ -258,17 +323,16 @@ def _cpu_seconds(args, prompts: dict) -> int:
 
 def _instructions(args, prompts: dict) -> int:
     """Each gateway once under callgrind (instrumented only while its N requests run): instructions/request."""
-    up = subprocess.Popen([args.python, f"{args.harness}/fake_upstream.py", str(UP_PORT)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    up = _upstream(args)
     summary: dict = {"stream": args.stream, "stub": args.stub or "-", "requests": args.instructions, **prompts}
     try:
         time.sleep(1.5)
         with tempfile.TemporaryDirectory() as tmp:
             for gateway in args.gateways.split(","):
-                dump = f"{tmp}/{gateway}.cg"
+                dump = f"{tmp}/{len(summary)}.cg"
                 out = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
                                       f"--callgrind-out-file={dump}", sys.executable, *_child_argv(args, gateway)],
-                                     check=True, stdout=subprocess.PIPE,
+                                     env=_child_env(gateway), check=True, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True).stdout
                 served = json.loads(out.splitlines()[-1])["requests"]
                 totals = [int(m.group(1)) for path in glob.glob(dump + "*") for m in

@@ -40,16 +40,16 @@ def test_exception_is_one_line_of_json():
 
 def test_lines_logged_inside_a_request_carry_its_id_in_both_formats():
     from adaptspec.cli._logging import TextFormatter
-    from adaptspec.logcontext import REQUEST_ID, RequestIdFilter
+    from adaptspec.logcontext import REQUEST, RequestIdFilter
 
     outside = record("idle")
     assert RequestIdFilter().filter(outside) and not hasattr(outside, "request_id")
-    token = REQUEST_ID.set("req-7")
+    token = REQUEST.set({"request_id": "req-7"})
     try:
         inside = record("retrying on %s", "w1")
         assert RequestIdFilter().filter(inside)
     finally:
-        REQUEST_ID.reset(token)
+        REQUEST.reset(token)
     assert json.loads(JsonFormatter().format(inside))["request_id"] == "req-7"
     assert TextFormatter().format(inside).endswith("adaptspec.proxy: retrying on w1 request_id=req-7")
     assert TextFormatter().format(outside).endswith("adaptspec.proxy: idle")

@@ -75,19 +75,19 @@ class BufferedLineHandler(logging.Handler):
 
     def add_line(self, line: str) -> None:
         """A line formatted already, batched as emit() batches a record's (the access log's fast path:
-        proxy/accesslog.py, when this handler's formatter is plain "%(message)s")."""
-        with self.lock:  # reentrant: emit() holds it already
-            self._lines.append(line)
-            self._size += len(line) + 1
-            if self._size >= self.max_bytes:
-                self._write()
-            elif self._timer is None:
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    self._write()
-                    return
-                self._timer = loop.call_later(self.flush_s, self.flush)
+        proxy/accesslog.py, when this handler's formatter is plain "%(message)s"). Without the lock: called
+        by emit() (which holds it) or from the event loop's thread, where the flush timer runs too."""
+        self._lines.append(line)
+        self._size += len(line) + 1
+        if self._size >= self.max_bytes:
+            self.flush()
+        elif self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+            self._timer = loop.call_later(self.flush_s, self.flush)
 
     def flush(self) -> None:
         with self.lock:
@@ -99,11 +99,9 @@ class BufferedLineHandler(logging.Handler):
             self._timer = None
         if not self._lines:
             return
-        data = "\n".join(self._lines) + "\n"
-        self._lines.clear()
-        self._size = 0
+        lines, self._lines, self._size = self._lines, [], 0
         try:
-            self.stream.write(data)
+            self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
         except (OSError, ValueError):  # disk full, closed stream: reported as logging reports it, serving goes on
             self.handleError(logging.makeLogRecord({"msg": "a batch of access-log lines"}))

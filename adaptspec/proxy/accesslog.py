@@ -3,7 +3,7 @@
 Every request gets an id: the client's `X-Request-Id` when it is valid (1-128 characters of
 `A-Za-z0-9._:/+=@-`), else a generated one (32 hex digits). The id is echoed in the response's
 `X-Request-Id` (streams included), forwarded upstream with the W3C `traceparent` / `tracestate` the client
-sent (so vLLM's spans join the client's trace), and put in adaptspec.logcontext.REQUEST_ID, so every log line
+sent (so vLLM's spans join the client's trace), and put in adaptspec.logcontext.REQUEST (with the access-log record), so every log line
 written while serving the request carries it.
 
 The access log is one JSON object a line per API request (probes, /metrics and /version excluded) on the
@@ -25,49 +25,50 @@ import asyncio
 import json
 import logging
 import math
-import os
+import operator
+import random
 import re
 import time
 from contextvars import ContextVar
 
 from aiohttp import web
 
-from adaptspec.logcontext import REQUEST_ID
+from adaptspec.logcontext import REQUEST, current_request_id
 from adaptspec.proxy import tracing
 
 access_log = logging.getLogger("adaptspec.access")
 
 FIELDS = ("ts", "request_id", "method", "path", "model", "class", "proposer", "gamma", "worker", "status",
           "prompt_tokens", "output_tokens", "ttft_ms", "total_ms", "retries")
+_BLANK = {**dict.fromkeys(FIELDS), "retries": 0}  # a request's record starts as a copy: every field, in order
 _QUIET = ("/health", "/metrics", "/version")
-_VALID_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
+_VALID_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")  # none of these characters is escaped in JSON
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")  # version-trace-parent-flags
-_RECORD: ContextVar[dict | None] = ContextVar("adaptspec_access_record", default=None)
 _SPAN: ContextVar[tracing.RequestSpan | None] = ContextVar("adaptspec_request_span", default=None)
-_TRACED = web.AppKey("adaptspec_traced", bool)
+_floor = math.floor
+_random_bits = random.getrandbits  # ids need to be unique, not secret: no getrandom() system call per request
 
 
 def install(app: web.Application) -> None:
     """Outermost middleware: sees the final status, errors included; puts the id header on the responses
     handlers return (a stream a handler prepares itself carries `id_header()`)."""
-    app[_TRACED] = tracing.enabled()
-    app.middlewares.insert(0, _middleware)
+    app.middlewares.insert(0, _middleware(tracing.enabled()))
 
 
 def id_header() -> dict[str, str]:
     """{"X-Request-Id": the current request's id} (empty outside a request), for a stream's headers."""
-    rid = REQUEST_ID.get()
+    rid = current_request_id()
     return {} if rid is None else {"X-Request-Id": rid}
 
 
 def request_id(headers) -> str:
     rid = headers.get("X-Request-Id")
-    return rid if rid is not None and _VALID_ID.fullmatch(rid) else os.urandom(16).hex()
+    return rid if rid is not None and _VALID_ID.fullmatch(rid) else f"{_random_bits(128):032x}"
 
 
 def upstream_headers(request: web.Request) -> dict[str, str]:
     """What the proxy forwards to the worker about this request: its id and the client's trace context."""
-    out = {"X-Request-Id": REQUEST_ID.get() or request_id(request.headers)}
+    out = {"X-Request-Id": current_request_id() or request_id(request.headers)}
     span = _SPAN.get()
     if span is not None:  # our span, child of the client's, is the worker's parent
         span.inject(out)
@@ -83,50 +84,67 @@ def upstream_headers(request: web.Request) -> dict[str, str]:
 
 def note(**fields) -> None:
     """Add fields to the current request's access-log record (a no-op outside a request)."""
-    record = _RECORD.get()
+    record = REQUEST.get()
     if record is not None:
         record.update(fields)
 
 
 def count_retry() -> None:
-    record = _RECORD.get()
+    record = REQUEST.get()
     if record is not None:
-        record["retries"] = record.get("retries", 0) + 1
+        record["retries"] = (record.get("retries") or 0) + 1
 
 
-@web.middleware
-async def _middleware(request: web.Request, handler):
-    rid = request_id(request.headers)
-    record = {"request_id": rid, "method": request.method, "path": request.path, "retries": 0}
-    started, t0 = time.time(), time.perf_counter()
-    quiet = request.path.startswith(_QUIET)
-    span = tracing.RequestSpan(f"{request.method} {request.path}", request.headers) \
-        if request.app[_TRACED] and not quiet else None
-    id_token, record_token, span_token = REQUEST_ID.set(rid), _RECORD.set(record), _SPAN.set(span)
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        if not response.prepared:
-            response.headers["X-Request-Id"] = rid
-        return response
-    except asyncio.CancelledError:
-        status = 499  # the client went away (nginx's convention)
-        raise
-    finally:
-        REQUEST_ID.reset(id_token)
-        _RECORD.reset(record_token)
-        _SPAN.reset(span_token)
-        record.setdefault("status", status)  # a handler's own account wins (a stream that broke: 502)
-        for key in ("prompt_tokens", "output_tokens"):  # counted as floats by the metrics code
-            if isinstance(record.get(key), float) and record[key].is_integer():
-                record[key] = int(record[key])
-        if span is not None:
-            span.end(record)
-        if not quiet and access_log.isEnabledFor(logging.INFO):
-            record["total_ms"] = ms(time.perf_counter() - t0)
-            record["ts"] = _iso(started)
-            _write(line(record))
+def _middleware(traced: bool):
+    @web.middleware
+    async def access(request: web.Request, handler):
+        record = _BLANK.copy()
+        record["request_id"] = rid = request_id(request.headers)
+        record["method"] = request.method
+        record["path"] = path = request.path
+        started, t0 = time.time(), time.perf_counter()
+        quiet = path.startswith(_QUIET)
+        span = tracing.RequestSpan(f"{request.method} {path}", request.headers) if traced and not quiet else None
+        token = REQUEST.set(record)
+        span_token = None if span is None else _SPAN.set(span)
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            if not response.prepared:
+                response.headers["X-Request-Id"] = rid
+            return response
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's convention)
+            raise
+        finally:
+            REQUEST.reset(token)
+            if span_token is not None:
+                _SPAN.reset(span_token)
+            _finish(record, status, span)
+            if not quiet and access_log.isEnabledFor(logging.INFO):
+                record["total_ms"] = total = _floor((time.perf_counter() - t0) * 1e6 + 0.5) / 1000  # ms()
+                sink = _sink()
+                if sink is not None:
+                    sink(_fast_line(record, started, total))
+                else:
+                    record["ts"] = _iso(started)
+                    _write(line(record))
+
+    return access
+
+
+def _finish(record: dict, status: int, span) -> None:
+    if record["status"] is None:  # a handler's own account wins (a stream that broke: 502)
+        record["status"] = status
+    tokens = record["prompt_tokens"]
+    if type(tokens) is float and tokens.is_integer():  # counted as floats by the metrics code
+        record["prompt_tokens"] = int(tokens)
+    tokens = record["output_tokens"]
+    if type(tokens) is float and tokens.is_integer():
+        record["output_tokens"] = int(tokens)
+    if span is not None:
+        span.end(record)
 
 
 def ms(seconds: float) -> float:
@@ -170,27 +188,82 @@ def line(record: dict) -> str:
             f'"retries":{v(g("retries"))}}}')
 
 
-def _write(line: str) -> None:
-    """As access_log.info(line). The usual handler (`adaptspec serve`'s BufferedLineHandler, formatter
-    "%(message)s", nothing else on the logger) takes the line as is; otherwise a LogRecord goes through
-    logging, without its search of the stack for the caller (not logged here)."""
+_MIDDLE_FIELDS = FIELDS[FIELDS.index("method"):FIELDS.index("output_tokens") + 1]
+_middle_of = operator.itemgetter(*_MIDDLE_FIELDS)
+_MIDDLES: dict[tuple, str] = {}  # (method, ..., output_tokens) -> their JSON, as line() writes them
+_MIDDLES_MAX = 1024
+
+
+def _middle(key: tuple) -> str:
+    """The JSON of the fields from "method" to "output_tokens" (between the braces, as line() writes them).
+    The same few combinations come back request after request: each is encoded once (short values only)."""
+    text = ",".join(f'"{name}":{_value(v)}' for name, v in zip(_MIDDLE_FIELDS, key, strict=True))
+    plain = all(v is None or type(v) in (str, int) for v in key)  # hashable, and the same text next time
+    if plain and sum(len(v) for v in key if type(v) is str) <= 512:
+        if len(_MIDDLES) >= _MIDDLES_MAX:
+            _MIDDLES.clear()
+        _MIDDLES[key] = text
+    return text
+
+
+def _fast_line(record: dict, started: float, total: float) -> str:
+    """line(record) with "ts" from `started` and "total_ms" = `total` (finite), for the middleware's own records: every field present in
+    order (a copy of _BLANK) and a request id that needs no escaping (_VALID_ID or hex). What changes from
+    one request to the next is the time, the id and two durations; the rest is remembered as text."""
+    key = _middle_of(record)
+    try:
+        middle = _MIDDLES.get(key)
+    except TypeError:  # a field that is not hashable (a list as model): not remembered
+        middle = None
+    if middle is None:
+        middle = _middle(key)
+    ttft, retries = record["ttft_ms"], record["retries"]
+    milli = int(started * 1000)
+    if milli != _MILLI[0]:  # requests a millisecond apart share their timestamp's text
+        _MILLI[:] = milli, _iso(started)
+    return (f'{{"ts":"{_MILLI[1]}","request_id":"{record["request_id"]}",{middle},'
+            f'"ttft_ms":{ttft if type(ttft) is float and ttft - ttft == 0 else _value(ttft)},'
+            f'"total_ms":{total},'
+            f'"retries":{retries if type(retries) is int else _value(retries)}}}')
+
+
+_ROUTE: list = [None, None, None]  # [handler, its formatter, its add_line]: the last handler found eligible
+
+
+def _sink():
+    """The BufferedLineHandler's add_line when it is the logger's only handler with a plain "%(message)s"
+    formatter (the line is taken as is); None when the line must go through logging (_write)."""
     handlers = access_log.handlers
-    if len(handlers) == 1 and not access_log.filters and not access_log.propagate:
-        h = handlers[0]
-        add_line = getattr(h, "add_line", None)
-        fmt = h.formatter
-        if (add_line is not None and not h.filters and h.level <= logging.INFO and type(fmt) is logging.Formatter
-                and fmt._fmt == "%(message)s"):
-            add_line(line)
-            return
+    if len(handlers) != 1 or access_log.filters or access_log.propagate:
+        return None
+    h = handlers[0]
+    if h is _ROUTE[0] and h.formatter is _ROUTE[1] and not h.filters and h.level <= logging.INFO:
+        return _ROUTE[2]
+    add_line, fmt = getattr(h, "add_line", None), h.formatter
+    if (add_line is None or h.filters or h.level > logging.INFO or type(fmt) is not logging.Formatter
+            or fmt._fmt != "%(message)s"):
+        return None
+    _ROUTE[:] = h, fmt, add_line
+    return add_line
+
+
+def _write(line: str) -> None:
+    """As access_log.info(line): straight to the handler's batch (_sink) where it can, else a LogRecord
+    through logging, without its search of the stack for the caller (not logged here)."""
+    sink = _sink()
+    if sink is not None:
+        sink(line)
+        return
     access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, line, None, None))
 
 
+_MILLI: list = [-1, ""]  # [int(time * 1000), _iso(time)]
 _SECOND: list = [-1, ""]  # [whole second, its "%Y-%m-%dT%H:%M:%S"]: formatted once a second
 
 
 def _iso(t: float) -> str:
-    second = int(t)
+    """UTC, to the millisecond (truncated): 2026-12-02T05:32:41.602Z."""
+    second, milli = divmod(int(t * 1000), 1000)
     if second != _SECOND[0]:
         _SECOND[:] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return f"{_SECOND[1]}.{int(t % 1 * 1000):03d}Z"
+    return f"{_SECOND[1]}.{milli:03d}Z"

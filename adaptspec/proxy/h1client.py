@@ -4,6 +4,7 @@
     up = await client.post(worker.url, "/v1/chat/completions", payload, headers)   # after the response head
     up.status, up.content_type
     data = await up.read()           # whole body      | chunk = await up.readany()   # b"" at the end
+    up.watch(30.0)                   # optional: readany() raises TimeoutError after 30 s without a byte
     up.release()                     # back to the pool (closed instead if unfinished) | up.close(): drop it
     await client.close()
 
@@ -15,8 +16,10 @@ HTTP and HTTPS (default TLS context); credentials in the URL become Basic auth, 
 
 Failures raise `UpstreamConnectionError`: `ConnectFailed` (refused, unreachable, connect timeout: the worker
 is down), `Disconnected` (the connection ended before the response head: a pooled connection the worker had
-just closed, or a crash) or `PayloadError` (it ended inside the body). Timeouts are the caller's
-(asyncio.timeout); a cancelled call drops its connection, which tells the worker to stop generating.
+just closed, or a crash) or `PayloadError` (it ended inside the body). Time limits raise TimeoutError:
+`post(..., deadline=Deadline(s))` for the head (and `read` for the body), `Response.watch(stall_s)` for a
+stream's silences, both checked by one ticker per client (TICK_S); a cancelled call drops its connection,
+which tells the worker to stop generating.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import math
 import ssl as ssl_module
 import time
 from urllib.parse import unquote, urlsplit
@@ -32,6 +36,7 @@ CONNECT_TIMEOUT_S = 5.0
 KEEPALIVE_S = 75.0  # an idle pooled connection older than this is closed, not reused
 HIGH_WATER = 1 << 20  # buffered, unread body bytes above which the socket stops being read
 MAX_HEAD = 64 * 1024
+TICK_S = 0.05  # how often a client checks its requests' deadlines and stalls (one timer for all of them)
 _NO_BODY = frozenset({204, 304})
 _HEX = b"0123456789abcdefABCDEF"
 # parser states: the head; a body of known length; chunked: size line, data, the CRLF after it, trailers;
@@ -53,6 +58,35 @@ class Disconnected(UpstreamConnectionError):
 
 class PayloadError(UpstreamConnectionError):
     """The connection ended, or the worker sent bad framing, inside the response."""
+
+
+class Deadline:
+    """The loop time `at` by which a request must have its answer: the head from `post`, and the whole body
+    from `read` (a stream's caller ends it with `Response.end_deadline` once the head is in). Past it the
+    request fails with TimeoutError. `reschedule(when)` and `expired()` are asyncio.Timeout's, so that
+    Pools.mark_unhealthy can end the attempts waiting on a worker it ejects (`reschedule(-1)`: at once).
+    The client checks deadlines every TICK_S with one timer, where asyncio.timeout costs a timer and the
+    task-cancelling machinery per request (~27k instructions)."""
+
+    __slots__ = ("at", "fired", "response")
+
+    def __init__(self, seconds: float | None) -> None:
+        self.at = asyncio.get_running_loop().time() + seconds if seconds else math.inf
+        self.fired = False
+        self.response: Response | None = None
+
+    def expired(self) -> bool:
+        return self.fired
+
+    def reschedule(self, when: float) -> None:
+        self.at = when
+        if when <= asyncio.get_running_loop().time():
+            self._fire()
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self.response is not None:
+            self.response._fail(TimeoutError("no answer from the worker before the deadline"))
 
 
 class _Origin:
@@ -115,6 +149,13 @@ class _Connection(asyncio.Protocol):
         if resp is None or resp._done:  # bytes nobody asked for: the connection is not reusable
             self.abort()
             return
+        if self._state == _SIZE and not self._buf:  # a stream's usual arrival: one whole chunk (an SSE event)
+            cut = data.find(b"\r\n", 0, 10)
+            if cut > 0 and not data[:cut].strip(_HEX):  # hex digits only (the general path judges anything else)
+                stop = cut + 2 + int(data[:cut], 16)
+                if stop > cut + 2 and len(data) == stop + 2 and data.endswith(b"\r\n"):
+                    resp._data_one(data[cut + 2:stop])
+                    return
         body: list[bytes] = []
         try:
             self._feed(resp, self._buf + data if self._buf else data, body)
@@ -287,7 +328,7 @@ class Response:
     with `close`."""
 
     __slots__ = ("_conn", "_client", "_origin", "_loop", "status", "content_type", "_head", "_headers", "_chunks",
-                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole")
+                 "_size", "_done", "_exc", "_waiter", "_keep", "_whole", "_stall_s", "_last", "_stalled", "_deadline")
 
     def __init__(self, conn: _Connection, client: H1Client, origin: _Origin) -> None:
         self._conn: _Connection | None = conn
@@ -303,6 +344,10 @@ class Response:
         self._waiter: asyncio.Future | None = None
         self._keep = False
         self._whole = False  # read(): no flow control, the whole body is wanted
+        self._stall_s = 0.0  # watch(): readany() raises TimeoutError after this long without body bytes
+        self._last = 0.0  # loop time of the last body bytes (or of the last stall reported)
+        self._stalled = False
+        self._deadline: Deadline | None = None
 
     # -- fed by the connection ----------------------------------------------------------------------------
     def _set_head(self, status: int, head: bytes, ctype: bytes | None) -> None:
@@ -320,7 +365,17 @@ class Response:
                 self._headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
         return self._headers
 
+    def _data_one(self, chunk: bytes) -> None:
+        """_data([chunk]), without the list."""
+        self._last = self._loop.time()
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        if self._size > HIGH_WATER and not self._whole:
+            self._conn.pause()
+        self._wake()
+
     def _data(self, body: list[bytes]) -> None:
+        self._last = self._loop.time()
         self._chunks += body
         self._size += sum(map(len, body))
         if self._size > HIGH_WATER and not self._whole:
@@ -349,7 +404,32 @@ class Response:
         finally:
             self._waiter = None
 
+    def _check(self, now: float) -> bool:
+        """The client's ticker: fire a passed deadline, report a stall; False once nothing is left to watch."""
+        if self._done or self._exc is not None or self._conn is None:
+            return False
+        dl = self._deadline
+        if dl is not None and now >= dl.at:
+            dl._fire()
+            return False
+        if self._stall_s and now - self._last >= self._stall_s and not self._stalled:
+            self._stalled = True
+            self._wake()
+        return bool(self._stall_s) or dl is not None
+
     # -- the caller's side --------------------------------------------------------------------------------
+    def watch(self, stall_s: float) -> None:
+        """From now on, readany() raises TimeoutError when no body bytes have arrived for `stall_s` seconds
+        (then counts again from the error). Checked by the client's ticker: no timer per read."""
+        self._stall_s, self._last = stall_s, self._loop.time()
+        self._client._watch(self)
+
+    def end_deadline(self) -> None:
+        """The head is in; the body may take as long as it takes (a stream: watch() its stalls instead)."""
+        if self._deadline is not None:
+            self._deadline.response = None
+            self._deadline = None
+
     async def readany(self) -> bytes:
         """The body bytes received since the last call (waiting for some); b"" once the body has ended."""
         while not self._chunks:
@@ -357,6 +437,10 @@ class Response:
                 raise self._exc
             if self._done:
                 return b""
+            if self._stalled:
+                self._stalled = False
+                self._last = self._loop.time()  # the next read waits a whole stall period again
+                raise TimeoutError(f"no body bytes for {self._stall_s:g} s")
             await self._wait()
         return self._take()
 
@@ -373,8 +457,9 @@ class Response:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._size = 0
-        if self._conn is not None:
-            self._conn.resume()
+        conn = self._conn
+        if conn is not None and conn._paused:
+            conn.resume()
         return data
 
     async def read(self) -> bytes:
@@ -391,8 +476,14 @@ class Response:
         self._chunks = []
         return data
 
+    def _unwatch(self) -> None:
+        self.end_deadline()
+        self._stall_s = 0.0
+        self._client._watched.discard(self)
+
     def release(self) -> None:
         """Back to the pool when the body was read to its end on a reusable connection; else closed."""
+        self._unwatch()
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -404,6 +495,7 @@ class Response:
 
     def close(self) -> None:
         """Drop the connection (an unfinished generation: the worker sees the client go)."""
+        self._unwatch()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.response = None
@@ -418,16 +510,25 @@ class H1Client:
         self.connect_timeout_s, self.keepalive_s = connect_timeout_s, keepalive_s
         self._origins: dict[str, _Origin] = {}
         self._tls: ssl_module.SSLContext | None = None
+        self._watched: set[Response] = set()  # responses with a deadline or a stall watch
+        self._ticker: asyncio.TimerHandle | None = None
 
-    async def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str]) -> Response:
-        """POST `body` to `base_url` + `path` -> the response, once its head has arrived."""
+    async def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str],
+                   deadline: Deadline | None = None) -> Response:
+        """POST `body` to `base_url` + `path` -> the response, once its head has arrived (TimeoutError if
+        not by `deadline`, which goes on bounding `read`)."""
         origin = self._origins.get(base_url)
         if origin is None:
             origin = self._origins[base_url] = _Origin(base_url)
         head = _request_head(origin, path, len(body), headers)
-        conn = await self._acquire(origin)
+        conn = await self._acquire(origin, deadline)
         resp = conn.response = Response(conn, self, origin)
         try:
+            if deadline is not None:
+                if deadline.fired:  # ended while connecting (its worker ejected)
+                    raise TimeoutError("no answer from the worker before the deadline")
+                resp._deadline, deadline.response = deadline, resp
+                self._watch(resp)
             if len(body) < 65536:
                 conn.transport.write(head + body)
             else:
@@ -442,7 +543,7 @@ class H1Client:
             raise
         return resp
 
-    async def _acquire(self, origin: _Origin) -> _Connection:
+    async def _acquire(self, origin: _Origin, deadline: Deadline | None = None) -> _Connection:
         idle, now = origin.idle, time.monotonic()
         while idle:
             conn = idle.pop()
@@ -451,13 +552,34 @@ class H1Client:
             conn.abort()
         loop = asyncio.get_running_loop()
         tls = self._tls_context() if origin.ssl else None
+        limit = self.connect_timeout_s if deadline is None else min(self.connect_timeout_s,
+                                                                    max(0.0, deadline.at - loop.time()))
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            async with asyncio.timeout(limit):
                 _, conn = await loop.create_connection(_Connection, origin.host, origin.port, ssl=tls)
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"cannot connect to {origin.host}:{origin.port}: "
                                 f"{exc.__class__.__name__}: {exc}") from None
         return conn
+
+    def _watch(self, resp: Response) -> None:
+        self._watched.add(resp)
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        """Every TICK_S while a response is watched: fire passed deadlines, report stalls."""
+        self._ticker = None
+        watched = self._watched
+        if not watched:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for resp in list(watched):
+            if not resp._check(now):
+                watched.discard(resp)
+        if watched:
+            self._ticker = loop.call_later(TICK_S, self._tick)
 
     def _tls_context(self) -> ssl_module.SSLContext:
         if self._tls is None:
@@ -472,6 +594,10 @@ class H1Client:
         idle.append(conn)
 
     async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        self._watched.clear()
         for origin in self._origins.values():
             while origin.idle:
                 origin.idle.pop().abort()
@@ -479,12 +605,11 @@ class H1Client:
 
 
 def _request_head(origin: _Origin, path: str, length: int, headers: dict[str, str]) -> bytes:
-    parts = [f"POST {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\nContent-Length: {length}\r\n"]
-    if origin.auth is not None and "Authorization" not in headers:
-        parts.append(f"Authorization: {origin.auth}\r\n")
-    for name, value in headers.items():
-        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
-            raise ValueError(f"newline in the value of the upstream header {name!r}")
-        parts.append(f"{name}: {value}\r\n")
-    parts.append("\r\n")
-    return "".join(parts).encode("utf-8", "surrogateescape")  # header bytes the server decoded this way pass as they came
+    auth = f"Authorization: {origin.auth}\r\n" if origin.auth is not None and "Authorization" not in headers else ""
+    fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    if fields.count("\n") != len(headers) or fields.count("\r") != len(headers):  # a CR or LF of a caller's
+        name = next(n for n, v in headers.items() if "\n" in n + v or "\r" in n + v)
+        raise ValueError(f"newline in the value of the upstream header {name!r}")
+    text = (f"POST {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\nContent-Length: {length}\r\n"
+            f"{auth}{fields}\r\n")
+    return text.encode("utf-8", "surrogateescape")  # header bytes the server decoded this way pass as they came

@@ -31,7 +31,7 @@ from adaptspec.proxy import accesslog
 from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import sse_error_event
 from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, spec_stats
-from adaptspec.proxy.h1client import ConnectFailed, Response, UpstreamConnectionError
+from adaptspec.proxy.h1client import ConnectFailed, Deadline, Response, UpstreamConnectionError
 from adaptspec.proxy.report import record as record_experiment
 
 log = logging.getLogger(__name__)
@@ -324,25 +324,25 @@ async def _send(ctx: _Attempt, plan: _Plan) -> tuple[Response, bytes | None]:
     """POST the plan's body -> (response, whole body; None for an SSE stream still to relay).
 
     Until the client has seen a byte the attempt can move: a stream's head must come within
-    first_byte_timeout_s, a whole non-stream answer within request_timeout_s, and both end at once when the
-    worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`)."""
+    first_byte_timeout_s, a whole non-stream answer within request_timeout_s (TimeoutError), and both end at
+    once when the worker is ejected meanwhile (Pools.mark_unhealthy expires the deadlines in `heads`)."""
     proxy, worker = ctx.proxy, plan.worker
+    dl = Deadline(proxy.first_byte_timeout_s if ctx.stream else proxy.request_timeout_s)
+    worker.heads.add(dl)
     up = None
     try:
-        async with asyncio.timeout(proxy.first_byte_timeout_s if ctx.stream else proxy.request_timeout_s) as dl:
-            worker.heads.add(dl)
-            try:
-                up = await proxy.h1.post(worker.url, ctx.path, plan.payload,
-                                         _upstream_headers(proxy, ctx.request, worker))
-                if ctx.stream and up.status == 200 and up.content_type == "text/event-stream":
-                    return up, None
-                return up, await up.read()
-            finally:
-                worker.heads.discard(dl)
+        up = await proxy.h1.post(worker.url, ctx.path, plan.payload, _upstream_headers(proxy, ctx.request, worker),
+                                 dl)
+        if ctx.stream and up.status == 200 and up.content_type == "text/event-stream":
+            up.end_deadline()  # from here on its stalls are watched (_relay_stream)
+            return up, None
+        return up, await up.read()
     except BaseException:
         if up is not None:
             up.close()
         raise
+    finally:
+        worker.heads.discard(dl)
 
 
 def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:
@@ -448,17 +448,20 @@ class _SseScan:
         """Bytes to forward to the client for this upstream chunk."""
         out = chunk
         if self.scan:
-            buf = self.tail + chunk if self.tail else chunk
-            cut = buf.rfind(b"\n\n")
-            if cut < 0:
-                self.tail = buf
-                out = b"" if self.strip else chunk
+            if not self.tail and chunk.endswith(b"\n\n"):  # whole events, the usual arrival: no copies
+                complete = chunk
             else:
+                buf = self.tail + chunk if self.tail else chunk
+                cut = buf.rfind(b"\n\n")
+                if cut < 0:
+                    self.tail = buf
+                    self.events += 0 if self.strip else chunk.count(b"data:")
+                    return b"" if self.strip else chunk
                 complete, self.tail = buf[:cut + 2], buf[cut + 2:]
-                if b'"usage"' in complete or b'"speculative_decoding"' in complete:
-                    complete = _take_usage(complete, self.payloads, self.strip)
-                if self.strip:
-                    out = complete
+            if b'"usage"' in complete or b'"speculative_decoding"' in complete:  # parsed only then
+                complete = _take_usage(complete, self.payloads, self.strip)
+            if self.strip:
+                out = complete
         self.events += out.count(b"data:")
         return out
 
@@ -481,12 +484,12 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
     sse = _SseScan(plan)
     accounted = False
     quiet_since = time.monotonic()
+    up.watch(ctx.proxy.stall_timeout_s)  # a worker silent this long is stalled: readany raises TimeoutError
     while True:
         try:
-            chunk = up.read_nowait()  # what has arrived; a timer only when there is nothing yet
+            chunk = up.read_nowait()  # what has arrived; a wait only when there is nothing yet
             if chunk is None:
-                async with asyncio.timeout(ctx.proxy.stall_timeout_s):  # a worker silent this long is stalled
-                    chunk = await up.readany()
+                chunk = await up.readany()
         except _UPSTREAM_ERRORS as exc:
             if isinstance(exc, TimeoutError) and _queued_not_stalled(ctx, quiet_since):
                 continue
@@ -506,11 +509,15 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
             _record(ctx, sse.outcome(), t_first, streamed=True)
             accounted = True
         if out:
+            last = accounted and not sse.tail and out.endswith(b"data: [DONE]\n\n")
             try:
-                await resp.write(out)
+                await (resp.write_eof(out) if last else resp.write(out))  # the end: with the terminator, one write
             except ConnectionResetError:
                 up.close()  # client gone: drop the upstream connection so the worker aborts the request
-                return resp, 499
+                return resp, 200 if last else 499
+            if last:
+                await _drain(up)
+                return resp, 200
     if not accounted:
         _record(ctx, sse.outcome(), t_first, streamed=True)
     try:
@@ -521,6 +528,16 @@ async def _relay_stream(ctx: _Attempt, up: Response) -> tuple[web.StreamResponse
         # a client that read [DONE] may close before the chunked terminator: it has its whole response
         return resp, 200 if accounted else 499
     return resp, 200
+
+
+async def _drain(up: Response) -> None:
+    """After [DONE] (the client has its whole stream): read the worker's stream to its end, so that its
+    connection goes back to the pool; anything after [DONE] is not an OpenAI event and is dropped."""
+    try:
+        while await up.readany():
+            pass
+    except _UPSTREAM_ERRORS:
+        up.close()
 
 
 def _queued_not_stalled(ctx: _Attempt, quiet_since: float) -> bool:

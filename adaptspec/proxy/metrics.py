@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.values import MutexValue
 
 _LAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
@@ -115,12 +116,12 @@ class ProxyMetrics:
 
 def _fast_observe(child, value: float) -> None:
     if value == value:  # NaN: counted in the sum only, as Histogram.observe does
-        child._buckets[bisect_left(child._upper_bounds, value)].inc(1)
-    child._sum.inc(value)
+        child._buckets[bisect_left(child._upper_bounds, value)]._value += 1.0
+    child._sum._value += value
 
 
 def _fast_inc(child, amount: float = 1.0) -> None:
-    child._value.inc(amount)
+    child._value._value += amount
 
 
 def _has_internals() -> bool:
@@ -128,12 +129,15 @@ def _has_internals() -> bool:
     h = Histogram("probe", "", buckets=(1.0,), registry=probe)
     c = Counter("probe_c", "", registry=probe)
     return (isinstance(getattr(h, "_upper_bounds", None), list) and len(getattr(h, "_buckets", ())) == 2
-            and hasattr(h, "_sum") and hasattr(c, "_value"))
+            and type(getattr(h, "_sum", None)) is MutexValue and type(getattr(c, "_value", None)) is MutexValue
+            and all(type(b) is MutexValue for b in h._buckets) and type(c._value._value) is float)
 
 
-# The request path's updates (a few per request), without prometheus_client's per-call checks and its loop over
-# the buckets (a bisect instead): the same samples (tests/proxy/test_units.py compares the expositions). With a
-# prometheus_client whose internals differ, the public methods.
+# The request path's updates (~11 per request), without prometheus_client's per-call checks, its loop over the
+# buckets (a bisect instead) and its value lock: MutexValue's float is added to directly. Safe because the
+# proxy's metrics are written and read (the /metrics handler) on the event loop's one thread only. The same
+# samples (tests/proxy/test_units.py compares the expositions). With a prometheus_client whose internals
+# differ (another value class, multiprocess mode), the public methods.
 if _has_internals():
     observe, inc = _fast_observe, _fast_inc
 else:  # pragma: no cover - another prometheus_client layout

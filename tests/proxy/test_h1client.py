@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from adaptspec.proxy.h1client import ConnectFailed, Disconnected, H1Client, PayloadError
+from adaptspec.proxy.h1client import ConnectFailed, Deadline, Disconnected, H1Client, PayloadError
 
 from .conftest import free_port
 
@@ -162,6 +162,42 @@ async def test_closed_before_the_head_is_disconnected_and_a_cut_body_is_a_payloa
         await client.close()
 
 
+async def test_a_stream_of_one_whole_chunk_per_arrival():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = [b"data: one\n\n", b"data: %s\n\n" % (b"x" * 300), b"data: [DONE]\n\n"]
+    pieces = [head, *(b"%X\r\n" % len(e) + e + b"\r\n" for e in events), b"0\r\n\r\n"]  # upper-case hex too
+    async with Scripted([pieces, _ok(b"next")]) as srv:
+        client = H1Client()
+        up = await client.post(srv.url, "/v1/completions", b"{}", {})
+        got = []
+        while chunk := await up.readany():
+            got.append(chunk)
+        assert b"".join(got) == b"".join(events)
+        up.release()
+        up = await client.post(srv.url, "/v1/completions", b"{}", {})  # the chunked answer ended cleanly
+        assert await up.read() == b"next"
+        up.release()
+        await client.close()
+    assert srv.connections == 1
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"3\r\nabcXY"],  # a whole chunk's length, no CRLF after the data
+    [b"zz\r\nab\r\n"],  # letters that are not hex
+    [b"2\r\nab\r\n", b"2\r\nabcd"],  # a good chunk, then a bad one
+])
+async def test_bad_framing_in_an_arrival_of_its_own_is_a_payload_error(pieces):
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with Scripted([[head, *pieces]]) as srv:
+        client = H1Client()
+        with pytest.raises(PayloadError):
+            async with asyncio.timeout(10):
+                up = await client.post(srv.url, "/v1/completions", b"{}", {})
+                while await up.readany():
+                    pass
+        await client.close()
+
+
 @pytest.mark.parametrize("raw", [
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a hex size
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nx\r\n",  # negative
@@ -206,6 +242,40 @@ async def test_cancelled_request_drops_its_connection():
             await srv.eof_seen.wait()  # the worker sees the client go
         await client.close()
     assert srv.connections == 1
+
+
+async def test_a_deadline_ends_the_wait_for_the_head_or_the_body_and_drops_the_connection():
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
+    async with Scripted([[], [head + b"12345"]]) as srv:  # no answer at all; then half a body
+        client = H1Client()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await client.post(srv.url, "/v1/completions", b"{}", {}, Deadline(0.2))
+        assert 0.2 <= loop.time() - t0 < 5  # checked every TICK_S
+        dl = Deadline(0.2)
+        up = await client.post(srv.url, "/v1/completions", b"{}", {}, dl)
+        with pytest.raises(TimeoutError):
+            await up.read()  # the same deadline bounds the body
+        assert dl.expired()
+        up.close()
+        await client.close()
+    assert srv.connections == 2  # the first connection was dropped, not reused
+
+
+async def test_rescheduling_a_deadline_into_the_past_ends_the_wait_at_once():
+    async with Scripted([[]]) as srv:  # never answers
+        client = H1Client()
+        dl = Deadline(600)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, dl.reschedule, -1.0)  # what Pools.mark_unhealthy does on an ejection
+        t0 = loop.time()
+        with pytest.raises(TimeoutError):
+            await client.post(srv.url, "/v1/completions", b"{}", {}, dl)
+        assert loop.time() - t0 < 5 and dl.expired()
+        async with asyncio.timeout(10):
+            await srv.eof_seen.wait()  # the worker sees the client go
+        await client.close()
 
 
 async def test_credentials_in_the_url_become_basic_auth_unless_a_header_is_given():

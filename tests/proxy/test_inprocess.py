@@ -185,3 +185,91 @@ async def test_every_state_gauge_is_exposed_with_its_help():
         text = await (await client.get("/metrics")).text()
     helps = dict(line[len("# HELP "):].split(" ", 1) for line in text.splitlines() if line.startswith("# HELP "))
     assert {name: helps.get(name) for name in GAUGE_DOCS} == GAUGE_DOCS
+
+
+@contextlib.asynccontextmanager
+async def paced_upstream(gaps_s: list[float]):
+    """An OpenAI-style SSE upstream: one content event after each gap in `gaps_s`, then finish and [DONE];
+    a gap of None never ends (a frozen worker)."""
+    import asyncio
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i, gap in enumerate(gaps_s):
+            await asyncio.sleep(3600 if gap is None else gap)
+            await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}\n\n' % i)
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with TestClient(TestServer(app)) as client:
+        yield str(client.make_url("")).rstrip("/")
+
+
+async def _stream_through(url: str, stall_s: float) -> tuple[str, Proxy]:
+    import asyncio
+
+    pools = [{"name": "p", "engine": "openai", "per_request": False, "proposers": [],
+              "workers": [{"name": "w0", "url": url}]}]
+    proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30, "stall_timeout_s": stall_s,
+                                                           "request_timeout_s": 60}}))
+    async with TestClient(TestServer(create_app(proxy))) as client:
+        r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": CHAT, "stream": True})
+        assert r.status == 200
+        text = (await r.read()).decode()
+        if text.endswith("data: [DONE]\n\n"):  # the worker's stream read to its end: its connection is kept
+            for _ in range(200):
+                if proxy.h1._origins[url].idle:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(proxy.h1._origins[url].idle) == 1
+        return text, proxy
+
+
+async def test_a_stream_whose_chunks_come_within_the_stall_timeout_is_not_cut_however_long_it_runs():
+    # 5 gaps of 0.15 s: 0.75 s in all, over the 0.4 s stall timeout, which counts from the last chunk
+    async with paced_upstream([0.15] * 5) as url:
+        text, proxy = await _stream_through(url, stall_s=0.4)
+    assert [e for e in text.split("\n\n") if e][-1] == "data: [DONE]" and text.count("data:") == 7
+    assert "error" not in text and proxy.pools.workers["w0"].healthy
+
+
+async def test_a_stream_that_goes_silent_ends_with_an_error_event_after_the_stall_timeout():
+    async with paced_upstream([0.0, 0.0, None]) as url:
+        text, proxy = await _stream_through(url, stall_s=0.3)
+    events = [e for e in text.split("\n\n") if e]
+    assert events[:2] == ['data: {"choices":[{"index":0,"delta":{"content":"t0"}}]}',
+                          'data: {"choices":[{"index":0,"delta":{"content":"t1"}}]}']
+    error = json.loads(events[-1][len("data: "):])["error"]
+    assert error["code"] == "upstream_timeout" and "sent nothing for 0.3 s" in error["message"]
+    assert not proxy.pools.workers["w0"].healthy  # ejected
+
+
+async def test_a_worker_that_never_answers_loses_the_request_to_the_next_after_the_deadline():
+    import asyncio
+
+    async def frozen(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", frozen)
+    async with TestClient(TestServer(app)) as stuck, upstream(name="w1") as w1:
+        pools = [{"name": "p", "engine": "adaptspec", "profile": "cpu-tiny", "max_gamma": 8,
+                  "workers": [{"name": "w0", "url": str(stuck.make_url("")).rstrip("/")},
+                              {"name": "w1", "url": w1.url}]}]
+        proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30, "request_timeout_s": 0.3,
+                                                               "first_byte_timeout_s": 0.3}}))
+        async with TestClient(TestServer(create_app(proxy))) as client:
+            for stream in (False, True):
+                proxy.pools.mark_healthy(proxy.pools.workers["w0"])
+                for _ in range(4):  # whichever worker the decision picks first, each request ends on w1
+                    r = await client.post("/v1/chat/completions",
+                                          json={"model": "tiny", "messages": CHAT, "stream": stream})
+                    assert r.status == 200 and r.headers["x-adaptspec-worker"] == "w1"
+                    await r.read()
+    assert _count(proxy, "adaptspec_upstream_retries_total", worker="w0") >= 1

@@ -138,3 +138,20 @@ def test_access_log_off(upstreams, proxies, tmp_path):
     status, headers, _ = chat(px.url, max_tokens=2)
     assert status == 200 and HEX32.fullmatch(headers["x-request-id"])  # ids stay on
     assert '"request_id"' not in px.log()
+
+
+def test_access_lines_waiting_in_the_batch_are_written_on_sigterm_in_order(upstreams, proxies, tmp_path):
+    """Lines wait up to 0.1 s for their batch; a SIGTERM right after the last request still writes them all,
+    in the order the requests finished (the handler flushes at exit)."""
+    up = upstreams("w0")
+    log = tmp_path / "access.jsonl"
+    px = proxies({"pools": [pool("spec", [up])]}, args=["--access-log", str(log)])
+    ids = [f"sigterm-{i}" for i in range(5)]
+    for rid in ids:
+        status, _, _ = chat(px.url, {"X-Request-Id": rid}, max_tokens=2)
+        assert status == 200
+    px.stop()  # SIGTERM at once: the last lines are still in the batch
+    assert px.proc.returncode == 0
+    lines = access_lines(log)
+    assert [x["request_id"] for x in lines] == ids
+    assert all(x["status"] == 200 and x["path"] == "/v1/chat/completions" for x in lines)

@@ -11,7 +11,7 @@ from adaptspec.control.estimators import AlphaTable
 from adaptspec.errors import ConfigError, RequestError, UpstreamError
 from adaptspec.proxy.configfile import expand_env, load_config_file
 from adaptspec.proxy.feedback import Feedback, position_stats, prompt_tokens, spec_stats
-from adaptspec.proxy.handlers import _parse, _take_usage
+from adaptspec.proxy.handlers import _parse, _SseScan, _take_usage
 from adaptspec.proxy.metrics import ProxyMetrics
 from adaptspec.proxy.scrape import parse_metrics
 from adaptspec.proxy.state import MemoryState, redact_url
@@ -53,6 +53,27 @@ def test_parse_rejects(body, status, param):
 def test_parse_accepts():
     body, model, stream = _parse(b'{"model": "m", "prompt": ["a"], "stream": true}', "completions")
     assert (model, stream, body["prompt"]) == ("m", True, ["a"])
+
+
+def test_sse_scan_gives_the_same_bytes_and_outcome_however_the_stream_is_cut():
+    import random
+    from types import SimpleNamespace
+
+    events = [b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i for i in range(5)]
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5}}\n\n'
+    stream = b"".join(events) + usage + b"data: [DONE]\n\n"
+    rng = random.Random(0)
+    for strip in (False, True):
+        whole = _SseScan(SimpleNamespace(scan=True, strip_usage=strip))
+        want = whole.feed(stream) + (whole.tail if strip else b"")
+        assert want == (stream.replace(usage, b"") if strip else stream)
+        for _ in range(50):
+            cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 12)))
+            sse = _SseScan(SimpleNamespace(scan=True, strip_usage=strip))
+            got = b"".join(sse.feed(stream[a:b]) for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True))
+            assert got + (sse.tail if strip else b"") == want
+            out = sse.outcome()
+            assert (out.tokens, out.prompt) == (5.0, 7.0)
 
 
 def test_take_usage_strips_only_what_the_proxy_added():
@@ -218,8 +239,9 @@ def test_access_lines_take_the_handlers_fast_path_or_logging_alike(tmp_path):
         log.setLevel(before[1])
     assert path.read_text().splitlines() == ['{"a":1}', '{"b":2}', 'access {"c":3}']
     assert seen == ['{"b":2}']
-    for t in (0.0, 1.9995, 1764600000.25, 1764600000.999, 1764600001.0):  # formatted once a second, as before
-        want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+    for t in (0.0, 1.9995, 1764600000.25, 1764600000.999, 1764600001.0):  # the seconds formatted once a second
+        milli = int(t * 1000)
+        want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(milli // 1000)) + f".{milli % 1000:03d}Z"
         assert accesslog._iso(t) == want
 
 
@@ -257,6 +279,27 @@ def test_access_line_is_what_json_dumps_writes():
         want = json.dumps({k: record.get(k) for k in accesslog.FIELDS}, separators=(",", ":"))
         assert accesslog.line(record) == want
         assert list(json.loads(want)) == list(accesslog.FIELDS)  # every field, in order (NaN: as json reads it)
+
+
+def test_the_middlewares_line_is_line_of_the_same_record():
+    """_fast_line (remembered middles, the id and time unescaped) writes what line() writes, for the records
+    the middleware builds (every field, a valid id) with any values the handlers may note."""
+    from adaptspec.proxy import accesslog
+
+    base = {**accesslog._BLANK, "request_id": "3f2a9c", "method": "POST", "path": "/v1/chat/completions"}
+    notes = [{}, {"model": "m", "class": "code", "proposer": "ngram", "gamma": 4, "worker": "w0", "status": 200,
+                  "prompt_tokens": 12, "output_tokens": 30, "ttft_ms": 0.35, "retries": 1},
+             {"model": 'm"od\\el\n\u00e9\U0001f600', "status": 499, "prompt_tokens": 12.5, "ttft_ms": None},
+             {"model": ["not", {"a": "str"}], "gamma": True, "ttft_ms": float("nan"), "output_tokens": float("inf")},
+             {"model": "x" * 600, "status": 404, "retries": 2.0}, {"request_id": "a.b:c/d+e=f@g-h_1"}]
+    for started in (1764600000.25, 1764600000.2501, 1764600000.999, 1764600001.0):
+        for extra in notes * 2:  # the second time from the remembered middles
+            record = {**base, **extra}
+            total = 12.345
+            want = accesslog.line({**record, "ts": accesslog._iso(started), "total_ms": total})
+            assert accesslog._fast_line(record, started, total) == want
+    assert len(accesslog._MIDDLES) <= accesslog._MIDDLES_MAX
+    assert not any(len(k[2]) > 512 for k in accesslog._MIDDLES if isinstance(k[2], str))  # long models: not kept
 
 
 def test_worker_state_is_reused_only_while_its_inputs_stay_the_same():
