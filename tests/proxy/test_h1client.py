@@ -98,16 +98,21 @@ async def test_chunked_body_split_at_every_byte_with_extensions_and_trailers():
         client = H1Client()
         up = await client.post(srv.url, "/v1/completions", b"{}", {})
         assert up.content_type == "text/event-stream"
-        got = b""
-        while chunk := await up.readany():
-            got += chunk
-        assert got == b"data: one\n\ndata: [DONE]\n\n"
-        up.release()
-        up = await client.post(srv.url, "/v1/completions", b"{}", {})  # the chunked answer ended cleanly
-        assert await up.read() == b"next"
-        up.release()
-        await client.close()
+        await _read_all_then_reuse(client, srv, up, b"data: one\n\ndata: [DONE]\n\n")
     assert srv.connections == 1
+
+
+async def _read_all_then_reuse(client: H1Client, srv, up, expected: bytes) -> None:
+    """Read `up` to its end (== expected), then one more request on the pooled connection reads b"next"."""
+    got = []
+    while chunk := await up.readany():
+        got.append(chunk)
+    assert b"".join(got) == expected
+    up.release()
+    up = await client.post(srv.url, "/v1/completions", b"{}", {})  # the chunked answer ended cleanly
+    assert await up.read() == b"next"
+    up.release()
+    await client.close()
 
 
 async def test_body_to_the_end_of_the_connection_and_connection_close_are_not_reused():
@@ -169,15 +174,7 @@ async def test_a_stream_of_one_whole_chunk_per_arrival():
     async with Scripted([pieces, _ok(b"next")]) as srv:
         client = H1Client()
         up = await client.post(srv.url, "/v1/completions", b"{}", {})
-        got = []
-        while chunk := await up.readany():
-            got.append(chunk)
-        assert b"".join(got) == b"".join(events)
-        up.release()
-        up = await client.post(srv.url, "/v1/completions", b"{}", {})  # the chunked answer ended cleanly
-        assert await up.read() == b"next"
-        up.release()
-        await client.close()
+        await _read_all_then_reuse(client, srv, up, b"".join(events))
     assert srv.connections == 1
 
 
