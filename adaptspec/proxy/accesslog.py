@@ -45,7 +45,6 @@ _QUIET = ("/health", "/metrics", "/version")
 _VALID_ID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")  # none of these characters is escaped in JSON
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")  # version-trace-parent-flags
 _SPAN: ContextVar[tracing.RequestSpan | None] = ContextVar("adaptspec_request_span", default=None)
-_floor = math.floor
 _random_bits = random.getrandbits  # ids need to be unique, not secret: no getrandom() system call per request
 
 
@@ -123,7 +122,7 @@ def _middleware(traced: bool):
                 _SPAN.reset(span_token)
             _finish(record, status, span)
             if not quiet and access_log.isEnabledFor(logging.INFO):
-                record["total_ms"] = total = _floor((time.perf_counter() - t0) * 1e6 + 0.5) / 1000  # ms()
+                record["total_ms"] = total = ms(time.perf_counter() - t0)
                 sink = _sink()
                 if sink is not None:
                     sink(_fast_line(record, started, total))

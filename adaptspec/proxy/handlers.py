@@ -450,14 +450,11 @@ class _SseScan:
         if self.scan:
             if not self.tail and chunk.endswith(b"\n\n"):  # whole events, the usual arrival: no copies
                 complete = chunk
-            else:
+            else:  # b"" until an event is whole
                 buf = self.tail + chunk if self.tail else chunk
                 cut = buf.rfind(b"\n\n")
-                if cut < 0:
-                    self.tail = buf
-                    self.events += 0 if self.strip else chunk.count(b"data:")
-                    return b"" if self.strip else chunk
-                complete, self.tail = buf[:cut + 2], buf[cut + 2:]
+                cut = cut + 2 if cut >= 0 else 0
+                complete, self.tail = buf[:cut], buf[cut:]
             if b'"usage"' in complete or b'"speculative_decoding"' in complete:  # parsed only then
                 complete = _take_usage(complete, self.payloads, self.strip)
             if self.strip:
