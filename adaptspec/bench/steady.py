@@ -111,7 +111,9 @@ async def run_steady(cfg: LoadConfig, prompts: Iterator[PromptItem], window_s: f
             if on_window is not None:
                 await asyncio.to_thread(on_window, "start")
             await asyncio.sleep(max(0.0, stop_at[0] - time.perf_counter()))
-            end = time.perf_counter()
+            # the window ends when the clients stop sending, not when this task wakes: on a busy loop the wake can
+            # come after every request in flight at the end finished, and the window would swallow their tails
+            end = stop_at[0]
             if on_window is not None:
                 await asyncio.to_thread(on_window, "end")
             out.window = (start, end)
