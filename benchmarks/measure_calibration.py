@@ -224,7 +224,7 @@ def mean_context(points: list[dict]) -> float:
     return kv / sum(p["steps"] * p["batched_per_step"] for p in points)
 
 
-def _replay_scrapes(path: str, probe_steps: float | None, local_decay: float | None = None) -> int:
+def _replay_scrapes(path: str, probe_steps: float | None) -> int:
     """Feed a saved live run's recorded scrapes to a fresh StepCalibrator (the proxy's defaults, prior = the run's
     profile) and print how its fit and the drafted tokens' contrast evolve (no servers)."""
     run = json.loads(Path(path).read_text())
@@ -233,19 +233,18 @@ def _replay_scrapes(path: str, probe_steps: float | None, local_decay: float | N
         print(f"{path}: no recorded scrapes", file=sys.stderr)
         return 2
     prior = load_profile(run["profile"])
-    opts = {k: v for k, v in (("probe_steps", probe_steps), ("local_decay", local_decay)) if v is not None}
-    cal = StepCalibrator(prior, **opts)
+    cal = StepCalibrator(prior) if probe_steps is None else StepCalibrator(prior, probe_steps=probe_steps)
     print(f"# {path}: {len(ws)} windows, {sum(w.steps for w in ws):.0f} steps, prior {run['profile']}\n")
-    print("| windows | steps | load (rows/step) | overhead ms | per batched token ms | per KV token us | drafted contrast "
-          "| contrast steps | probe asked | trusted |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    every = max(1, len(ws) // 16)
+    print("| windows | steps | overhead ms | per batched token ms | per KV token us | drafted contrast | contrast steps "
+          "| probe asked | trusted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    every = max(1, len(ws) // 8)
     for i, w in enumerate(ws):
         cal.observe(w)
         if (i + 1) % every == 0 or i + 1 == len(ws):
             c = cal.costs()
             k = c.coefficients
-            print(f"| {i + 1} | {c.steps:.0f} | {c.load:.0f} | {1e3 * k['overhead_s']:.2f} | {1e3 * k['compute_s_per_token']:.3f} | "
+            print(f"| {i + 1} | {c.steps:.0f} | {1e3 * k['overhead_s']:.2f} | {1e3 * k['compute_s_per_token']:.3f} | "
                   f"{1e6 * k['kv_s_per_token']:.2f} | {c.drafted_contrast:.2f} | {c.contrast_steps:.0f} | {c.probe} | "
                   f"{c.trusted} |")
     return 0
@@ -383,9 +382,6 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,4,16,32")
     ap.add_argument("--duration", type=float, default=12.0, help="measured seconds per concurrency")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--max-batch", type=int, default=64, help="the reference worker's running batch limit")
-    ap.add_argument("--local-decay", type=float, default=None,
-                    help="--replay-scrapes: the calibrator's local_decay (1 = one global fit; default: the proxy's)")
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--from-json", metavar="FILE", help="only recompute the decision comparison of a saved run")
     ap.add_argument("--replay-scrapes", metavar="FILE",
@@ -405,7 +401,7 @@ def main() -> int:
     if args.from_json:
         return _replay(args.from_json)
     if args.replay_scrapes:
-        return _replay_scrapes(args.replay_scrapes, args.probe_steps, args.local_decay)
+        return _replay_scrapes(args.replay_scrapes, args.probe_steps)
     if args.simulate:
         return _simulated(args)
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -424,7 +420,7 @@ def main() -> int:
     rows = []
     try:
         procs.append(subprocess.Popen([py, "-m", "adaptspec", "worker", "--port", str(wport), "--threads", "1",
-                                       "--max-batch", str(args.max_batch)], stdout=open(tmp / "worker.log", "w"),  # noqa: SIM115
+                                       "--max-batch", "64"], stdout=open(tmp / "worker.log", "w"),  # noqa: SIM115
                                       stderr=subprocess.STDOUT))
         _wait(worker_url + "/health", procs[-1])
         procs.append(subprocess.Popen([py, "-m", "adaptspec", "serve", "--config", str(config), "--watch", "0"],

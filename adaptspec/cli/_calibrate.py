@@ -60,7 +60,7 @@ def run(args) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cal = StepCalibrator(prior, local_decay=1.0)  # a profile for every load: one global fit
+    cal = StepCalibrator(prior)
     started = time.monotonic()
     try:
         first = _scrape(args.url, max(5.0, 4 * args.interval))

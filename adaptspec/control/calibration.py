@@ -64,18 +64,6 @@ of it the fit asks for contrast (`CalibratedCosts.probe`): the policy then admit
 evidence is there (a share p of probes alone gives contrast sqrt(p / (1 - p)): 1/8 needs 7 x `probe_steps` steps).
 It reads no residuals: a misspecified worker's standard errors are small and wrong.
 
-Locality. A real worker's step is not linear over its whole load range: the reference worker's marginal cost of
-a batched token is ~0.25 ms around batch 1-32 (prefill chunks, cheap matmuls) and ~0.5 ms at 128-256 rows; a
-GPU's roofline bends where compute overtakes memory. One line through every load prices a drafted token at
-128 rows with the slope that batch 1 taught it. So the fit that prices is local to the live load: the
-moments are also kept per octave of load (`load_coordinate`: running requests per step, or batched tokens less
-the drafted ones when the engine does not count requests), and the live load is a moving average of the
-windows' (log2, a quarter per window). The fit at the live load solves the same problem over the octaves
-within two octaves of it, each weighted `local_decay` (0.25) per octave of distance, with the GLOBAL fit as
-its prior (ridge, ties and held coefficients alike): a load without windows yet is priced by the global fit,
-and its own windows take over as they come (`prior_steps` of evidence). Trust, the profile's bias and the
-gauges' evidence stay global. `local_decay` 1 is the one global fit (`adaptspec calibrate` prints that).
-
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
 coefficients held at the prior).
@@ -109,9 +97,6 @@ _ERR_DECAY = 0.5 ** (1.0 / 16.0)  # the profile's recent bias: half-life of 16 w
 _BIAS_T = 4.0  # a profile whose mean error is this many standard errors from 0 ...
 _BIAS_REL = 0.2  # ... and at least this share of the measured step time is systematically off
 _COLLINEAR = 0.9  # two slopes whose estimates correlate below -0.9: the data determine their sum, not each
-_LOAD_BUCKETS = 14  # octaves of the load coordinate (rows per step): 1 .. 8192
-_LOAD_EMA = 0.25  # the live load: moving average of the windows' log2 load, this weight per window
-_LOAD_REACH = 2.0  # octaves: windows farther from the live load do not enter its fit (the global fit anchors it)
 
 
 def feature_names(proposers: Sequence[str] = MODEL_PROPOSERS) -> tuple[str, ...]:
@@ -188,34 +173,6 @@ def _snap(x: float) -> tuple[float, int | None]:
 
 
 @dataclass(frozen=True)
-class _Moments:
-    """The weighted regression's sufficient statistics (module doc): S, r, q, and the windows behind them."""
-
-    s: np.ndarray  # [d, d] sum x x^T / steps
-    r: np.ndarray  # [d] sum x y / steps
-    q: float  # sum y^2 / steps
-    windows: float
-
-    @property
-    def steps(self) -> float:
-        return float(self.s[0, 0])
-
-
-def load_coordinate(w: StepCounters) -> float:
-    """Where a window sits on the load axis: running requests per step when the engine counts them, else its
-    batched tokens per step less the drafted ones (decode rows and prefill; drafting must not move a window
-    away from the same load without drafting)."""
-    n = float(w.steps)
-    if w.requests > 0:
-        return float(w.requests) / n
-    return max(float(w.batched_tokens) - float(sum(w.drafted_tokens.values())), 0.0) / n
-
-
-def _bucket(load: float) -> int:
-    return min(_LOAD_BUCKETS - 1, max(0, round(math.log2(max(load, 1.0)))))
-
-
-@dataclass(frozen=True)
 class CalibratedCosts:
     """A fit of one worker's step costs: coefficients (name -> seconds), their standard errors, evidence."""
 
@@ -242,8 +199,6 @@ class CalibratedCosts:
     drafted_contrast: float = math.nan
     contrast_steps: float = math.nan  # steps x drafted_contrast^2: steps' worth of full contrast
     probe: bool = False
-    load: float = math.nan  # the load (rows per step, `load_coordinate`) the fit is centred on; NaN: global fit
-    local_steps: float = math.nan  # the kernel-weighted steps behind it
 
     @property
     def target(self) -> StepTimeModel:
@@ -287,17 +242,12 @@ class StepCalibrator:
     weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
     probe_steps: float = 0.0  # ask for probes while contrast_steps is below this (0: never; opt in, e.g. 300)
     proposers: tuple[str, ...] = MODEL_PROPOSERS
-    # the fit is local to the live load (module doc, Locality): windows one octave of load away weigh this much,
-    # two octaves its square...; 1.0 = one global fit over every load
-    local_decay: float = 0.25
     names: tuple[str, ...] = field(init=False)
     theta0: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         if self.prior_steps <= 0 or self.half_life_steps <= 0 or self.min_steps < 0:
             raise ValueError("prior_steps and half_life_steps must be > 0, min_steps >= 0")
-        if not 0.0 < self.local_decay <= 1.0:
-            raise ValueError(f"local_decay must be in (0, 1], got {self.local_decay}")
         self.names = feature_names(self.proposers)
         self.theta0 = prior_coefficients(self.prior, self.proposers)
         self.reset()
@@ -309,12 +259,6 @@ class StepCalibrator:
         self._r = np.zeros(d)  # sum x y / steps
         self._q = 0.0  # sum y^2 / steps
         self._windows = 0.0  # discounted number of windows
-        # the same moments per octave of load (`load_coordinate`), and the live load (log2, moving average)
-        self._sb = np.zeros((_LOAD_BUCKETS, d, d))
-        self._rb = np.zeros((_LOAD_BUCKETS, d))
-        self._qb = np.zeros(_LOAD_BUCKETS)
-        self._wb = np.zeros(_LOAD_BUCKETS)
-        self._load_log2 = math.nan
         self._ctx = np.zeros(2)  # [KV tokens, requests] of the windows whose engine counts requests per step
         self._u = np.zeros((4, 4))  # sum u u^T / steps, u = [steps, requests, KV, drafted tokens] (same windows)
         self._err = np.zeros(2)  # discounted prequential squared errors per step: [fit, profile]
@@ -360,15 +304,6 @@ class StepCalibrator:
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
         self._windows = lam * self._windows + 1.0
-        b = _bucket(load_coordinate(w))
-        for acc in (self._sb, self._rb, self._qb, self._wb):
-            acc *= lam
-        self._sb[b] += np.outer(x, x) / n
-        self._rb[b] += x * y / n
-        self._qb[b] += y * y / n
-        self._wb[b] += 1.0
-        z = math.log2(max(load_coordinate(w), 1.0))
-        self._load_log2 = z if math.isnan(self._load_log2) else self._load_log2 + _LOAD_EMA * (z - self._load_log2)
         self._ctx = lam * self._ctx
         self._u = lam * self._u
         if w.requests > 0:  # an engine that counts requests per step
@@ -386,25 +321,14 @@ class StepCalibrator:
         return target + float(x[3:] @ self.theta0[3:])
 
     # -- the fit ---------------------------------------------------------------------------------------
-    def load(self) -> float:
-        """The live load the fit is centred on (rows per step, moving average over windows); NaN before any."""
-        return math.nan if math.isnan(self._load_log2) else 2.0**self._load_log2
-
-    def _moments(self) -> _Moments:
-        """The moments of the fit at the live load: each octave of load weighted by `local_decay` per octave of
-        distance from it, up to `_LOAD_REACH` octaves."""
-        dist = np.abs(np.arange(_LOAD_BUCKETS) - self._load_log2)  # [B] octaves
-        k = np.where(dist <= _LOAD_REACH, self.local_decay**dist, 0.0)  # [B]
-        return _Moments(np.tensordot(k, self._sb, 1), k @ self._rb, float(k @ self._qb), float(k @ self._wb))
-
-    def _identified(self, m: _Moments) -> np.ndarray:
+    def _identified(self) -> np.ndarray:
         """Which coefficients the data identify, in order (a slope needs residual spread, see module doc)."""
         d = len(self.names)
         free = np.zeros(d, dtype=bool)
-        n = m.steps
+        n = self.steps
         if n <= 0:
             return free
-        g = m.s / n  # per-step second moments
+        g = self._s / n  # per-step second moments
         free[0] = True
         for j in range(1, d):
             gjj = g[j, j]
@@ -423,7 +347,7 @@ class StepCalibrator:
             self._cached = self._fit()
         return self._cached
 
-    def _solve(self, m: _Moments, theta0: np.ndarray, free: np.ndarray, tied: Sequence[np.ndarray] = ()
+    def _solve(self, free: np.ndarray, tied: Sequence[np.ndarray] = ()
                ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
         """(coefficients, standard errors, sigma, covariance [d, d]) with the `free` ones fitted and the others at the prior;
         each group in `tied` (indices, all free) is fitted as one scale s of the prior's coefficients there
@@ -431,39 +355,39 @@ class StepCalibrator:
 
         The fit is over phi, theta = B phi + (theta0 where not free): B has a unit column per untied free
         coefficient and the column theta0_g per tied group (whose prior value is s = 1)."""
-        theta = theta0.copy()
+        theta = self.theta0.copy()
         d = len(self.names)
         errors = np.full(d, math.nan)
         sigma = math.nan
         cov = np.full((d, d), math.nan)
         if not free.any():
             return theta, errors, sigma, cov
-        n = m.steps
+        n = self.steps
         in_tie = np.zeros(d, dtype=bool)
         for g in tied:
             in_tie[g] = True
         cols = [np.eye(d)[j] for j in np.where(free & ~in_tie)[0]]
-        phi0 = [theta0[j] for j in np.where(free & ~in_tie)[0]]
+        phi0 = [self.theta0[j] for j in np.where(free & ~in_tie)[0]]
         for g in tied:
             col = np.zeros(d)
-            col[g] = theta0[g]
+            col[g] = self.theta0[g]
             cols.append(col)
             phi0.append(1.0)
         b = np.stack(cols, axis=1)  # [d, f]
         phi0 = np.asarray(phi0)  # [f]
-        off = np.where(free, 0.0, theta0)  # [d] the coefficients held at the prior
-        s_b = b.T @ m.s @ b  # [f, f]
+        off = np.where(free, 0.0, self.theta0)  # [d] the coefficients held at the prior
+        s_b = b.T @ self._s @ b  # [f, f]
         # the prior: worth prior_steps steps of each parameter's own (partial) information per step
         partial = 1.0 / np.diag(np.linalg.pinv(s_b / n))
         ridge = self.prior_steps * np.clip(partial, 0.0, None)
-        h = s_b + np.diag(ridge)
-        g = b.T @ (m.r - m.s @ off) + ridge * phi0
-        theta = b @ nnls_quadratic(h, g) + off
-        rss = m.q - 2.0 * theta @ m.r + theta @ m.s @ theta
-        dof = m.windows - b.shape[1]
+        m = s_b + np.diag(ridge)
+        g = b.T @ (self._r - self._s @ off) + ridge * phi0
+        theta = b @ nnls_quadratic(m, g) + off
+        rss = self._q - 2.0 * theta @ self._r + theta @ self._s @ theta
+        dof = self._windows - b.shape[1]
         if dof > 0.5:
             sigma = math.sqrt(max(rss, 0.0) / dof)
-            cov = sigma**2 * (b @ np.linalg.inv(h) @ b.T)  # [d, d]
+            cov = sigma**2 * (b @ np.linalg.inv(m) @ b.T)  # [d, d]
             errors[free] = np.sqrt(np.clip(np.diag(cov), 0.0, None))[free]
         return theta, errors, sigma, cov
 
@@ -476,17 +400,16 @@ class StepCalibrator:
             out.append(np.array([3 + 2 * i, 4 + 2 * i]))
         return out
 
-    def _ties(self, m: _Moments, theta0: np.ndarray, free: np.ndarray, theta: np.ndarray, errors: np.ndarray,
-              cov: np.ndarray) -> list[np.ndarray]:
+    def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray, cov: np.ndarray) -> list[np.ndarray]:
         """The groups to fit at the profile's ratios (module doc, Collinearity): the prior is positive on the
         whole group, every member has data; and either a member is not identified next to one that is,
         or all are fitted but weakly (estimates correlated below -0.9, a relative standard error above
         `weak_rel`) and their fitted ratio is within two standard errors of the profile's (a Wald test of
         theta_i theta0_j = theta_j theta0_i)."""
         out = []
-        g_s = np.diag(m.s)
+        g_s = np.diag(self._s)
         for g in self._groups():
-            if not (theta0[g] > 0).all() or not free[g].any() or not (g_s[g] > 0).all():
+            if not (self.theta0[g] > 0).all() or not free[g].any() or not (g_s[g] > 0).all():
                 continue
             if not free[g].all():
                 out.append(g)
@@ -497,9 +420,9 @@ class StepCalibrator:
             corr = cov[i, j] / max(math.sqrt(cov[i, i] * cov[j, j]), 1e-300)
             if corr > -_COLLINEAR or not (errors[g] > self.weak_rel * np.maximum(theta[g], 1e-300)).any():
                 continue
-            contrast = theta[i] * theta0[j] - theta[j] * theta0[i]
+            contrast = theta[i] * self.theta0[j] - theta[j] * self.theta0[i]
             grad = np.zeros(len(theta))
-            grad[i], grad[j] = theta0[j], -theta0[i]
+            grad[i], grad[j] = self.theta0[j], -self.theta0[i]
             var = float(grad @ cov @ grad)
             if contrast * contrast <= 4.0 * var:
                 out.append(g)
@@ -561,45 +484,30 @@ class StepCalibrator:
         fit_err, prof_err = self._err
         return bool(self.profile_biased() or (self._err_windows > 0 and fit_err <= prof_err))
 
-    def _regress(self, m: _Moments, theta0: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, list[np.ndarray]]:
-        """(coefficients, errors, sigma, fitted, tied groups) of the moments `m` around the prior `theta0`."""
-        free = self._identified(m)
-        theta, errors, sigma, cov = self._solve(m, theta0, free)
-        tied = self._ties(m, theta0, free, theta, errors, cov)
+    def _fit(self) -> CalibratedCosts:
+        free = self._identified()
+        n = self.steps
+        theta, errors, sigma, cov = self._solve(free)
+        tied = self._ties(free, theta, errors, cov)
         for g in tied:
             free[g] = True
         in_tie = np.zeros(len(free), dtype=bool)
         for g in tied:
             in_tie[g] = True
         if tied:
-            theta, errors, sigma, _ = self._solve(m, theta0, free, tied)
+            theta, errors, sigma, _ = self._solve(free, tied)
         # a slope the data hardly determine (standard error above its value) and that does not contradict
         # the prior (within 2 errors of it) keeps the prior's value: noise must not move a cost
         vague = free & ~in_tie & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
-            np.abs(theta - theta0) <= 2.0 * errors)
+            np.abs(theta - self.theta0) <= 2.0 * errors)
         if vague.any():
             free = free & ~vague
-            theta, errors, sigma, _ = self._solve(m, theta0, free, tied)
-        return theta, errors, sigma, free, tied
-
-    def _fit(self) -> CalibratedCosts:
-        n = self.steps
-        m = _Moments(self._s, self._r, self._q, self._windows)
-        theta, errors, sigma, free, tied = self._regress(m, self.theta0)
-        local = self._moments() if self.local_decay < 1.0 and not math.isnan(self._load_log2) else None
-        if local is not None and local.steps > 0:
-            # the fit at the live load: its windows (and its neighbours', less), around the global fit (module
-            # doc, Locality): where the load has no windows yet the global fit prices
-            m = local
-            lt, le, sigma, lfree, tied = self._regress(m, theta)
-            errors = np.where(lfree & np.isfinite(le), le, errors)  # too few windows there: the global fit's
-            theta, free = lt, free | lfree
+            theta, errors, sigma, _ = self._solve(free, tied)
         snapped, grid = zip(*(_snap(float(t)) for t in theta), strict=True)
         kv, reqs = self._ctx
         ctx, ctx_i = _snap(float(kv / reqs)) if reqs > 0 and kv > 0 else (0.0, None)
         key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
-        batch = float(m.s[0, 1] / m.steps) if m.steps > 0 else 0.0
+        batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         contrast = self.drafted_contrast()
         evidence = n * contrast * contrast if math.isfinite(contrast) else math.nan
         return CalibratedCosts(
@@ -613,5 +521,4 @@ class StepCalibrator:
             fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
             prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,
             tied=tuple(self.names[j] for g in tied for j in g), drafted_contrast=contrast, contrast_steps=evidence,
-            probe=bool(math.isfinite(contrast) and evidence < self.probe_steps),
-            load=math.nan if self.local_decay >= 1.0 else self.load(), local_steps=m.steps)
+            probe=bool(math.isfinite(contrast) and evidence < self.probe_steps))

@@ -232,8 +232,6 @@ class CalibrationConfig(_Strict):
     min_steps: float = Field(default=300.0, ge=0)  # engine steps before the fit is trusted
     prior_steps: float = Field(default=20.0, gt=0)  # weight of the profile, in engine steps
     half_life_steps: float = Field(default=20_000.0, gt=0)  # forgetting
-    # the fit is local to the live load: windows one octave of rows per step away weigh this much (1: one global fit)
-    local_decay: float = Field(default=0.25, gt=0, le=1)
     probe_steps: float = Field(default=0.0, ge=0)  # opt in (e.g. 300): toggle speculation for 1/8 of admissions while the fit has
     # fewer steps' worth of drafted tokens varying on their own (a drafted token's price, control/calibration_probe.py); 0: never
 

@@ -216,8 +216,7 @@ class Feedback:
         (left None with `calibration.enabled: false`: the gauges still show the fit)."""
         cfg = getattr(self.proxy.config, "calibration", None)
         opts = {} if cfg is None else {"min_steps": cfg.min_steps, "prior_steps": cfg.prior_steps,
-                                       "half_life_steps": cfg.half_life_steps, "probe_steps": cfg.probe_steps,
-                                       "local_decay": cfg.local_decay}
+                                       "half_life_steps": cfg.half_life_steps, "probe_steps": cfg.probe_steps}
         cal = self._calibrators.get(worker.name)
         prior = self._prior(worker)
         if cal is None or cal.prior.name != prior.name or any(getattr(cal, k) != v for k, v in opts.items()):
@@ -244,7 +243,7 @@ class Feedback:
                 if p != "none":
                     sampled += [((w.name, p, c), alphas.get(w.name, p, c, regime=SAMPLED).mean)
                                 for c in CONTENT_CLASSES]
-        coef, err, trusted, steps, need, mse, contrast, probes, load = [], [], [], [], [], [], [], [], []
+        coef, err, trusted, steps, need, mse, contrast, probes = [], [], [], [], [], [], [], []
         made = getattr(getattr(self.proxy.policy, "contrast_probe", None), "made", {})
         for name, cal in self._calibrators.items():
             c = cal.costs()
@@ -257,7 +256,6 @@ class Feedback:
             mse += [((name, "fit"), c.fit_mse), ((name, "profile"), c.prior_mse)]
             contrast.append(((name,), c.contrast_steps))
             probes.append(((name,), float(made.get(name, 0))))
-            load.append(((name,), c.load))
         labels = ("worker", "coefficient")
         return {mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
                 mn.STEP_MODEL_COEFFICIENT: (labels, coef),
@@ -267,8 +265,7 @@ class Feedback:
                 mn.STEP_MODEL_REQUIRED_STEPS: (("worker",), need),
                 mn.STEP_MODEL_PREDICTION_MSE: (("worker", "model"), mse),
                 mn.STEP_MODEL_CONTRAST_STEPS: (("worker",), contrast),
-                mn.STEP_MODEL_PROBES: (("worker",), probes),
-                mn.STEP_MODEL_LOAD: (("worker",), load)}
+                mn.STEP_MODEL_PROBES: (("worker",), probes)}
 
     def forget(self, worker_name: str) -> None:
         self._trackers.pop(worker_name, None)

@@ -168,7 +168,6 @@ STEP_MODEL_REQUIRED_STEPS = "adaptspec_step_model_required_steps"
 STEP_MODEL_PREDICTION_MSE = "adaptspec_step_model_prediction_mse"
 STEP_MODEL_CONTRAST_STEPS = "adaptspec_step_model_contrast_steps"
 STEP_MODEL_PROBES = "adaptspec_step_model_probes"
-STEP_MODEL_LOAD = "adaptspec_step_model_load"
 
 GAUGE_DOCS = {
     WORKER_RUNNING: "Requests in the worker's running batch (scraped)",
@@ -194,7 +193,6 @@ GAUGE_DOCS = {
     STEP_MODEL_CONTRAST_STEPS: "Engine steps' worth of drafted tokens varying on their own at given requests and KV "
                                "(below calibration.probe_steps the policy probes: a drafted token's price)",
     STEP_MODEL_PROBES: "Admissions the policy toggled to give the fit a drafted token's price (calibration probes)",
-    STEP_MODEL_LOAD: "Running requests per step the fitted coefficients are local to (NaN: one global fit)",
 }
 
 GaugeRows = Iterable[tuple[tuple[str, ...], float]]

@@ -59,8 +59,7 @@ def ols_se(ws: list[StepCounters], sigma: float, free: list[int]) -> np.ndarray:
 
 
 def fit(ws, **kw) -> StepCalibrator:
-    """One global fit over every window (the regression's statistics; locality has tests of its own)."""
-    cal = StepCalibrator(load_profile("h200-llama3-70b"), half_life_steps=1e9, **{"local_decay": 1.0, **kw})
+    cal = StepCalibrator(load_profile("h200-llama3-70b"), half_life_steps=1e9, **kw)
     for w in ws:
         cal.observe(w)
     return cal
@@ -222,7 +221,7 @@ def test_single_window_and_tiny_data_do_not_crash():
 def test_calibrated_profile_prices_with_the_fit():
     ws = windows(np.random.default_rng(11), 2000)
     prior = load_profile("h200-llama3-70b")
-    cal = StepCalibrator(prior, half_life_steps=1e9, local_decay=1.0)  # the windows' loads jump 1..64 at random
+    cal = StepCalibrator(prior, half_life_steps=1e9)
     for w in ws:
         cal.observe(w)
     c = cal.costs()
