@@ -382,6 +382,7 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,4,16,32")
     ap.add_argument("--duration", type=float, default=12.0, help="measured seconds per concurrency")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-batch", type=int, default=64, help="the reference worker's running batch limit")
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--from-json", metavar="FILE", help="only recompute the decision comparison of a saved run")
     ap.add_argument("--replay-scrapes", metavar="FILE",
@@ -420,7 +421,7 @@ def main() -> int:
     rows = []
     try:
         procs.append(subprocess.Popen([py, "-m", "adaptspec", "worker", "--port", str(wport), "--threads", "1",
-                                       "--max-batch", "64"], stdout=open(tmp / "worker.log", "w"),  # noqa: SIM115
+                                       "--max-batch", str(args.max_batch)], stdout=open(tmp / "worker.log", "w"),  # noqa: SIM115
                                       stderr=subprocess.STDOUT))
         _wait(worker_url + "/health", procs[-1])
         procs.append(subprocess.Popen([py, "-m", "adaptspec", "serve", "--config", str(config), "--watch", "0"],
