@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -46,9 +47,9 @@ def main() -> None:
         "n-gram-like mix (0,0,1,2,4 drafts)": [1 + rng.choice([0, 0, 1, 2, 4]) for _ in range(ROWS)],
         "every row verifying 4": [5] * ROWS,
     }
-    print(f"| {ROWS} requests | forward ms |\n|---|---:|")
+    sys.stdout.write(f"| {ROWS} requests | forward ms |\n|---|---:|\n")
     for name, lens in cases.items():
-        print(f"| {name} ({sum(lens)} tokens) | {ms(lens):.1f} |")
+        sys.stdout.write(f"| {name} ({sum(lens)} tokens) | {ms(lens):.1f} |\n")
 
 
 if __name__ == "__main__":
