@@ -56,6 +56,7 @@ from adaptspec.control.calibration import (
 )
 from adaptspec.control.estimators import TrafficShape
 from adaptspec.control.profiles import Profile
+from adaptspec.control.shadow import SHADOW_K, walk_runs
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
 
@@ -127,6 +128,9 @@ class SimConfig:
     # closed loop whose client count steps over time: ((seconds, clients), ...) phases, cycled (concurrency
     # and rate None). Above the target, a client whose reply ends leaves; below it, new clients arrive at once.
     ramp: tuple[tuple[float, int], ...] | None = None
+    # a traced request served without n-gram lookup is scored for it along its recorded runs, as the reference
+    # worker reports (usage.speculative.shadow, control/shadow.py); False: only lookup requests teach its keys
+    shadow: bool = True
 
     def __post_init__(self) -> None:
         if self.ramp is not None:
@@ -335,6 +339,8 @@ def simulate(
     observe = getattr(alphas, "observe", None)
     base_worker = worker or WorkerState(name=WORKER, max_gamma=config.max_gamma)
     G = max(1, min(config.max_gamma, base_worker.max_gamma))
+    # the gamma a traced request's n-gram runs are walked at when it ran without lookup (0: none are walked)
+    shadow_k = min(SHADOW_K, G) if config.shadow and "ngram" in base_worker.proposers else 0
 
     closed = config.clients is not None
     n_warm, n_meas = config.n_warmup, config.n_measured
@@ -615,6 +621,9 @@ def simulate(
                 observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
                         per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
                         num_drafts=int(pos_drf[s, 0]))
+            if observe is not None and pname != "ngram" and shadow_k and replay is not None:
+                _observe_shadow(replay.request(int(rid[s])), int(gen[s]), shadow_k, alphas, base_worker.name,
+                                cname, t0 + t, predictor, feats_of[s])
             if on_finish is not None:
                 on_finish(decisions[s], int(rid[s]), t0 + t, int(gen[s]),
                           (t - t_first[s]) / (gen[s] - 1) if gen[s] > 1 else None)
@@ -661,6 +670,25 @@ def simulate(
         extra={"mean_step_gamma": draft_total / decode_steps_total if decode_steps_total else 0.0,
                "steps_by_gamma": {str(g): int(n) for g, n in enumerate(gamma_steps) if n}},
     )
+
+
+def _observe_shadow(req: TraceRequest | None, output_tokens: int, k: int, alphas, worker: str, cname: str,
+                    now: float, predictor: TracePredictor | None, feats) -> None:
+    """What the reference worker reports as `usage.speculative.shadow.ngram` and the proxy counts
+    (proxy/feedback.py `on_shadow`): the request's recorded n-gram runs walked at gamma k (control/shadow.py)."""
+    runs = req.accept_runs.get("ngram") if req is not None else None
+    if runs is None:
+        return
+    sh = walk_runs(runs, output_tokens, min(k, req.max_k))
+    if sh.steps <= 0:
+        return
+    tried, acc = [float(x) for x in sh.tried_per_position], [float(x) for x in sh.accepted_per_position]
+    if predictor is not None and feats is not None:
+        predictor.observe(feats, "ngram", cname, alphas.get(worker, "ngram", cname), sh.draft_tokens,
+                          sh.accepted_tokens, sh.steps, sh.drafts, tried, acc)
+    alphas.observe_counts(worker, "ngram", cname, sum(acc), sum(tried) - sum(acc), tried, acc,
+                          draft_tokens=float(sh.draft_tokens), now=now, steps=float(sh.steps),
+                          drafts=float(sh.drafts))
 
 
 def _report(snap: StepCounters, now: float, telemetry: Callable[[float, StepCounters], None] | None,

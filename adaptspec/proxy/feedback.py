@@ -31,6 +31,7 @@ import logging
 from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
 from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.shadow import ShadowStats
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
 from adaptspec.proxy import metrics as mn
@@ -107,6 +108,15 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
+def shadow_stats(payload: dict) -> ShadowStats | None:
+    """The n-gram lookup scored along the output of a request that ran with another proposer or none
+    (`usage.speculative.shadow.ngram`, control/shadow.py); None when absent or inconsistent."""
+    usage = payload.get("usage")
+    spec = usage.get("speculative") if isinstance(usage, dict) else None
+    shadow = spec.get("shadow") if isinstance(spec, dict) else None
+    return ShadowStats.from_dict(shadow.get("ngram")) if isinstance(shadow, dict) else None
+
+
 def lookup_drafts(payload: dict) -> float | None:
     """A hybrid request's drafting steps that its n-gram lookup served (`usage.speculative.lookup_drafts`)."""
     usage = payload.get("usage")
@@ -128,16 +138,19 @@ class Feedback:
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
                     prompt: float | None = None, regime: str = GREEDY, features=None,
-                    lookups: float | None = None) -> None:
+                    lookups: float | None = None, shadow: ShadowStats | None = None) -> None:
         """Account one response. `features`: the request's (control/predict.py), to teach the predictor.
         `lookups`: for proposer "hybrid", its drafting steps that n-gram lookup served; the hybrid key's
         propose rate is then the lookup's share of its drafting steps (what the cost model prices a hybrid
-        with), not the share of steps that drafted (always all of them)."""
+        with), not the share of steps that drafted (always all of them). `shadow`: n-gram lookup scored along
+        the output of a request that ran without it (`shadow_stats`), counted for the worker's n-gram key."""
         m = self.proxy.metrics
         if output_tokens > 0:
             mn.inc(m.child(m.output_tokens, worker.name, proposer, content_class), output_tokens)
             if prompt is not None:
                 worker.traffic.note(prompt, output_tokens)
+        if shadow is not None and shadow.steps > 0 and proposer != "ngram" and "ngram" in worker.proposers:
+            self.on_shadow(worker, content_class, shadow, regime, features)
         if stats is None:
             return
         if not worker.request_feedback:
@@ -173,6 +186,22 @@ class Feedback:
         if steps:
             kwargs["steps"] = steps
         self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
+
+    def on_shadow(self, worker, content_class: str, shadow: ShadowStats, regime: str = GREEDY,
+                  features=None) -> None:
+        """Count a request's shadow lookup run into (worker, "ngram", class) like a lookup request's own
+        counts: exact per-position rates, and the steps whose lookup drafted (the propose rate)."""
+        tried, acc = list(map(float, shadow.tried_per_position)), list(map(float, shadow.accepted_per_position))
+        if features is not None and shadow.draft_tokens > 0:
+            self._teach(worker, content_class, "ngram", features, float(shadow.draft_tokens),
+                        float(shadow.accepted_tokens), float(shadow.steps), (tried, acc), regime)
+        kw: dict = {"draft_tokens": float(shadow.draft_tokens), "steps": float(shadow.steps),
+                    "drafts": float(shadow.drafts)}
+        if regime != GREEDY:
+            kw["regime"] = regime
+        succ = float(shadow.accepted_tokens)
+        self.proxy.state.apply("observe_counts",
+                               (worker.name, "ngram", content_class, succ, sum(tried) - succ, tried, acc), kw)
 
     def _teach(self, worker, content_class: str, proposer: str, features, draft: float, accepted: float,
                steps: float | None, positions: tuple[list[float], list[float]] | None, regime: str) -> None:

@@ -25,12 +25,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from adaptspec.control.alpha import GREEDY, sampling_regime
+from adaptspec.control.shadow import ShadowStats
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog
 from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.errors import sse_error_event
-from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, spec_stats
+from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, shadow_stats, spec_stats
 from adaptspec.proxy.h1client import ConnectFailed, Deadline, Response, UpstreamConnectionError
 from adaptspec.proxy.report import record as record_experiment
 
@@ -367,7 +368,7 @@ def _retry_plan(ctx: _Attempt, exc: BaseException) -> _Plan:
 class _Outcome:
     """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
 
-    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups")
+    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "shadow")
 
     def __init__(self) -> None:
         self.tokens: float | None = None
@@ -375,6 +376,7 @@ class _Outcome:
         self.stats: tuple[float, float, float | None] | None = None
         self.positions: tuple[list[float], list[float]] | None = None
         self.lookups: float | None = None  # hybrid: drafting steps its n-gram lookup served
+        self.shadow: ShadowStats | None = None  # n-gram lookup scored along the output (control/shadow.py)
 
     def read(self, payload: dict) -> None:
         """Take usage and speculation stats from one response body or stream chunk (later ones win)."""
@@ -385,6 +387,7 @@ class _Outcome:
         stats = spec_stats(payload)
         if stats is not None:
             self.stats, self.positions, self.lookups = stats, position_stats(payload), lookup_drafts(payload)
+            self.shadow = shadow_stats(payload)
 
     def scan_bytes(self, data: bytes) -> None:
         """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
@@ -401,7 +404,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     plan, m, cls = ctx.plan, ctx.proxy.metrics, ctx.cls
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
-                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups)
+                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadow)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,

@@ -9,7 +9,9 @@ the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "st
 "tried_per_position", "accepted_per_position", "steps_by_gamma"}` (drafts: steps that drafted; steps_by_gamma:
 steps per gamma the step allowed, keys as strings; proposer "hybrid" adds "lookup_drafts": the drafting steps
 that n-gram lookup served; per draft position j, the drafts
-that tried it and those that accepted it, so accepted[j] / tried[j] is the conditional acceptance rate)
+that tried it and those that accepted it, so accepted[j] / tried[j] is the conditional acceptance rate;
+a finished request not run with n-gram lookup adds "shadow": {"ngram": {...}}, the same counts for lookup
+scored along its output, control/shadow.py)
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
 `continuous_usage_stats` too, every chunk carries the running usage).
 
@@ -46,6 +48,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
+from adaptspec.control.shadow import SHADOW_K, ShadowStats, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.worker import _metrics, _tokenize
@@ -135,6 +138,7 @@ class _Result:
     accepted_per_position: tuple[int, ...] = ()
     steps_by_gamma: dict[int, int] = field(default_factory=dict)
     lookup_drafts: int | None = None  # hybrid requests only
+    shadow: ShadowStats | None = None  # n-gram lookup scored along the output (requests not run with it)
 
     def speculative(self) -> dict:
         out = {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
@@ -143,6 +147,8 @@ class _Result:
                "steps_by_gamma": {str(g): n for g, n in sorted(self.steps_by_gamma.items())}}
         if self.lookup_drafts is not None:
             out["lookup_drafts"] = self.lookup_drafts
+        if self.shadow is not None:
+            out["shadow"] = {"ngram": self.shadow.to_dict()}
         return out
 
 
@@ -337,6 +343,10 @@ class _Worker:
         self.max_model_len = settings.max_model_len or int(engine.max_model_len)
         self.proposers = tuple(getattr(engine, "proposers", ("ngram", "draft")))
         self.max_k = min(settings.max_k, int(getattr(engine, "max_speculative_tokens", settings.max_k)))
+        # every finished request not run with n-gram lookup is scored for it (control/shadow.py), at the
+        # policies' largest gamma (8) or the worker's max k
+        self.shadow_lookup = getattr(engine, "ngram_lookup", None) if "ngram" in self.proposers else None
+        self.shadow_k = max(1, min(self.max_k, SHADOW_K))
         self.created = int(time.time())
         self._tokenizer = engine.tokenizer
         # a text longer than this cannot fit the context whatever it tokenises to: refuse it without
@@ -485,6 +495,9 @@ class _Worker:
         finally:
             await gen.aclose()
             res.text = tracker.text
+            if res.finish_reason is not None and self.shadow_lookup is not None and job.spec.proposer != "ngram":
+                res.shadow = walk_lookup(job.prompt_ids, tracker.ids[: res.completion_tokens], self.shadow_k,
+                                         self.shadow_lookup)
             self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)

@@ -1,0 +1,142 @@
+"""Shadow n-gram evidence: what prompt lookup would have accepted on a request that ran with another proposer.
+
+Why. N-gram lookup is the one proposer whose draft costs nothing to compute and depends only on the text
+so far, so its acceptance on a request can be scored after the fact, whichever proposer the request ran
+with (or none). Without this, the lookup's estimate for a class moves only when the policy chooses lookup
+for it, and a class whose prior ranks lookup last never gets tried: exploring it costs whole requests (a long
+chat request served by a lookup that never hits instead of a model at ~3x). With it, every finished request
+teaches the lookup's key, at no cost to any request.
+
+What is scored. The walk replays lookup with gamma `k` along the request's own output: a step starting at
+output position i (i >= 1; the first token comes from prefill) drafts `lookup(prompt + output[:i], k)`,
+accepts its longest prefix equal to output[i:], and the next step starts after the accepted tokens and one
+more. This is exactly the run a lookup request would have made, in distribution:
+  * greedy: the output does not depend on the proposer (speculation is lossless), so the walk is the run;
+  * sampled: a point-mass draft x at a position is accepted with the target's probability p(x), and the
+    emitted token at that position was drawn from p, so "x equals the emitted token" is a Bernoulli(p(x))
+    trial; given the earlier draft tokens matched, the next emitted token was drawn from the target's
+    distribution after them, which is the next draft token's acceptance probability again.
+A step whose lookup finds nothing drafts nothing (it counts as a step, not a draft: the propose rate).
+
+Counts come out in the per-position form of `usage.speculative` (`tried_per_position`,
+`accepted_per_position`): the reference worker reports them as `usage.speculative.shadow.ngram`, the proxy
+counts them into the (worker, "ngram", class) key (proxy/feedback.py), and the simulator scores traced
+requests the same way from their recorded n-gram runs (`walk_runs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+SHADOW_K = 8  # the gamma lookup is scored at: the largest the policies plan (policy.max_gamma's default)
+MAX_POSITIONS = 64  # a draft is a handful of tokens; a longer list in a response is malformed
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowStats:
+    """One request's shadow lookup run: steps walked, steps whose lookup drafted, drafted / accepted tokens,
+    and per draft position the drafts that tried it and those that accepted it."""
+
+    steps: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    tried_per_position: tuple[int, ...]
+    accepted_per_position: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
+                "accepted_tokens": self.accepted_tokens, "tried_per_position": list(self.tried_per_position),
+                "accepted_per_position": list(self.accepted_per_position)}
+
+    @classmethod
+    def from_dict(cls, d: object) -> ShadowStats | None:
+        """The stats from a response's `shadow.ngram` object; None when it is absent or inconsistent (counts
+        not non-negative integers, accepted above tried, a position tried more often than the one before it
+        was accepted, drafts above steps)."""
+        if not isinstance(d, Mapping):
+            return None
+        ints = [d.get(k) for k in ("steps", "drafts", "draft_tokens", "accepted_tokens")]
+        tried, acc = d.get("tried_per_position"), d.get("accepted_per_position")
+        if not (isinstance(tried, list) and isinstance(acc, list)) or len(tried) != len(acc) \
+                or len(tried) > MAX_POSITIONS:
+            return None
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in [*ints, *tried, *acc]):
+            return None
+        steps, drafts, draft_tokens, accepted = ints
+        if drafts > steps or accepted > draft_tokens or sum(acc) != accepted \
+                or (tried and tried[0] != drafts) or any(a > t for t, a in zip(tried, acc, strict=True)) \
+                or any(t > a for t, a in zip(tried[1:], acc, strict=False)):
+            return None
+        return cls(steps, drafts, draft_tokens, accepted, tuple(tried), tuple(acc))
+
+
+class _Counts:
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.steps = self.drafts = self.draft_tokens = 0
+        self.tried = [0] * k
+        self.acc = [0] * k
+
+    def step(self, drafted: int, accepted: int) -> None:
+        """One step that drafted `drafted` tokens (0: the lookup found nothing) and accepted `accepted`."""
+        self.steps += 1
+        if drafted <= 0:
+            return
+        self.drafts += 1
+        self.draft_tokens += drafted
+        for j in range(min(accepted + 1, drafted)):
+            self.tried[j] += 1
+        for j in range(accepted):
+            self.acc[j] += 1
+
+    def stats(self) -> ShadowStats:
+        return ShadowStats(self.steps, self.drafts, self.draft_tokens, sum(self.acc), tuple(self.tried),
+                           tuple(self.acc))
+
+
+Lookup = Callable[[np.ndarray, int], np.ndarray]
+
+
+def walk_lookup(prompt_ids: Sequence[int], output_ids: Sequence[int], k: int, lookup: Lookup) -> ShadowStats:
+    """Score `lookup(seq, k) -> up to k next tokens` along one request's output (module doc), counting steps as
+    the reference engine does: the prefill step (the first token) is a step that drafts nothing, and a draft
+    is cut so that its tokens and the bonus token fit in the output (the engine's rule at max_tokens)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    seq = np.asarray([*prompt_ids, *output_ids], dtype=np.int64)
+    p, n = len(prompt_ids), len(output_ids)
+    counts = _Counts(k)
+    if n:
+        counts.step(0, 0)  # prefill
+    i = 1
+    while i < n:
+        draft = np.asarray(lookup(seq[:p + i], k))[: min(k, n - i - 1)]
+        if draft.size == 0:
+            counts.step(0, 0)
+            i += 1
+            continue
+        same = draft == seq[p + i:p + i + draft.size]
+        m = int(draft.size if same.all() else np.argmin(same))  # accepted: the first mismatch's index
+        counts.step(int(draft.size), m)
+        i += m + 1
+    return counts.stats()
+
+
+def walk_runs(runs: Sequence[int], output_tokens: int, k: int) -> ShadowStats:
+    """The same walk over a trace's recorded n-gram runs (README "Acceptance traces": a step starting at
+    output position i drafting up to max_k emits runs[i] tokens), with gamma `k` <= the trace's max_k. A
+    trace does not say whether the lookup drafted, so every step counts as drafting `k` tokens, and only decode
+    steps count, as the simulator's own lookup requests do."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    counts = _Counts(k)
+    i, n = 1, min(output_tokens, len(runs))
+    while i < n:
+        m = min(max(int(runs[i]), 1), k + 1) - 1
+        counts.step(k, m)
+        i += m + 1
+    return counts.stats()

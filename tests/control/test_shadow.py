@@ -1,0 +1,79 @@
+"""Shadow n-gram evidence (control/shadow.py): the walk's counts by hand, the trace walk, and the response
+field's validation (a malformed or hostile `usage.speculative.shadow` is dropped, never counted)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptspec.control.shadow import MAX_POSITIONS, ShadowStats, walk_lookup, walk_runs
+from adaptspec.worker.proposers.ngram import NgramProposer
+
+
+def test_walk_lookup_counts_each_step_like_the_engine():
+    lookup = NgramProposer(2, 4).lookup
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    out = [11, 1, 2, 3, 4, 5, 6, 99, 7, 8, 9, 10]
+    s = walk_lookup(prompt, out, 4, lookup)
+    # prefill (11); [10,11] and [11,1] are new: no draft; [1,2] -> draft 3,4,5,6 all accepted, bonus 99;
+    # [99,7]... : 7 comes after a miss ([6,99] new); [99,7] new; [7,8] -> draft 9,10 cut to the 1 token that
+    # leaves room for a bonus: 9 accepted, bonus 10
+    assert (s.steps, s.drafts, s.draft_tokens, s.accepted_tokens) == (7, 2, 5, 5)
+    assert s.tried_per_position == (2, 1, 1, 1) and s.accepted_per_position == (2, 1, 1, 1)
+    assert ShadowStats.from_dict(s.to_dict()) == s
+
+
+def test_walk_lookup_rejection_ends_the_step_and_the_next_one_starts_after_the_bonus():
+    prompt = [5, 6, 7, 8]
+    out = [1, 2, 3, 4, 5, 6, 7, 8]
+
+    def lookup(seq: np.ndarray, k: int) -> np.ndarray:  # always proposes [2, 3, 0, 0][:k]
+        return np.array([2, 3, 0, 0][:k])
+
+    s = walk_lookup(prompt, out, 3, lookup)
+    # i=1: draft 2,3,0 vs 2,3,4 -> 2 accepted, bonus 4; i=4: 2 vs 5 -> 0, bonus 5; i=5: 2 vs 6; i=6: draft cut to
+    # 1 (room for a bonus): 2 vs 7 -> 0, bonus 7 ... i=7: no room for any draft (the last token)
+    assert s.steps == 1 + 5
+    assert s.drafts == 4 and s.draft_tokens == 3 + 3 + 2 + 1
+    assert s.tried_per_position == (4, 1, 1) and s.accepted_per_position == (1, 1, 0)
+
+
+def test_walk_runs_replays_a_trace_as_the_simulator_runs_lookup():
+    s = walk_runs([1, 3, 1, 5, 1, 1, 2, 1, 1], 9, 4)
+    # starts 1 (run 3: 2 accepted), 4 (run 1), 5 (1), 6 (2: 1 accepted), 8 (1); every step drafts k
+    assert (s.steps, s.drafts, s.draft_tokens, s.accepted_tokens) == (5, 5, 20, 3)
+    assert s.tried_per_position == (5, 2, 1, 0) and s.accepted_per_position == (2, 1, 0, 0)
+    # gamma below the trace's max_k: a run is capped at k + 1
+    s2 = walk_runs([1, 9, 1, 1], 4, 2)
+    assert s2.accepted_per_position == (1, 1) and s2.steps == 1
+    with pytest.raises(ValueError):
+        walk_runs([1], 1, 0)
+
+
+@pytest.mark.parametrize("bad", [
+    None, [], "x", {"steps": 3},
+    {"steps": 2, "drafts": 3, "draft_tokens": 3, "accepted_tokens": 0, "tried_per_position": [3],
+     "accepted_per_position": [0]},  # drafts > steps
+    {"steps": 3, "drafts": 1, "draft_tokens": 2, "accepted_tokens": 2, "tried_per_position": [1, 0],
+     "accepted_per_position": [1, 1]},  # accepted above tried
+    {"steps": 3, "drafts": 1, "draft_tokens": 2, "accepted_tokens": 0, "tried_per_position": [1, 1],
+     "accepted_per_position": [0, 0]},  # position 1 tried after position 0 was rejected
+    {"steps": 3, "drafts": 1, "draft_tokens": 2, "accepted_tokens": 1, "tried_per_position": [1, 1],
+     "accepted_per_position": [True, 0]},  # a bool is not a count
+    {"steps": 3, "drafts": 1, "draft_tokens": 2, "accepted_tokens": 1, "tried_per_position": [1.0, 0],
+     "accepted_per_position": [1, 0]},  # floats are not counts
+    {"steps": 3, "drafts": 1, "draft_tokens": 2, "accepted_tokens": 5, "tried_per_position": [1, 0],
+     "accepted_per_position": [1, 0]},  # total disagrees with the positions
+    {"steps": 9, "drafts": 1, "draft_tokens": 1, "accepted_tokens": 0,
+     "tried_per_position": [1] + [0] * MAX_POSITIONS, "accepted_per_position": [0] * (MAX_POSITIONS + 1)},
+    {"steps": -1, "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "tried_per_position": [],
+     "accepted_per_position": []},
+])
+def test_from_dict_drops_inconsistent_stats(bad):
+    assert ShadowStats.from_dict(bad) is None
+
+
+def test_from_dict_accepts_a_request_whose_lookup_never_drafted():
+    s = ShadowStats.from_dict({"steps": 5, "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0,
+                               "tried_per_position": [0, 0], "accepted_per_position": [0, 0]})
+    assert s is not None and s.steps == 5 and s.drafts == 0
