@@ -297,9 +297,9 @@ class Engine:
             self._proposers["hybrid"] = HybridProposer(self._proposers["ngram"], model_proposer,
                                                        hybrid_model_cost, call_cost=hybrid_call_cost)
         self.proposers = tuple(self._proposers)
-        # the n-gram lookup as its proposer drafts, to score it after the fact on requests that ran with another
+        # the n-gram proposer's (min_n, max_n), to score its lookup after the fact on requests that ran with another
         # proposer or none (control/shadow.py; the server reports it as usage.speculative.shadow)
-        self.ngram_lookup = self._proposers["ngram"].lookup
+        self.ngram_sizes = (ngram_min_n, ngram_max_n)
         self.default_proposer, self.default_k = self._parse_default(default_speculation)
 
         self.speculation_cap: int | None = None  # worker-wide cap on every running request's gamma (None: none)

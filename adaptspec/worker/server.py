@@ -345,7 +345,7 @@ class _Worker:
         self.max_k = min(settings.max_k, int(getattr(engine, "max_speculative_tokens", settings.max_k)))
         # every finished request not run with n-gram lookup is scored for it (control/shadow.py), at the
         # policies' largest gamma (8) or the worker's max k
-        self.shadow_lookup = getattr(engine, "ngram_lookup", None) if "ngram" in self.proposers else None
+        self.shadow_lookup = getattr(engine, "ngram_sizes", None) if "ngram" in self.proposers else None
         self.shadow_k = max(1, min(self.max_k, SHADOW_K))
         self.created = int(time.time())
         self._tokenizer = engine.tokenizer

@@ -46,9 +46,9 @@ class NgramProposer:
     def remove(self, request_id: str) -> None:
         return None
 
-    def lookup(self, seq: np.ndarray, k: int) -> np.ndarray:
-        """The draft this proposer makes after `seq` (int64 token ids): up to k tokens."""
-        return ngram_lookup(seq, k, self.min_n, self.max_n)
-
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
-        return [Draft(self.lookup(np.asarray(item.token_ids, dtype=np.int64), item.k).tolist()) for item in batch]
+        out = []
+        for item in batch:
+            seq = np.asarray(item.token_ids, dtype=np.int64)
+            out.append(Draft(ngram_lookup(seq, item.k, self.min_n, self.max_n).tolist()))
+        return out

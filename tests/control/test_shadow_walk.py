@@ -6,15 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adaptspec.control.shadow import MAX_POSITIONS, ShadowStats, walk_lookup, walk_runs
-from adaptspec.worker.proposers.ngram import NgramProposer
+from adaptspec.control.shadow import MAX_POSITIONS, NgramIndex, ShadowStats, walk_lookup, walk_runs
+from adaptspec.worker.proposers.ngram import ngram_lookup
 
 
 def test_walk_lookup_counts_each_step_like_the_engine():
-    lookup = NgramProposer(2, 4).lookup
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     out = [11, 1, 2, 3, 4, 5, 6, 99, 7, 8, 9, 10]
-    s = walk_lookup(prompt, out, 4, lookup)
+    s = walk_lookup(prompt, out, 4, (2, 4))
     # prefill (11); [10,11] and [11,1] are new: no draft; [1,2] -> draft 3,4,5,6 all accepted, bonus 99;
     # [99,7]... : 7 comes after a miss ([6,99] new); [99,7] new; [7,8] -> draft 9,10 cut to the 1 token that
     # leaves room for a bonus: 9 accepted, bonus 10
@@ -27,15 +26,38 @@ def test_walk_lookup_rejection_ends_the_step_and_the_next_one_starts_after_the_b
     prompt = [5, 6, 7, 8]
     out = [1, 2, 3, 4, 5, 6, 7, 8]
 
-    def lookup(seq: np.ndarray, k: int) -> np.ndarray:  # always proposes [2, 3, 0, 0][:k]
-        return np.array([2, 3, 0, 0][:k])
+    def always(seq: np.ndarray):  # always proposes [2, 3, 0, 0][:k]
+        return lambda L, k: np.array([2, 3, 0, 0][:k])
 
-    s = walk_lookup(prompt, out, 3, lookup)
+    s = walk_lookup(prompt, out, 3, always)
     # i=1: draft 2,3,0 vs 2,3,4 -> 2 accepted, bonus 4; i=4: 2 vs 5 -> 0, bonus 5; i=5: 2 vs 6; i=6: draft cut to
     # 1 (room for a bonus): 2 vs 7 -> 0, bonus 7 ... i=7: no room for any draft (the last token)
     assert s.steps == 1 + 5
     assert s.drafts == 4 and s.draft_tokens == 3 + 3 + 2 + 1
     assert s.tried_per_position == (4, 1, 1) and s.accepted_per_position == (1, 1, 0)
+
+
+@pytest.mark.parametrize(("vocab", "sizes"), [(3, (1, 4)), (5, (2, 4)), (40, (2, 4)), (2, (3, 3))])
+def test_the_index_answers_every_prefix_as_the_proposer_does(vocab, sizes):
+    """NgramIndex(seq).lookup(L, k) == ngram_lookup(seq[:L], k) for every L and k (random sequences over small
+    vocabularies repeat n-grams everywhere; a large one rarely)."""
+    rng = np.random.default_rng(vocab)
+    for _ in range(20):
+        seq = rng.integers(0, vocab, int(rng.integers(1, 120)))
+        idx = NgramIndex(seq, *sizes)
+        for L in range(1, len(seq) + 1):
+            for k in (1, 3, 8):
+                assert idx.lookup(L, k).tolist() == ngram_lookup(seq[:L], k, *sizes).tolist(), (seq, L, k)
+    with pytest.raises(ValueError):
+        NgramIndex([1, 2], 3, 2)
+
+
+def test_a_hash_collision_falls_back_to_the_compare():
+    seq = np.array([1, 2, 9, 9, 1, 2], dtype=np.int64)
+    idx = NgramIndex(seq, 2, 2)
+    idx._prev[2][:] = -1
+    idx._prev[2][3] = 0  # pretend windows 0 ([1, 2]) and 3 ([9, 1]) share a hash
+    assert idx.lookup(5, 2).tolist() == ngram_lookup(seq[:5], 2, 2, 2).tolist() == []
 
 
 def test_walk_runs_replays_a_trace_as_the_simulator_runs_lookup():

@@ -4,6 +4,7 @@ lookup request's (STYLE.md: 6 sigma + 5)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from engine_requests import V_SMALL, chat_ids, greedy_request, random_model
@@ -11,6 +12,7 @@ from test_engine_distribution import _NoTokenizer
 
 from adaptspec.control.shadow import walk_lookup
 from adaptspec.worker.engine import Engine, GenRequest
+from adaptspec.worker.proposers.ngram import ngram_lookup
 from adaptspec.worker.sampling import logits_to_probs
 
 PROMPTS = [
@@ -32,7 +34,7 @@ def test_greedy_walk_equals_the_lookup_request_count_for_count(engine, k):
                                greedy_request(f"off{i}", ids, max_tokens=40)])
         (toks, run), (plain, _) = out[f"ng{i}"], out[f"off{i}"]
         assert toks == plain
-        s = walk_lookup(ids, plain, k, engine.ngram_lookup)
+        s = walk_lookup(ids, plain, k, engine.ngram_sizes)
         assert (s.steps, s.drafts, s.draft_tokens, s.accepted_tokens) == (
             run.steps, run.drafts, run.draft_tokens, run.accepted_tokens), (text[:20], k)
         assert s.tried_per_position == tuple(run.tried_per_position)
@@ -54,12 +56,12 @@ def test_sampled_walk_accepts_with_the_lookup_requests_law():
     torch.manual_seed(0)
     engine = Engine(target, _NoTokenizer(), None, max_batch=512, max_model_len=8)
     with engine:
-        lookup = engine.ngram_lookup
+        sizes = engine.ngram_sizes
         with torch.inference_mode():
             p1 = logits_to_probs(target.forward_dense(torch.tensor([prompt]))[0, -1:], temperature, top_p).probs[0]
             ctx = torch.tensor([prompt + [x] for x in range(V_SMALL)])
             p2 = logits_to_probs(target.forward_dense(ctx)[:, -1], temperature, top_p).probs
-        drafts = {x: lookup(torch.tensor(prompt + [x]).numpy(), 1) for x in range(V_SMALL)}
+        drafts = {x: ngram_lookup(np.array(prompt + [x]), 1, *sizes) for x in range(V_SMALL)}
         law = sum(float(p1[x]) * float(p2[x, int(d[0])]) for x, d in drafts.items() if len(d))
         assert 0.05 < law < 0.95  # both outcomes are common
 
@@ -68,7 +70,7 @@ def test_sampled_walk_accepts_with_the_lookup_requests_law():
                                proposer=proposer, num_speculative_tokens=k, ignore_eos=True) for i in range(N)]
 
         plain = engine.generate_sync(requests("none", 0), timeout=600)
-        walked = [walk_lookup(prompt, toks, 1, lookup) for toks in plain.values()]
+        walked = [walk_lookup(prompt, toks, 1, sizes) for toks in plain.values()]
         ran = engine.run_sync(requests("ngram", 1), timeout=600)
     shadow_trials = sum(s.drafts for s in walked)
     want_trials = N * sum(float(p1[x]) for x, d in drafts.items() if len(d))
