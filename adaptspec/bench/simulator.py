@@ -828,6 +828,7 @@ def sweep(
     warm_start: bool = True,
     telemetry: Callable[[float, StepCounters], None] | None = None,
     calibrate: bool = True,
+    shadow: bool = True,
 ) -> list[dict]:
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
@@ -842,6 +843,7 @@ def sweep(
     StepCalibrator per policy whose prior is the belief, fed by the engine's telemetry, carried over between
     points like the AlphaTable (fresh at each point with `warm_start=False`). Each row then has a
     `calibration` entry (`calibration_summary`). False: the policies price with the belief alone.
+    `shadow`: traced requests served without n-gram lookup teach its keys (`SimConfig.shadow`).
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
@@ -878,7 +880,7 @@ def sweep(
                 cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
                                 rate=value if kind == "rate" else None,
                                 ramp=tuple(map(tuple, value)) if kind == "ramp" else None, requests=requests, warmup=warmup,
-                                max_batch=max_batch, max_gamma=max_gamma, seed=seed)
+                                max_batch=max_batch, max_gamma=max_gamma, seed=seed, shadow=shadow)
                 policy = oracle or build_policy(spec.policy)
                 if not warm_start:
                     clock = _SimClock()

@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-calibration", action="store_true",
                    help="price with --profile alone (default: calibrate the step-time model online from the "
                         "simulated engine's telemetry, with --profile as the prior, as the proxy does)")
+    p.add_argument("--no-shadow", action="store_true",
+                   help="traced requests served without n-gram lookup do not teach its keys (default: they do, "
+                        "from their recorded n-gram runs, as the reference worker's usage.speculative.shadow does)")
     p.add_argument("--tolerance", type=float, default=0.98, help="target: adaptive >= this x best static")
     p.add_argument("--json", help="write the rows as JSON")
     p.add_argument("--md", help="write markdown tables")
@@ -113,7 +116,7 @@ def run(args) -> int:
                      requests=args.requests,
                      warmup=args.warmup, max_batch=args.max_batch, max_gamma=args.max_gamma,
                      proposers=proposers, progress=not args.no_progress, warm_start=not args.cold_start,
-                     calibrate=not args.no_calibration)
+                     calibrate=not args.no_calibration, shadow=not args.no_shadow)
     except (ConfigError, ValueError) as exc:
         print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
         return 2

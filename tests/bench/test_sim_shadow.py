@@ -52,3 +52,31 @@ def test_requests_without_lookup_teach_its_key_as_lookup_requests_would(proposer
 def test_shadow_off_leaves_the_lookup_key_alone():
     assert run("none", 0, shadow=False).get("sim0", "ngram", "chat").n == 0
     assert run("draft", 4, shadow=False).get("sim0", "ngram", "chat").n == 0
+
+
+def test_cli_no_shadow_flag(tmp_path):
+    """`adaptspec simulate --trace` with and without --no-shadow, on chat requests whose answers copy the prompt
+    (n-gram runs of 7) while the EAGLE head accepts one token a step: the static policies (which read no
+    estimates) are identical; adaptive starts from the priors (EAGLE 0.72 on chat, n-gram 0.15) and switches
+    to lookup only when the EAGLE requests' shadow shows what lookup would have accepted."""
+    import json
+
+    from adaptspec.bench.traces import dump
+    from adaptspec.cli import main
+
+    n = 64
+    trace = tmp_path / "t.jsonl"
+    dump([TraceRequest(f"r{i}", "chat", 200, n, 8, {"ngram": (7,) * n, "eagle": (2,) * n}) for i in range(8)],
+         str(trace))
+    rows = {}
+    for flag in ([], ["--no-shadow"]):
+        out = tmp_path / f"o{len(flag)}.json"
+        assert main(["simulate", "--trace", str(trace), "--profile", "h100-llama3-8b-measured", "--proposers",
+                     "ngram,eagle", "--policies", "off,static:eagle:3,static:ngram:8,adaptive", "--concurrency", "1",
+                     "--requests", "24", "--warmup", "8", "--no-progress", *flag, "--json", str(out)]) == 0
+        rows["off" if flag else "on"] = {r["policy"]: r for r in json.loads(out.read_text())}
+    for p in ("off", "static:eagle:3", "static:ngram:8"):
+        assert rows["on"][p]["output_tokens_per_s"] == rows["off"][p]["output_tokens_per_s"]
+    on, off = rows["on"]["adaptive"], rows["off"]["adaptive"]
+    assert on["proposer_mix"]["ngram"] == 1.0 and off["proposer_mix"]["eagle"] > 0.9
+    assert on["output_tokens_per_s"] > 1.5 * off["output_tokens_per_s"]
