@@ -361,8 +361,9 @@ class _CostModelPolicy:
             rate = est.propose_rate
             if rate < 0.995:
                 shown_p = f"{shown_p} pi={rate:.2f}"
-            if w.load >= 1 and prof.draft(p).kind != "ngram":
-                # a draft model / head runs max(gamma) passes for the whole batch: one gamma per worker
+            if w.load >= 1 and prof.shared_gamma(p):
+                # a draft model / head runs max(gamma) passes for the whole batch, and a padded verify pads every
+                # row to the longest draft: one gamma per worker
                 g = self.batch_gamma(w, prof, p, alphas, batch, bound)
                 if g == 0:  # not worth its passes for this worker's batch
                     continue
@@ -376,7 +377,7 @@ class _CostModelPolicy:
                     thin = (_named(plan, p), est.n)
             elif plan.goodput > choice.goodput:
                 choice, shown = _named(plan, p), shown_p
-            if self.explore > 0 and est.n < self.explore_below and (w.load < 1 or prof.draft(p).kind == "ngram"):
+            if self.explore > 0 and est.n < self.explore_below and (w.load < 1 or not prof.shared_gamma(p)):
                 # a request-local probe (no passes shared with a batch): plan it at a posterior draw
                 drawn = posterior_draw(self._probe_rng, est)
                 plan = self.cache.best(prof, p, drawn, batch, bound, rate, rho)
@@ -386,7 +387,8 @@ class _CostModelPolicy:
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
                     bound: int, exact: bool = False) -> int:
-        """One gamma for every request a draft model / head drafts for on this worker (0: do not use it).
+        """One gamma for every request a draft model / head drafts for on this worker (0: do not use it); on a
+        padded verify (`Profile.padded_verify`) for every proposer, n-gram lookup included.
 
         Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
         the requests whose lookup missed, priced at their hit rate), so per-class gammas make the
@@ -534,7 +536,7 @@ class _CostModelPolicy:
         A draft model / head takes the batch-wide gamma of `batch_gamma` at each level."""
         a, _ = self.alpha(est)
         rate, rho = est.propose_rate, (w.prefill_ratio, w.prompt_tokens)
-        shared = prof.draft(proposer).kind != "ngram"
+        shared = prof.shared_gamma(proposer)
         key = (w.name, prof.name, proposer, _alpha_bucket(a), _rate_bucket(rate), _prefill_bucket(rho), bound,
                self._mix_version.get(w.name, 0) if shared else None)
         hit = self._schedules.get(key)

@@ -165,6 +165,10 @@ class ProfileSpec(_Strict):
     context_tokens: float = Field(default=1024, ge=0)  # mean KV length of a request in the batch
     proposers: dict[str, DraftSpec] = Field(default_factory=dict)
     aliases: dict[str, str] = Field(default_factory=dict)
+    # the engine's verify forward pads every row's query to the longest draft in the batch (one padded attention
+    # call, like the reference worker; vLLM and SGLang run ragged attention): then a request's draft length costs
+    # every co-batched request, and the policy plans one gamma per worker for every proposer
+    padded_verify: bool = False
 
     @model_validator(mode="after")
     def _aliases_resolve(self) -> ProfileSpec:
@@ -192,6 +196,7 @@ class Profile:
     aliases: dict[str, str] = field(default_factory=dict)
     description: str = ""
     provisional: bool = False
+    padded_verify: bool = False  # ProfileSpec.padded_verify
 
     def resolve(self, proposer: str) -> str:
         """Option name for a proposer name ('draft' -> 'draft-8b'); unknown names raise KeyError."""
@@ -209,6 +214,12 @@ class Profile:
 
     def offers(self, proposer: str) -> bool:
         return proposer in self.drafts or proposer in self.aliases
+
+    def shared_gamma(self, proposer: str) -> bool:
+        """Is this proposer's gamma a batch decision? A draft model / head runs max(gamma) batched passes, and on
+        a padded verify (`padded_verify`) the longest draft sets every row's query length; n-gram lookup on a
+        ragged engine costs only its own tokens."""
+        return self.padded_verify or self.draft(proposer).kind != "ngram"
 
     @classmethod
     def memory_bound(cls, c: float, name: str = "memory-bound") -> Profile:
@@ -237,7 +248,7 @@ class Profile:
                 drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s,
                                          verify_fraction=d.verify_fraction)
         return cls(spec.name, target, spec.context_tokens, compose_hybrids(drafts), dict(spec.aliases),
-                   spec.description, spec.provisional)
+                   spec.description, spec.provisional, spec.padded_verify)
 
 
 def compose_hybrids(drafts: dict[str, DraftCost]) -> dict[str, DraftCost]:

@@ -1,7 +1,9 @@
 import math
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from adaptspec.control import costmodel
 from adaptspec.control.config import parse_config
@@ -10,6 +12,8 @@ from adaptspec.control.policy import build_policy
 from adaptspec.control.profiles import load_profile
 from adaptspec.control.types import AlphaEstimate, WorkerState
 from adaptspec.errors import UpstreamError
+
+PROFILES = Path(__file__).resolve().parents[2] / "adaptspec" / "control" / "profiles"
 
 
 def policy(**kw):
@@ -247,14 +251,24 @@ def thompson_share(w, content_class, proposer, table, strength=20):
     return sum(math.comb(k - 1, i) * hi**i * (1 - hi) ** (k - 1 - i) for i in range(a))
 
 
+def ragged_tiny(tmp_path) -> str:
+    """cpu-tiny as a ragged engine would run it (padded_verify off: n-gram lookup plans its own gamma)."""
+    spec = yaml.safe_load((PROFILES / "cpu-tiny.yaml").read_text())
+    spec.update(name="cpu-tiny-ragged", padded_verify=False)
+    path = tmp_path / "cpu-tiny-ragged.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
 @pytest.mark.parametrize("load", [16, 0])
-def test_goodput_probes_thin_keys_that_the_prior_keeps_off(load):
-    """A pessimistic prior (n-gram on chat: 0.15) keeps the plan off at batch 17 on cpu-tiny; with no evidence
-    the policy drafts anyway: with the probability that a draw from the key's posterior beats the plan
+def test_goodput_probes_thin_keys_that_the_prior_keeps_off(load, tmp_path):
+    """A pessimistic prior (n-gram on chat: 0.15) keeps the plan off at batch 17 on cpu-tiny (ragged); with no
+    evidence the policy drafts anyway: with the probability that a draw from the key's posterior beats the plan
     (Thompson sampling for thin keys), else on a share `explore` of the rest (binomial, 6 sigma); and stops
-    once the key has evidence. Without probes the estimate could never improve."""
+    once the key has evidence. Without probes the estimate could never improve. (On a padded verify a busy
+    worker's lookup gamma is a batch decision, like a model's, and is not probed request by request.)"""
     table = AlphaTable()
-    w = per_request("a", load=load, proposers=("ngram",), profile="cpu-tiny")
+    w = per_request("a", load=load, proposers=("ngram",), profile=ragged_tiny(tmp_path))
     off = policy(kind="goodput", explore=0.0).decide("chat", [w], table)
     assert off.gamma == 0
     p = policy(kind="goodput", explore=0.1, explore_below_tokens=256, seed=3)
@@ -399,3 +413,35 @@ def test_decisions_read_the_requests_sampling_regime():
     w = [WorkerState("w", proposers=("ngram",), profile="cpu-tiny")]
     greedy, sampled = p.decide("code", w, t), p.decide("code", w, t.view("sampled"))
     assert (greedy.proposer, sampled.proposer) == ("ngram", "none") and greedy.gamma >= 4
+
+
+class ByClass:
+    """Per (proposer, class) alphas with plenty of evidence."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def get(self, worker, proposer, content_class):
+        return AlphaEstimate(self.table.get((proposer, content_class), 0.0), 0.0, 1e6)
+
+
+def test_a_padded_verify_gives_lookup_one_gamma_per_busy_worker(tmp_path):
+    """cpu-tiny pads every row's query to the longest draft (padded_verify): a busy worker's n-gram requests get
+    one gamma whatever their class's acceptance (the one with the best goodput over the recent class mix); the
+    same profile on a ragged engine plans each class at its own best gamma; alone (batch 1) both do."""
+    alphas = ByClass({("ngram", "code"): 0.9, ("ngram", "chat"): 0.7})
+    gammas = {}
+    for prof in ("cpu-tiny", ragged_tiny(tmp_path)):
+        for load in (0, 24):
+            pol = policy(kind="goodput", explore=0.0)
+            w = per_request("w", load=load, proposers=("ngram",), profile=prof)
+            for i in range(64):  # the recent class mix: half and half
+                pol.decide("code" if i % 2 else "chat", [w], alphas)
+            gammas[prof == "cpu-tiny", load] = (pol.decide("code", [w], alphas).gamma,
+                                                pol.decide("chat", [w], alphas).gamma)
+    assert all(min(g) > 0 for g in gammas.values()), gammas
+    code, chat = gammas[False, 24]
+    assert code > chat  # ragged: each class its own
+    assert gammas[True, 24][0] == gammas[True, 24][1]  # padded: one for the batch
+    assert chat <= gammas[True, 24][0] <= code
+    assert gammas[True, 0] == gammas[False, 0] and gammas[True, 0][0] > gammas[True, 0][1]  # alone: its own
