@@ -138,6 +138,14 @@ def proxy_dashboard() -> dict:
                 "obs {{worker}} {{proposer}} {{content_class}}")],
               unit="percentunit", minmax=(0, 1),
               description="Posterior mean used by the policy against accepted/draft tokens over 5 min."),
+        panel("Shadow n-gram alpha (lookup scored on requests that ran without it)",
+              [(f"sum by (worker, content_class) (rate(adaptspec_shadow_accepted_tokens_total{w}[5m])) "
+                f"/ sum by (worker, content_class) (rate(adaptspec_shadow_draft_tokens_total{w}[5m]))",
+                "{{worker}} {{content_class}}")],
+              unit="percentunit", minmax=(0, 1),
+              description="The reference worker scores n-gram lookup along every request that ran with another "
+                          "proposer or none (usage.speculative.shadow); the proxy counts it into the n-gram "
+                          "estimate, so lookup is learnt from all traffic without being tried."),
         panel("alpha estimate uncertainty (std)",
               [(f"adaptspec_alpha_estimate_std{w}", "{{worker}} {{proposer}} {{content_class}}")],
               unit="percentunit"),

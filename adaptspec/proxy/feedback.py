@@ -192,6 +192,9 @@ class Feedback:
         """Count a request's shadow lookup run into (worker, "ngram", class) like a lookup request's own
         counts: exact per-position rates, and the steps whose lookup drafted (the propose rate)."""
         tried, acc = list(map(float, shadow.tried_per_position)), list(map(float, shadow.accepted_per_position))
+        m = self.proxy.metrics
+        m.child(m.shadow_draft_tokens, worker.name, content_class).inc(shadow.draft_tokens)
+        m.child(m.shadow_accepted_tokens, worker.name, content_class).inc(shadow.accepted_tokens)
         if features is not None and shadow.draft_tokens > 0:
             self._teach(worker, content_class, "ngram", features, float(shadow.draft_tokens),
                         float(shadow.accepted_tokens), float(shadow.steps), (tried, acc), regime)

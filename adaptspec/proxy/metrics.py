@@ -76,6 +76,12 @@ class ProxyMetrics:
                                     ["worker", "proposer", "content_class"], registry=r)
         self.accepted_tokens = Counter("adaptspec_accepted_tokens", "Draft tokens accepted (per-request feedback)",
                                        ["worker", "proposer", "content_class"], registry=r)
+        self.shadow_draft_tokens = Counter(
+            "adaptspec_shadow_draft_tokens", "N-gram lookup tokens scored along requests that ran without it "
+            "(usage.speculative.shadow)", ["worker", "content_class"], registry=r)
+        self.shadow_accepted_tokens = Counter(
+            "adaptspec_shadow_accepted_tokens", "Of those, tokens the lookup would have had accepted",
+            ["worker", "content_class"], registry=r)
         self.output_tokens = Counter("adaptspec_output_tokens", "Completion tokens returned",
                                      ["worker", "proposer", "content_class"], registry=r)
         self.ttft = Histogram("adaptspec_ttft_seconds", "Time to first token (first upstream byte for non-stream)",

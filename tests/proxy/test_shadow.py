@@ -40,6 +40,9 @@ def test_a_request_without_lookup_teaches_the_lookup_key(proxies):
         (succ + PRIOR_STRENGTH * m0) / (trials + PRIOR_STRENGTH), rel=1e-3)
     assert metric(text, "adaptspec_propose_rate_estimate", **key) == pytest.approx(
         (sh["drafts"] + _PROPOSE_PRIOR_STEPS) / (sh["steps"] + _PROPOSE_PRIOR_STEPS), rel=1e-3)
+    shadow_key = {"worker": "embedded-0", "content_class": cls}
+    assert metric(text, "adaptspec_shadow_draft_tokens_total", **shadow_key) == sh["draft_tokens"]
+    assert metric(text, "adaptspec_shadow_accepted_tokens_total", **shadow_key) == succ
     # no other key learnt anything: the request drafted nothing
     assert metric(text, "adaptspec_draft_tokens_total") in (None, 0.0)
 
