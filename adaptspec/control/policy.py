@@ -365,9 +365,12 @@ class _CostModelPolicy:
                 # a draft model / head runs max(gamma) passes for the whole batch, and a padded verify pads every
                 # row to the longest draft: one gamma per worker
                 g = self.batch_gamma(w, prof, p, alphas, batch, bound)
-                if g == 0:  # not worth its passes for this worker's batch
+                if g:
+                    plan = self.cache.at(prof, p, a, batch, g, rate, rho)
+                elif prof.draft(p).kind != "ngram":  # not worth its passes for this worker's batch
                     continue
-                plan = self.cache.at(prof, p, a, batch, g, rate, rho)
+                else:  # lookup the mix does not want: a request whose own estimate says otherwise pads alone
+                    plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
             else:
                 plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
             if plan.speedup < self.margin:

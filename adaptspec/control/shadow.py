@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 SHADOW_K = 8  # the gamma lookup is scored at: the largest the policies plan (policy.max_gamma's default)
 MAX_POSITIONS = 64  # a draft is a handful of tokens; a longer list in a response is malformed
@@ -98,6 +99,21 @@ class _Counts:
                            tuple(self.acc))
 
 
+def ngram_lookup(seq: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.ndarray:
+    """Up to k tokens following the most recent earlier match of seq's longest matching suffix n-gram (what the
+    reference worker's n-gram proposer drafts, worker/proposers/ngram.py)."""
+    L = seq.shape[0]
+    for n in range(min(max_n, L - 1), min_n - 1, -1):
+        pattern = seq[L - n:]
+        # windows that start at i and end before the suffix itself: i in [0, L - n - 1]
+        windows = sliding_window_view(seq[: L - 1], n)  # [L - n, n]
+        hits = np.flatnonzero((windows == pattern).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return seq[start:start + k]
+    return seq[:0]
+
+
 Lookup = Callable[[int, int], np.ndarray]  # (context length L, k) -> up to k tokens after seq[:L]
 
 
@@ -141,9 +157,7 @@ class NgramIndex:
             i = int(self._prev[n][j])
             if i < 0:
                 continue
-            if not np.array_equal(seq[i:i + n], seq[j:L]):  # a hash collision: ask the proposer's way
-                from adaptspec.worker.proposers.ngram import ngram_lookup
-
+            if not np.array_equal(seq[i:i + n], seq[j:L]):  # a hash collision: the proposer's way
                 return ngram_lookup(seq[:L], k, self.min_n, self.max_n)
             return seq[i + n:min(i + n + k, L)]
         return seq[:0]

@@ -5,30 +5,18 @@ find the most recent earlier occurrence of that n-gram in the same sequence, and
 tokens that followed it. Drafts are point masses (no probabilities): the verifier accepts a drafted x with
 probability p_target(x), which is exact for any temperature and argmax-exact at temperature 0.
 Matching is vectorised per request with numpy (a sliding-window compare), no Python loop over positions.
+`ngram_lookup` lives in control/shadow.py, which scores the same lookup after the fact (the proxy imports it
+without torch).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
+from adaptspec.control.shadow import ngram_lookup
 from adaptspec.worker.proposers.base import Draft, ProposeInput
 
 __all__ = ["NgramProposer", "ngram_lookup"]
-
-
-def ngram_lookup(seq: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.ndarray:
-    """Up to k tokens following the most recent earlier match of seq's longest matching suffix n-gram."""
-    L = seq.shape[0]
-    for n in range(min(max_n, L - 1), min_n - 1, -1):
-        pattern = seq[L - n:]
-        # windows that start at i and end before the suffix itself: i in [0, L - n - 1]
-        windows = sliding_window_view(seq[: L - 1], n)  # [L - n, n]
-        hits = np.flatnonzero((windows == pattern).all(axis=1))
-        if hits.size:
-            start = int(hits[-1]) + n
-            return seq[start:start + k]
-    return seq[:0]
 
 
 class NgramProposer:
