@@ -60,6 +60,12 @@ def test_a_request_without_lookup_teaches_the_lookup_key(proxies):
         (sh2["accepted_tokens"] + PRIOR_STRENGTH * sampled_before) / (sum(sh2["tried_per_position"]) + PRIOR_STRENGTH),
         rel=1e-3)
 
+    # a stream is counted too (its usage chunk carries the shadow, the client did not ask for usage)
+    before = metric(text, "adaptspec_shadow_draft_tokens_total", **shadow_key)
+    stream = client.chat.completions.create(model="tiny", max_tokens=48, temperature=0, messages=msgs, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == out.choices[0].message.content
+    assert metric(px.metrics(), "adaptspec_shadow_draft_tokens_total", **shadow_key) == before + sh["draft_tokens"]
+
 
 def test_a_lookup_request_carries_no_shadow(proxies):
     px = proxies({"policy": {"kind": "static", "proposer": "ngram", "gamma": 4}}, timeout=180)
