@@ -13,6 +13,8 @@ import httpx
 import openai
 import pytest
 
+from adaptspec.control.shadow import ShadowStats
+
 pytestmark = pytest.mark.integration
 
 
@@ -67,8 +69,10 @@ def client(worker_url):
 
 def _spec(usage) -> dict:
     spec = (usage.model_extra or {}).get("speculative")
-    assert set(spec) == {"draft_tokens", "accepted_tokens", "steps", "drafts", "tried_per_position",
-                         "accepted_per_position", "steps_by_gamma"}
+    assert set(spec) - {"shadow"} == {"draft_tokens", "accepted_tokens", "steps", "drafts", "tried_per_position",
+                                      "accepted_per_position", "steps_by_gamma"}
+    if "shadow" in spec:  # a request not run with n-gram lookup: lookup scored along its output (consistent counts)
+        assert set(spec["shadow"]) == {"ngram"} and ShadowStats.from_dict(spec["shadow"]["ngram"]) is not None
     assert sum(spec["steps_by_gamma"].values()) == spec["steps"]
     assert 0 <= spec["accepted_tokens"] <= spec["draft_tokens"]
     assert 1 <= spec["steps"] <= usage.completion_tokens + 1  # the step that emits EOS shows no token
