@@ -682,13 +682,11 @@ def _observe_shadow(req: TraceRequest | None, output_tokens: int, k: int, alphas
     sh = walk_runs(runs, output_tokens, min(k, req.max_k))
     if sh.steps <= 0:
         return
-    tried, acc = [float(x) for x in sh.tried_per_position], [float(x) for x in sh.accepted_per_position]
+    counts, kw = sh.observation()
     if predictor is not None and feats is not None:
         predictor.observe(feats, "ngram", cname, alphas.get(worker, "ngram", cname), sh.draft_tokens,
-                          sh.accepted_tokens, sh.steps, sh.drafts, tried, acc)
-    alphas.observe_counts(worker, "ngram", cname, sum(acc), sum(tried) - sum(acc), tried, acc,
-                          draft_tokens=float(sh.draft_tokens), now=now, steps=float(sh.steps),
-                          drafts=float(sh.drafts))
+                          sh.accepted_tokens, sh.steps, sh.drafts, counts[2], counts[3])
+    alphas.observe_counts(worker, "ngram", cname, *counts, now=now, **kw)
 
 
 def _report(snap: StepCounters, now: float, telemetry: Callable[[float, StepCounters], None] | None,

@@ -53,6 +53,15 @@ class ShadowStats:
                 "accepted_tokens": self.accepted_tokens, "tried_per_position": list(self.tried_per_position),
                 "accepted_per_position": list(self.accepted_per_position)}
 
+    def observation(self) -> tuple[tuple[float, float, list[float], list[float]], dict]:
+        """(successes, failures, tried per position, accepted per position) and the draft_tokens / steps /
+        drafts keywords of `AlphaTable.observe_counts` for the n-gram key (what the proxy and the simulator
+        count)."""
+        tried, acc = [float(x) for x in self.tried_per_position], [float(x) for x in self.accepted_per_position]
+        succ = float(self.accepted_tokens)
+        return (succ, sum(tried) - succ, tried, acc), {"draft_tokens": float(self.draft_tokens),
+                                                       "steps": float(self.steps), "drafts": float(self.drafts)}
+
     @classmethod
     def from_dict(cls, d: object) -> ShadowStats | None:
         """The stats from a response's `shadow.ngram` object; None when it is absent or inconsistent (counts

@@ -191,20 +191,16 @@ class Feedback:
                   features=None) -> None:
         """Count a request's shadow lookup run into (worker, "ngram", class) like a lookup request's own
         counts: exact per-position rates, and the steps whose lookup drafted (the propose rate)."""
-        tried, acc = list(map(float, shadow.tried_per_position)), list(map(float, shadow.accepted_per_position))
+        counts, kw = shadow.observation()
         m = self.proxy.metrics
         m.child(m.shadow_draft_tokens, worker.name, content_class).inc(shadow.draft_tokens)
         m.child(m.shadow_accepted_tokens, worker.name, content_class).inc(shadow.accepted_tokens)
         if features is not None and shadow.draft_tokens > 0:
-            self._teach(worker, content_class, "ngram", features, float(shadow.draft_tokens),
-                        float(shadow.accepted_tokens), float(shadow.steps), (tried, acc), regime)
-        kw: dict = {"draft_tokens": float(shadow.draft_tokens), "steps": float(shadow.steps),
-                    "drafts": float(shadow.drafts)}
+            self._teach(worker, content_class, "ngram", features, kw["draft_tokens"], counts[0], kw["steps"],
+                        (counts[2], counts[3]), regime)
         if regime != GREEDY:
             kw["regime"] = regime
-        succ = float(shadow.accepted_tokens)
-        self.proxy.state.apply("observe_counts",
-                               (worker.name, "ngram", content_class, succ, sum(tried) - succ, tried, acc), kw)
+        self.proxy.state.apply("observe_counts", (worker.name, "ngram", content_class, *counts), kw)
 
     def _teach(self, worker, content_class: str, proposer: str, features, draft: float, accepted: float,
                steps: float | None, positions: tuple[list[float], list[float]] | None, regime: str) -> None:

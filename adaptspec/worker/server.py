@@ -345,7 +345,7 @@ class _Worker:
         self.max_k = min(settings.max_k, int(getattr(engine, "max_speculative_tokens", settings.max_k)))
         # every finished request not run with n-gram lookup is scored for it (control/shadow.py), at the
         # policies' largest gamma (8) or the worker's max k
-        self.shadow_lookup = getattr(engine, "ngram_sizes", None) if "ngram" in self.proposers else None
+        self.shadow_sizes = getattr(engine, "ngram_sizes", None) if "ngram" in self.proposers else None
         self.shadow_k = max(1, min(self.max_k, SHADOW_K))
         self.created = int(time.time())
         self._tokenizer = engine.tokenizer
@@ -495,9 +495,9 @@ class _Worker:
         finally:
             await gen.aclose()
             res.text = tracker.text
-            if res.finish_reason is not None and self.shadow_lookup is not None and job.spec.proposer != "ngram":
+            if res.finish_reason is not None and self.shadow_sizes is not None and job.spec.proposer != "ngram":
                 res.shadow = walk_lookup(job.prompt_ids, tracker.ids[: res.completion_tokens], self.shadow_k,
-                                         self.shadow_lookup)
+                                         self.shadow_sizes)
             self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
