@@ -108,9 +108,10 @@ class _Counts:
                            tuple(self.acc))
 
 
-def ngram_lookup(seq: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.ndarray:
+def ngram_lookup(seq: np.ndarray, k: int, min_n: int = 1, max_n: int = 4, earliest: bool = False) -> np.ndarray:
     """Up to k tokens following the most recent earlier match of seq's longest matching suffix n-gram (what the
-    reference worker's n-gram proposer drafts, worker/proposers/ngram.py)."""
+    reference worker's n-gram proposer drafts, worker/proposers/ngram.py); `earliest`: the first match in seq
+    instead (what vLLM's n-gram proposer drafts: `_find_longest_matched_ngram_and_propose_tokens`)."""
     L = seq.shape[0]
     for n in range(min(max_n, L - 1), min_n - 1, -1):
         pattern = seq[L - n:]
@@ -118,7 +119,7 @@ def ngram_lookup(seq: np.ndarray, k: int, min_n: int = 1, max_n: int = 4) -> np.
         windows = sliding_window_view(seq[: L - 1], n)  # [L - n, n]
         hits = np.flatnonzero((windows == pattern).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
+            start = int(hits[0] if earliest else hits[-1]) + n
             return seq[start:start + k]
     return seq[:0]
 
@@ -128,22 +129,24 @@ Lookup = Callable[[int, int], np.ndarray]  # (context length L, k) -> up to k to
 
 class NgramIndex:
     """Prompt lookup over one whole sequence, answered for any prefix of it: `lookup(L, k)` equals
-    `ngram_lookup(seq[:L], k, min_n, max_n)` (worker/proposers/ngram.py: the most recent earlier occurrence of
-    the longest matching suffix n-gram, and up to k tokens after it, within seq[:L]).
+    `ngram_lookup(seq[:L], k, min_n, max_n, earliest)` (worker/proposers/ngram.py: the most recent earlier
+    occurrence of the longest matching suffix n-gram, and up to k tokens after it, within seq[:L]; with
+    `earliest`, vLLM's choice: its first occurrence).
 
     Walking a request calls the lookup once per step; done as the proposer does it (a sliding-window compare
     of the whole context per n) that is ~10-20 ms per request of 64 tokens. Here, per n, every window's hash
     is computed at once and a stable sort by hash links each window to the previous one with the same hash:
     the most recent earlier occurrence is a table read (verified token by token; a hash collision falls back
-    to the compare)."""
+    to the compare). `earliest` links each window to the first one with its hash instead: the head of its run
+    in the sort."""
 
     _BASE = np.uint64(1_000_003)
 
-    def __init__(self, seq: Sequence[int], min_n: int, max_n: int) -> None:
+    def __init__(self, seq: Sequence[int], min_n: int, max_n: int, earliest: bool = False) -> None:
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n} max_n={max_n}")
         self.seq = np.asarray(seq, dtype=np.int64)
-        self.min_n, self.max_n = min_n, max_n
+        self.min_n, self.max_n, self.earliest = min_n, max_n, earliest
         self._prev: dict[int, np.ndarray] = {}
         useq = self.seq.astype(np.uint64)
         for n in range(min_n, max_n + 1):
@@ -156,7 +159,11 @@ class NgramIndex:
             order = np.argsort(h, kind="stable")  # equal hashes keep their positions ascending
             same = h[order[1:]] == h[order[:-1]]
             prev = np.full(m, -1, dtype=np.int64)
-            prev[order[1:][same]] = order[:-1][same]  # the window before it with the same hash
+            if earliest:  # the first window of each run of equal hashes, for every later window of the run
+                head = order[np.maximum.accumulate(np.where(np.r_[True, ~same], np.arange(m), 0))]
+                prev[order[1:][same]] = head[1:][same]
+            else:
+                prev[order[1:][same]] = order[:-1][same]  # the window before it with the same hash
             self._prev[n] = prev
 
     def lookup(self, L: int, k: int) -> np.ndarray:
@@ -167,23 +174,24 @@ class NgramIndex:
             if i < 0:
                 continue
             if not np.array_equal(seq[i:i + n], seq[j:L]):  # a hash collision: the proposer's way
-                return ngram_lookup(seq[:L], k, self.min_n, self.max_n)
+                return ngram_lookup(seq[:L], k, self.min_n, self.max_n, self.earliest)
             return seq[i + n:min(i + n + k, L)]
         return seq[:0]
 
 
 def walk_lookup(prompt_ids: Sequence[int], output_ids: Sequence[int], k: int,
-                lookup: Callable[[Sequence[int]], Lookup] | tuple[int, int]) -> ShadowStats:
+                lookup: Callable[[Sequence[int]], Lookup] | tuple[int, int], earliest: bool = False) -> ShadowStats:
     """Score prompt lookup along one request's output (module doc), counting steps as the reference engine
     does: the prefill step (the first token) is a step that drafts nothing, and a draft is cut so that its
     tokens and the bonus token fit in the output (the engine's rule at max_tokens).
 
-    `lookup`: (min_n, max_n) of the n-gram proposer (an `NgramIndex` over the request answers), or a factory
-    `seq -> ((L, k) -> draft)` (tests compare the index with the proposer's own lookup this way)."""
+    `lookup`: (min_n, max_n) of the n-gram proposer (an `NgramIndex` over the request answers; `earliest`: vLLM's
+    match choice), or a factory `seq -> ((L, k) -> draft)` (tests compare the index with the proposer's own
+    lookup this way)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     seq = np.asarray([*prompt_ids, *output_ids], dtype=np.int64)
-    draft_of = NgramIndex(seq, *lookup).lookup if isinstance(lookup, tuple) else lookup(seq)
+    draft_of = NgramIndex(seq, *lookup, earliest=earliest).lookup if isinstance(lookup, tuple) else lookup(seq)
     p, n = len(prompt_ids), len(output_ids)
     counts = _Counts(k)
     if n:

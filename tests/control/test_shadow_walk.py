@@ -37,19 +37,36 @@ def test_walk_lookup_rejection_ends_the_step_and_the_next_one_starts_after_the_b
     assert s.tried_per_position == (4, 1, 1) and s.accepted_per_position == (1, 1, 0)
 
 
+@pytest.mark.parametrize("earliest", [False, True])
 @pytest.mark.parametrize(("vocab", "sizes"), [(3, (1, 4)), (5, (2, 4)), (40, (2, 4)), (2, (3, 3))])
-def test_the_index_answers_every_prefix_as_the_proposer_does(vocab, sizes):
+def test_the_index_answers_every_prefix_as_the_proposer_does(vocab, sizes, earliest):
     """NgramIndex(seq).lookup(L, k) == ngram_lookup(seq[:L], k) for every L and k (random sequences over small
-    vocabularies repeat n-grams everywhere; a large one rarely)."""
+    vocabularies repeat n-grams everywhere; a large one rarely), with either match choice."""
     rng = np.random.default_rng(vocab)
     for _ in range(20):
         seq = rng.integers(0, vocab, int(rng.integers(1, 120)))
-        idx = NgramIndex(seq, *sizes)
+        idx = NgramIndex(seq, *sizes, earliest=earliest)
         for L in range(1, len(seq) + 1):
             for k in (1, 3, 8):
-                assert idx.lookup(L, k).tolist() == ngram_lookup(seq[:L], k, *sizes).tolist(), (seq, L, k)
+                want = ngram_lookup(seq[:L], k, *sizes, earliest=earliest).tolist()
+                assert idx.lookup(L, k).tolist() == want, (seq, L, k)
     with pytest.raises(ValueError):
         NgramIndex([1, 2], 3, 2)
+
+
+def test_earliest_takes_the_first_occurrence_of_the_longest_match():
+    seq = np.array([1, 2, 7, 3, 1, 2, 8, 4, 1, 2])
+    assert ngram_lookup(seq, 2, 1, 3).tolist() == [8, 4]  # the reference worker: the most recent [1, 2]
+    assert ngram_lookup(seq, 2, 1, 3, earliest=True).tolist() == [7, 3]  # vLLM's: the first one
+    # a longer match wins over an earlier shorter one: [4, 1, 2] occurs once before the end
+    seq2 = np.array([1, 2, 5, 4, 1, 2, 6, 4, 1, 2])
+    assert ngram_lookup(seq2, 1, 1, 3, earliest=True).tolist() == [6]
+    # the walk with the first-occurrence match: output copies the first continuation, not the latest
+    prompt, out = [1, 2, 7, 3, 1, 2, 8, 4, 9], [1, 2, 7, 3, 0]
+    first = walk_lookup(prompt, out, 2, (2, 2), earliest=True)
+    latest = walk_lookup(prompt, out, 2, (2, 2))
+    # first: [1, 2] -> 7, 3 (both accepted; the end). latest: [1, 2] -> 8 rejected, bonus 7; [2, 7] -> 3 accepted
+    assert (first.drafts, first.accepted_tokens) == (1, 2) and (latest.drafts, latest.accepted_tokens) == (2, 1)
 
 
 def test_a_hash_collision_falls_back_to_the_compare():
