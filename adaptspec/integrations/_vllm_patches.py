@@ -18,7 +18,9 @@ Each wraps one vLLM method and calls the original first, so vLLM's own bookkeepi
   InputProcessor._validate_params      rejects bad vllm_xargs with HTTP 400.
   OutputProcessor.add_request / _finish_request
                                        API-server side: remember the request's labels, count its
-                                       acceptance into the per-class Prometheus counters at finish.
+                                       acceptance into the per-class Prometheus counters at finish
+                                       (and, with ADAPTSPEC_VLLM_SHADOW_NGRAM, the shadow n-gram walk
+                                       of a request that ran without lookup).
   Scheduler.schedule / update_from_output
                                        engine core: step telemetry of every completed step, shipped in
                                        the step's SchedulerStats (vllm_plugin.encode_step_window).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 
@@ -37,13 +40,17 @@ from prometheus_client import Counter, Gauge
 
 from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
+from adaptspec.control.alpha import GREEDY, SAMPLED
 from adaptspec.control.schedule import gamma_at
+from adaptspec.control.shadow import walk_lookup
 from adaptspec.integrations.vllm_plugin import (
+    ENV_SHADOW,
     encode_step_window,
     pop_step_window,
     request_labels,
     request_limit,
     request_schedule,
+    shadow_config,
     telemetry_proposer,
     validate_xargs,
 )
@@ -54,6 +61,7 @@ _UNSET = object()
 _LIMIT_ATTR = "_adaptspec_limit"
 _LABELS_ATTR = "_adaptspec_labels"
 _SCHEDULE_ATTR = "_adaptspec_schedule"
+_NO_SPEC_ATTR = "_adaptspec_no_spec"
 _installed = False
 _lock = threading.Lock()
 
@@ -79,6 +87,53 @@ class ClassCounters:
 @functools.cache
 def class_counters() -> ClassCounters:
     return ClassCounters()
+
+
+class ShadowCounters:
+    """The shadow n-gram counter families (metric_names.SHADOW_NGRAM_*), created on first use in the process
+    that serves /metrics. A class's per-position series are all created with its first request (zeros
+    included), so that a scraper's baseline sees them together."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        labels = ("content_class", "regime")
+        doc = "N-gram lookup scored along requests that ran without it"
+        self.steps = Counter(names.SHADOW_NGRAM_STEPS, f"{doc}: steps walked.", labels)
+        self.drafts = Counter(names.SHADOW_NGRAM_DRAFTS, f"{doc}: steps whose lookup drafted.", labels)
+        self.draft_tokens = Counter(names.SHADOW_NGRAM_DRAFT_TOKENS, f"{doc}: tokens drafted.", labels)
+        self.tried = Counter(names.SHADOW_NGRAM_TRIED, f"{doc}: drafts that reached each position.",
+                             (*labels, "position"))
+        self.accepted = Counter(names.SHADOW_NGRAM_ACCEPTED, f"{doc}: drafts accepted at each position.",
+                                (*labels, "position"))
+
+    def observe(self, content_class: str, regime: str, stats) -> None:
+        self.steps.labels(content_class, regime).inc(stats.steps)
+        self.drafts.labels(content_class, regime).inc(stats.drafts)
+        self.draft_tokens.labels(content_class, regime).inc(stats.draft_tokens)
+        for j in range(self.k):
+            t = stats.tried_per_position[j] if j < len(stats.tried_per_position) else 0
+            a = stats.accepted_per_position[j] if j < len(stats.accepted_per_position) else 0
+            self.tried.labels(content_class, regime, str(j)).inc(t)
+            self.accepted.labels(content_class, regime, str(j)).inc(a)
+
+
+@functools.cache
+def shadow_counters(k: int) -> ShadowCounters:
+    return ShadowCounters(k)
+
+
+def observe_shadow(req_state, content_class: str, config: tuple[int, int, int]) -> None:
+    """Walk n-gram lookup along a finished request that ran without it (vLLM's first-occurrence match) and
+    count it; a request with no token ids (prompt embeddings) or no sampling temperature is skipped."""
+    prompt = getattr(req_state, "prompt_token_ids", None)
+    detok = getattr(req_state, "detokenizer", None)
+    output = getattr(detok, "output_token_ids", None) if detok is not None else None
+    temperature = getattr(req_state, "temperature", None)
+    if prompt is None or not output or temperature is None:
+        return
+    min_n, max_n, k = config
+    stats = walk_lookup(prompt, output, k, (min_n, max_n), earliest=True)
+    shadow_counters(k).observe(content_class, GREEDY if temperature < 1e-5 else SAMPLED, stats)
 
 
 STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")
@@ -289,6 +344,7 @@ def _patch_frontend() -> None:
     validate = _seam(InputProcessor, "_validate_params")
     out_add = _seam(OutputProcessor, "add_request")
     out_finish = _seam(OutputProcessor, "_finish_request")
+    shadow = shadow_config(os.environ.get(ENV_SHADOW))
 
     @functools.wraps(validate)
     def _validate_params(self, params, *args, **kwargs):
@@ -307,17 +363,21 @@ def _patch_frontend() -> None:
         state = self.request_states.get(request.request_id)
         if state is not None:
             params = getattr(request, "sampling_params", None)
-            setattr(state, _LABELS_ATTR, request_labels(getattr(params, "extra_args", None)))
+            xargs = getattr(params, "extra_args", None)
+            setattr(state, _LABELS_ATTR, request_labels(xargs))
+            setattr(state, _NO_SPEC_ATTR, request_limit(xargs) == 0)  # run without drafts: shadow-scored
 
     @functools.wraps(out_finish)
     def _finish_request(self, req_state) -> None:
         out_finish(self, req_state)
+        labels = getattr(req_state, _LABELS_ATTR, None) or request_labels(None)
+        if shadow is not None and getattr(req_state, _NO_SPEC_ATTR, False):
+            observe_shadow(req_state, labels[0], shadow)
         metrics = req_state.spec_decode_metrics
         if metrics is None:
             return
         drafts = sum(metrics.histogram)
         accepted = sum(j * n for j, n in enumerate(metrics.histogram))
-        labels = getattr(req_state, _LABELS_ATTR, None) or request_labels(None)
         class_counters().observe(labels, drafts, metrics.num_draft_tokens, accepted)
 
     from vllm.v1.metrics.loggers import StatLoggerManager

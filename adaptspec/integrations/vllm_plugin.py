@@ -18,6 +18,11 @@ request carry its own limit through vLLM's extra request args:
   and each finished request adds its drafts / draft tokens / accepted tokens to
   `adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total{content_class,proposer}`
   on vLLM's own /metrics, next to `adaptspec:vllm_plugin_info{version,vllm_version} 1`.
+* shadow n-gram evidence (control/shadow.py): with `ADAPTSPEC_VLLM_SHADOW_NGRAM=min_n:max_n:k` (set by
+  `adaptspec launch vllm` for a per-request n-gram pool), every finished request that ran without lookup (the
+  proxy chose none) is walked by lookup as vLLM's n-gram proposer would have run it (its first-occurrence
+  match, up to k drafts), and the counts go to `adaptspec:shadow_ngram_*_by_class_total{content_class,regime}`:
+  the proxy learns lookup's acceptance on classes it keeps off, at no cost to any request.
 * step telemetry (control/telemetry.py): the engine core's scheduler counts every step it completes (wall
   seconds since the step was scheduled or the previous one finished, scheduled tokens, context tokens,
   verified draft tokens, draft passes) and ships the window since the last stats message inside the
@@ -37,6 +42,8 @@ import os
 from collections.abc import Mapping
 
 from adaptspec.control.schedule import Schedule, parse_schedule
+from adaptspec.control.shadow import MAX_POSITIONS
+from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +59,9 @@ XARG_CONTENT_CLASS = "adaptspec_content_class"
 XARG_SCHEDULE = "adaptspec_schedule"
 SCHEDULE_MAX_CAP = 1024  # caps above the engine's k are harmless (min(k, cap)); the API server does not know k
 ENV_PROPOSER = "ADAPTSPEC_VLLM_PROPOSER"  # label for requests that name no proposer (set by `adaptspec launch`)
+# "min_n:max_n:k": score n-gram lookup (vLLM's prompt_lookup_min / _max, up to k drafts) along every finished
+# request that ran without it (set by `adaptspec launch` for a per-request n-gram pool; control/shadow.py)
+ENV_SHADOW = "ADAPTSPEC_VLLM_SHADOW_NGRAM"
 UNKNOWN = "unknown"
 
 
@@ -121,11 +131,27 @@ def request_limit(extra_args: Mapping | None) -> int | None:
 
 
 def request_labels(extra_args: Mapping | None) -> tuple[str, str]:
-    """(content_class, proposer) labels for the per-class counters."""
+    """(content_class, proposer) labels for the per-class counters: a known class and proposer, else "unknown"
+    (a client talking to vLLM directly must not mint label values: one series each)."""
     extra_args = extra_args or {}
     cls = extra_args.get(XARG_CONTENT_CLASS)
     proposer = extra_args.get(XARG_PROPOSER) or os.environ.get(ENV_PROPOSER) or UNKNOWN
-    return (cls if isinstance(cls, str) and cls else UNKNOWN), str(proposer)
+    return (cls if cls in CONTENT_CLASSES else UNKNOWN), (proposer if proposer in PROPOSERS else UNKNOWN)
+
+
+def shadow_config(text: str | None) -> tuple[int, int, int] | None:
+    """`ADAPTSPEC_VLLM_SHADOW_NGRAM` ("min_n:max_n:k") -> (min_n, max_n, k); None when unset or empty.
+    ValueError naming the variable and the value otherwise (the server then refuses to start)."""
+    if not text or not text.strip():
+        return None
+    parts = text.strip().split(":")
+    try:
+        min_n, max_n, k = (int(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"{ENV_SHADOW} must be min_n:max_n:k (integers), got {text!r}") from None
+    if not (1 <= min_n <= max_n and 1 <= k <= MAX_POSITIONS):
+        raise ValueError(f"{ENV_SHADOW} needs 1 <= min_n <= max_n and 1 <= k <= {MAX_POSITIONS}, got {text!r}")
+    return min_n, max_n, k
 
 
 # Step-window entries carried in SchedulerStats.num_kv_fetch_reqs_by_stage (ints: microseconds for seconds).

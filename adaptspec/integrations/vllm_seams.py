@@ -33,6 +33,7 @@ OUTPUT_PROCESSOR = "vllm/v1/engine/output_processor.py"
 EXCEPTIONS = "vllm/exceptions.py"
 LOGGERS = "vllm/v1/metrics/loggers.py"
 ENGINE = "vllm/v1/engine/__init__.py"
+DETOKENIZER = "vllm/v1/engine/detokenizer.py"
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,11 @@ SEAMS: tuple[Method | Attribute, ...] = (
     Method(OUTPUT_PROCESSOR, "OutputProcessor", "_finish_request", ("self", "req_state")),
     Attribute(OUTPUT_PROCESSOR, "OutputProcessor", "request_states"),
     Attribute(OUTPUT_PROCESSOR, "RequestState", "spec_decode_metrics"),
+    # API server: the shadow n-gram walk of a finished request (its token ids and sampling temperature)
+    Attribute(OUTPUT_PROCESSOR, "RequestState", "prompt_token_ids"),
+    Attribute(OUTPUT_PROCESSOR, "RequestState", "detokenizer"),
+    Attribute(OUTPUT_PROCESSOR, "RequestState", "temperature"),
+    Attribute(DETOKENIZER, "IncrementalDetokenizer", "output_token_ids"),
     Method(EXCEPTIONS, "VLLMValidationError", "__init__", ("self", "message"), kwonly=("parameter",)),
 )
 

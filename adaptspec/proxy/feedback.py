@@ -14,6 +14,11 @@ Which source wins, per worker:
    the per-class estimates use as their prior) or `ingest_sglang` (accept-length gauge), for the
    worker's launch proposer/gamma. Only the replica holding the worker's lease ingests (RedisState).
 
+Shadow n-gram evidence (control/shadow.py: lookup scored along requests that ran without it) comes per response
+from the adaptspec worker (`usage.speculative.shadow`) and as scraped counters from the vLLM plugin
+(`adaptspec:shadow_ngram_*_by_class_total`, `counters.shadow_deltas`), which are ingested in both modes (by the
+lease holder): no vLLM response carries them. Both go to the worker's (n-gram, class, regime) key.
+
 Step telemetry (`adaptspec:engine_*`, control/telemetry.py) feeds one `StepCalibrator` per worker, whose prior
 is the worker's profile (or the policy's default); its fit goes to `worker.step_costs`, which the cost-model
 policies price with once trusted, and to the `adaptspec_step_model_*` gauges (`calibration_gauges`). Every
@@ -29,6 +34,7 @@ from __future__ import annotations
 import logging
 
 from adaptspec.control.calibration import StepCalibrator
+from adaptspec.control.counters import shadow_deltas
 from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.shadow import ShadowStats
@@ -223,11 +229,16 @@ class Feedback:
         tracker = self._trackers.get(worker.name)
         if tracker is None:
             tracker = self._trackers[worker.name] = CounterTracker()
-        ingest = (not worker.request_feedback and not worker.adapter.own_feedback
-                  and self.proxy.state.counter_leader(worker.name))
-        table = self.proxy.state.table() if ingest else _NULL
+        leader = not worker.adapter.own_feedback and self.proxy.state.counter_leader(worker.name)
+        table = self.proxy.state.table() if leader and not worker.request_feedback else _NULL
         proposer, gamma = worker.fixed_plan()
         worker.adapter.ingest(table, tracker, worker.name, sample.spec, proposer, gamma)
+        # shadow n-gram counters (vLLM plugin) in either feedback mode: no response carries them
+        shadow = shadow_deltas(tracker, worker.name, sample.spec)
+        tracker.scraped()
+        if leader and "ngram" in worker.proposers:
+            for (content_class, regime), stats in shadow.items():
+                self.on_shadow(worker, content_class, stats, regime)
 
     # -- step-time calibration ---------------------------------------------------------------------------
     def _prior(self, worker) -> Profile:

@@ -8,6 +8,9 @@ Parses three dialects into one `WorkerSample`:
                               vllm:spec_decode_num_accepted_tokens_per_pos_total{position}
     per class (adaptspec)     adaptspec:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_by_class_total
                               {content_class, proposer}
+    shadow n-gram (vLLM plugin)  adaptspec:shadow_ngram_{steps,drafts,draft_tokens}_by_class_total,
+                              adaptspec:shadow_ngram_{tried,accepted}_per_pos_by_class_total
+                              {content_class, regime[, position]} (feedback.py)
     SGLang                    sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
                               sglang:spec_accept_length (mean tokens per verify step, a gauge)
     step telemetry            adaptspec:engine_{steps,step_seconds,batched_tokens,kv_tokens}_total,
@@ -38,7 +41,7 @@ import aiohttp
 
 from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
-from adaptspec.control.counters import SGLANG_STYLE, VLLM_STYLE
+from adaptspec.control.counters import SGLANG_STYLE, SHADOW_STYLE, VLLM_STYLE
 from adaptspec.proxy.engine_switch import EngineSwitch
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,7 @@ _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _RUNNING = (names.VLLM_RUNNING, names.SGLANG_RUNNING)
 _WAITING = (names.VLLM_WAITING, names.SGLANG_WAITING)
 _KV = (names.VLLM_KV_USAGE, names.VLLM_KV_USAGE_OLD, names.SGLANG_KV_USAGE)
-_SPEC = VLLM_STYLE | SGLANG_STYLE  # handed unchanged to the worker's engine adapter's `ingest`
+_SPEC = VLLM_STYLE | SGLANG_STYLE | SHADOW_STYLE  # to the engine adapter's `ingest` (shadow: feedback.on_sample)
 
 _OUTPUT_TOKENS = names.ENGINE_OUTPUT_TOKENS + "_total"
 Sample = tuple[str, dict[str, str], float]  # as adaptspec.control.estimators.ingest_* take them

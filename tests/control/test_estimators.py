@@ -185,6 +185,10 @@ def test_counter_tracker():
     tr.delta(("w1", "x"), 3)
     tr.forget("w1")
     assert tr.delta(("w1", "x"), 7) == 0
+    # after the first scrape, a series seen for the first time was created since: from zero
+    tr.scraped()
+    assert tr.delta(("w1", "new-class"), 6) == 6
+    assert tr.delta(("w1", "new-class"), 8) == 2
 
 
 def test_sufficient_statistics_roundtrip_and_merge():

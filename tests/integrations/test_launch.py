@@ -82,8 +82,10 @@ def test_vllm_per_request_pool_gets_max_gamma_plugin_env_and_per_request_stats(c
     cmds = commands(capsys, "vllm", "--config", config, "--pool", "vllm-adaptive")
     assert set(cmds) == {"v0", "v1"}
     argv = cmds["v0"]
-    assert argv[:3] == ["ADAPTSPEC_VLLM_PROPOSER=ngram", "VLLM_CPU_KVCACHE_SPACE=1", "python3"]
-    assert argv[3:5] == ["-m", "vllm.entrypoints.openai.api_server"]
+    # the plugin scores lookup (vLLM's sizes, up to the pool's gamma) on the requests run without it
+    assert argv[:4] == ["ADAPTSPEC_VLLM_PROPOSER=ngram", "ADAPTSPEC_VLLM_SHADOW_NGRAM=2:4:6",
+                        "VLLM_CPU_KVCACHE_SPACE=1", "python3"]
+    assert argv[4:6] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert flag(argv, "--model") == "/models/llama" and flag(argv, "--served-model-name") == "llama"
     assert flag(argv, "--port") == "8101" and flag(cmds["v1"], "--port") == "8102"
     spec = json.loads(flag(argv, "--speculative-config"))

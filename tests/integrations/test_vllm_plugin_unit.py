@@ -81,6 +81,22 @@ def test_labels(monkeypatch):
     assert plugin.request_labels({"adaptspec_content_class": "math", "adaptspec_proposer": "draft"}) == ("math", "draft")
     monkeypatch.setenv(plugin.ENV_PROPOSER, "ngram")
     assert plugin.request_labels({"adaptspec_content_class": "code"}) == ("code", "ngram")
+    # a client that talks to vLLM directly cannot mint label values (one series each)
+    for i in range(3):
+        assert plugin.request_labels({"adaptspec_content_class": f"x{i}", "adaptspec_proposer": f"p{i}"}) == (
+            "unknown", "unknown")
+
+
+@pytest.mark.parametrize(("text", "want"), [(None, None), ("", None), ("  ", None), ("2:4:4", (2, 4, 4)),
+                                            ("1:1:8", (1, 1, 8)), (" 3:5:2 ", (3, 5, 2))])
+def test_shadow_config(text, want):
+    assert plugin.shadow_config(text) == want
+
+
+@pytest.mark.parametrize("text", ["2:4", "a:b:c", "4:2:4", "0:2:4", "2:4:0", "2:4:65", "2:4:4:4"])
+def test_bad_shadow_config_names_the_variable(text):
+    with pytest.raises(ValueError, match=plugin.ENV_SHADOW):
+        plugin.shadow_config(text)
 
 
 @pytest.mark.parametrize(("method", "label"), [("ngram", "ngram"), ("suffix", "ngram"), ("draft_model", "draft"),

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from adaptspec.control.config import load_config
 from adaptspec.proxy.feedback import spec_stats
@@ -219,7 +221,6 @@ def test_step_telemetry_is_exported_and_calibrates(vllm_server, tmp_path, capsys
     """The engine core's step counters reach the API server's /metrics, agree with the request's own stats,
     and `adaptspec calibrate --url` turns them into a loadable profile."""
     import threading
-    import time
 
     from adaptspec.cli import main
     from adaptspec.control.profiles import load_profile
@@ -290,3 +291,109 @@ def test_schedule_caps_the_draft_length_by_running_batch(vllm_server):
         client.completions.create(model="tiny", prompt="x", max_tokens=2,
                                   extra_body={"vllm_xargs": {"adaptspec_schedule": "8:2,4:1"}})
     assert "adaptspec_schedule" in str(err.value)
+
+
+def _shadow_counters(url: str) -> dict[tuple, float]:
+    """{(family, content_class, regime, position or None): value} of the plugin's shadow n-gram counters."""
+    out: dict[tuple, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+        for s in fam.samples:
+            if s.name.startswith("adaptspec:shadow_ngram_") and s.name.endswith("_total"):
+                key = (s.name, s.labels.get("content_class"), s.labels.get("regime"), s.labels.get("position"))
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def _shadow_delta(after: dict, before: dict, family: str, cls: str, regime: str = "greedy") -> float:
+    name = f"adaptspec:shadow_ngram_{family}_by_class_total"
+    return sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == name and k[1:3] == (cls, regime))
+
+
+def test_the_shadow_index_matches_vllms_own_ngram_lookup():
+    """The plugin scores lookup with adaptspec's index (control/shadow.py, first-occurrence match); vLLM's
+    n-gram proposer's own function must draft the same tokens for every prefix of random sequences (small
+    vocabularies repeat n-grams everywhere)."""
+    import subprocess
+
+    script = (
+        "import numpy as np\n"
+        "from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as ref\n"
+        "from adaptspec.control.shadow import NgramIndex, ngram_lookup\n"
+        "rng = np.random.default_rng(0)\n"
+        "n = 0\n"
+        "for vocab, (lo, hi) in [(2, (1, 4)), (3, (2, 4)), (5, (2, 4)), (40, (1, 3)), (2, (3, 3))]:\n"
+        "    for _ in range(25):\n"
+        "        seq = rng.integers(0, vocab, int(rng.integers(2, 140))).astype(np.int32)\n"
+        "        idx = NgramIndex(seq, lo, hi, earliest=True)\n"
+        "        for L in range(1, len(seq) + 1):\n"
+        "            for k in (1, 4, 8):\n"
+        "                want = ref(seq[:L], lo, hi, 1 << 20, k).tolist()\n"
+        "                assert idx.lookup(L, k).tolist() == want, (seq.tolist(), L, k, want)\n"
+        "                assert ngram_lookup(seq[:L], k, lo, hi, earliest=True).tolist() == want\n"
+        "                n += 1\n"
+        "print(n)\n")
+    out = subprocess.run([str(VLLM_PYTHON), "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.strip().splitlines()[-1]) > 10_000
+
+
+def test_shadow_counts_equal_a_lookup_run_of_the_same_request(vllm_server):
+    """A greedy request run without drafts is scored for lookup (ADAPTSPEC_VLLM_SHADOW_NGRAM, set by the launch
+    command: vLLM's lookup sizes, k = the pool's gamma); the counts equal what vLLM reports for the same request
+    run with n-gram lookup at that k, step for step, but for the last step: vLLM drafts k there even past
+    max_tokens (and drops what overflows), while the walk, which cannot see past the output, cuts the draft to
+    the tokens left (the reference engine's rule). A request that ran with lookup is not scored."""
+    url = vllm_server["url"]
+    cls = "structured"  # a class only this test uses
+    before = _shadow_counters(url)
+    run = complete(url, MAX_GAMMA, content_class=cls)
+    assert _shadow_counters(url) == before  # ran with lookup: nothing to score
+    off = complete(url, None, vllm_xargs={"adaptspec_proposer": "none", "adaptspec_num_spec_tokens": 0,
+                                          "adaptspec_content_class": cls})
+    assert off["choices"][0]["text"] == run["choices"][0]["text"]
+    assert off["metrics"]["speculative_decoding"]["num_draft_tokens"] == 0
+    after = _shadow_counters(url)
+    sd = run["metrics"]["speculative_decoding"]
+    assert sd["num_draft_tokens"] > 0
+    got = {f: _shadow_delta(after, before, f, cls) for f in ("steps", "drafts", "draft_tokens", "accepted_per_pos")}
+    last = sd["per_step_drafted"][-1]  # vLLM's last step: up to k drafts, past the end of the output too
+    assert got["drafts"] == sd["num_spec_steps"], (got, sd)
+    assert sd["num_draft_tokens"] - last < got["draft_tokens"] <= sd["num_draft_tokens"], (got, sd)
+    assert sd["num_accepted_draft_tokens"] - last <= got["accepted_per_pos"] <= sd["num_accepted_draft_tokens"]
+    assert _shadow_delta(after, before, "tried_per_pos", cls) >= got["drafts"] and got["steps"] >= got["drafts"]
+    assert _shadow_delta(after, before, "steps", cls, "sampled") == 0
+
+
+def test_the_proxy_learns_lookup_from_requests_it_runs_without(vllm_server, tmp_path):
+    """`adaptspec serve` with speculation off in front of the n-gram pool: no request drafts, yet the proxy
+    counts each one's shadow lookup (scraped from the plugin's counters) into the worker's n-gram estimate."""
+    proxy, base = _proxy_in_front(vllm_server, tmp_path, {"kind": "static", "proposer": "none", "gamma": 0})
+    try:
+        proxy.wait_http(f"{base}/health/ready", timeout_s=60)
+        url = vllm_server["url"]
+        time.sleep(1.5)  # the proxy's first scrape (the counters' baseline) is behind us
+        before = _shadow_counters(url)
+        classes = set()
+        with openai.OpenAI(base_url=base + "/v1", api_key="none") as client:
+            for _ in range(3):
+                raw = client.completions.with_raw_response.create(model="tiny", prompt=PROMPT, max_tokens=40,
+                                                                  temperature=0)
+                assert raw.headers["x-adaptspec-proposer"] == "none"
+                classes.add(raw.headers["x-adaptspec-class"])
+        [cls] = classes
+        drafted = _shadow_delta(_shadow_counters(url), before, "draft_tokens", cls)
+        accepted = _shadow_delta(_shadow_counters(url), before, "accepted_per_pos", cls)
+        assert drafted > 0 and accepted > 0
+
+        def proxy_count(name: str) -> float:
+            text = httpx.get(f"{base}/metrics", timeout=30).text
+            return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                       if s.name == name and s.labels.get("content_class") == cls)
+
+        deadline = time.monotonic() + 20
+        while proxy_count("adaptspec_shadow_draft_tokens_total") < drafted and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert proxy_count("adaptspec_shadow_draft_tokens_total") == drafted
+        assert proxy_count("adaptspec_shadow_accepted_tokens_total") == accepted
+    finally:
+        proxy.stop()

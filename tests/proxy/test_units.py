@@ -175,6 +175,44 @@ def test_counters_feed_alpha_only_without_per_request_stats(engine, ingests):
     assert proxy.state.alphas.stats("n0", "ngram", "code") is not None
 
 
+SHADOW = """\
+adaptspec:shadow_ngram_steps_by_class_total{{content_class="chat",regime="greedy"}} {s}
+adaptspec:shadow_ngram_drafts_by_class_total{{content_class="chat",regime="greedy"}} {d}
+adaptspec:shadow_ngram_draft_tokens_by_class_total{{content_class="chat",regime="greedy"}} {t}
+adaptspec:shadow_ngram_tried_per_pos_by_class_total{{content_class="chat",regime="greedy",position="0"}} {d}
+adaptspec:shadow_ngram_tried_per_pos_by_class_total{{content_class="chat",regime="greedy",position="1"}} {a0}
+adaptspec:shadow_ngram_accepted_per_pos_by_class_total{{content_class="chat",regime="greedy",position="0"}} {a0}
+adaptspec:shadow_ngram_accepted_per_pos_by_class_total{{content_class="chat",regime="greedy",position="1"}} {a1}
+"""
+
+
+@pytest.mark.parametrize(("proposers", "own", "counts"), [(("ngram",), False, True), (("draft",), False, False),
+                                                          (("ngram",), True, False)])
+def test_shadow_counters_teach_the_ngram_key_in_either_feedback_mode(proposers, own, counts):
+    """The vLLM plugin's shadow counters (lookup scored on requests run without it) count into (worker, ngram,
+    class) even once the worker's responses carry per-request stats; not for a worker without lookup, nor for
+    the adaptspec worker (its shadow comes per response). A class first seen after the baseline counts whole."""
+    proxy = _Proxy()
+    fb = Feedback(proxy)
+    w = Worker("n0", "http://h:1", "p", engine="adaptspec" if own else "vllm", per_request=True, proposers=proposers)
+    fb.on_sample(w, parse_metrics(COUNTERS.format(d=0, t=0, a=0)))  # the baseline scrape: no shadow series yet
+    fb.on_response(w, "code", proposers[0], 4, 8, (8.0, 6.0, 2.0))  # per-request stats from now on
+    fb.on_sample(w, parse_metrics(COUNTERS.format(d=0, t=0, a=0) + SHADOW.format(s=40, d=20, t=60, a0=12, a1=5)))
+    got = proxy.state.alphas.stats("n0", "ngram", "chat")
+    drafted = proxy.metrics.shadow_draft_tokens.labels("n0", "chat")._value.get()
+    if not counts:
+        assert got is None and drafted == 0
+        return
+    assert got is not None and drafted == 60
+    assert proxy.metrics.shadow_accepted_tokens.labels("n0", "chat")._value.get() == 17
+    est = proxy.state.alphas.get("n0", "ngram", "chat")
+    # per position: 12 of 20 drafts accepted their first token, 5 of the 12 that reached it the second
+    assert est.per_position[:2] == pytest.approx([12 / 20, 5 / 12], abs=0.12)
+    assert est.propose_rate == pytest.approx(20 / 40, abs=0.1)
+    fb.on_sample(w, parse_metrics(COUNTERS.format(d=0, t=0, a=0) + SHADOW.format(s=40, d=20, t=60, a0=12, a1=5)))
+    assert proxy.metrics.shadow_draft_tokens.labels("n0", "chat")._value.get() == 60  # nothing new: nothing
+
+
 def test_pools_routing_and_live_state_survive_replace():
     cfg = parse_config({"pools": [
         {"name": "a", "models": ["m1"], "workers": [{"name": "w0", "url": "http://h:1/v1"}]},
