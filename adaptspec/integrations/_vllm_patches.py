@@ -372,7 +372,11 @@ def _patch_frontend() -> None:
         out_finish(self, req_state)
         labels = getattr(req_state, _LABELS_ATTR, None) or request_labels(None)
         if shadow is not None and getattr(req_state, _NO_SPEC_ATTR, False):
-            observe_shadow(req_state, labels[0], shadow)
+            try:  # evidence only: a request whose walk fails must still finish normally
+                observe_shadow(req_state, labels[0], shadow)
+            except (ValueError, TypeError, IndexError, OverflowError) as exc:
+                logger.warning("adaptspec: shadow n-gram walk of request %s skipped: %s",
+                               getattr(req_state, "request_id", "?"), exc)
         metrics = req_state.spec_decode_metrics
         if metrics is None:
             return
