@@ -91,14 +91,17 @@ class _Counts:
         self.tried = [0] * k
         self.acc = [0] * k
 
-    def step(self, drafted: int, accepted: int) -> None:
-        """One step that drafted `drafted` tokens (0: the lookup found nothing) and accepted `accepted`."""
+    def step(self, drafted: int, accepted: int, room: int) -> None:
+        """One step that drafted `drafted` tokens (0: the lookup found nothing) of the `room` it had (the
+        gamma, less what the output leaves), and accepted `accepted`. A draft the text cut short stops the
+        step where it ends: that position is tried and not accepted, as the reference engine counts lookup
+        (`StepOutput.tried_per_position`)."""
         self.steps += 1
         if drafted <= 0:
             return
         self.drafts += 1
         self.draft_tokens += drafted
-        for j in range(min(accepted + 1, drafted)):
+        for j in range(min(accepted + 1, room)):
             self.tried[j] += 1
         for j in range(accepted):
             self.acc[j] += 1
@@ -195,17 +198,18 @@ def walk_lookup(prompt_ids: Sequence[int], output_ids: Sequence[int], k: int,
     p, n = len(prompt_ids), len(output_ids)
     counts = _Counts(k)
     if n:
-        counts.step(0, 0)  # prefill
+        counts.step(0, 0, 0)  # prefill
     i = 1
     while i < n:
-        draft = np.asarray(draft_of(p + i, k))[: min(k, n - i - 1)]
+        room = min(k, n - i - 1)
+        draft = np.asarray(draft_of(p + i, k))[:room]
         if draft.size == 0:
-            counts.step(0, 0)
+            counts.step(0, 0, room)
             i += 1
             continue
         same = draft == seq[p + i:p + i + draft.size]
         m = int(draft.size if same.all() else np.argmin(same))  # accepted: the first mismatch's index
-        counts.step(int(draft.size), m)
+        counts.step(int(draft.size), m, room)
         i += m + 1
     return counts.stats()
 
@@ -221,6 +225,6 @@ def walk_runs(runs: Sequence[int], output_tokens: int, k: int) -> ShadowStats:
     i, n = 1, min(output_tokens, len(runs))
     while i < n:
         m = min(max(int(runs[i]), 1), k + 1) - 1
-        counts.step(k, m)
+        counts.step(k, m, k)
         i += m + 1
     return counts.stats()

@@ -141,8 +141,9 @@ class StepOutput:
     accepted_tokens: int
     steps: int
     drafts: int = 0  # steps that drafted (k > 0)
-    # per draft position j: drafts that tried it (drafted >= j+1 tokens, positions < j accepted), and
-    # drafts that accepted it: exact conditional acceptance rates even when draft lengths vary
+    # per draft position j: drafts that tried it (positions < j accepted, and drafted >= j+1 tokens; an n-gram
+    # draft: the step's room allowed j+1, so a lookup cut short by the text counts as a miss at its end), and
+    # drafts that accepted it: exact per-position rates even when draft lengths vary
     tried_per_position: tuple[int, ...] = ()
     accepted_per_position: tuple[int, ...] = ()
     # steps by the gamma the step allowed the request (min(k, schedule cap at the running batch); 0: none)
@@ -193,7 +194,7 @@ class _Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
                  "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma", "queued_at",
-                 "queue_s", "source", "lookup_drafts")
+                 "queue_s", "source", "lookup_drafts", "room")
 
     def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
                  schedule: Schedule | None = None):
@@ -224,6 +225,7 @@ class _Seq:
         # request's draft came from n-gram lookup (the propose rate of its lookup part, for the cost model)
         self.source = proposer
         self.lookup_drafts = 0
+        self.room = 0  # this step's draft cap: step_k, less what max_tokens and the context leave
 
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
@@ -653,15 +655,12 @@ class Engine:
         groups: dict[str, list[int]] = {}
         for i, s in enumerate(batch):
             # room: every drafted token plus the bonus must fit both max_tokens and the context
-            k = min(s.step_k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
+            k = s.room = min(s.step_k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
             if s.proposer != "none" and k > 0:
                 groups.setdefault(s.proposer, []).append(i)
         for name, idx in groups.items():
             proposer = self._proposers[name]
-            inputs = [ProposeInput(batch[i].req.request_id, batch[i].tokens,
-                                   min(batch[i].step_k, batch[i].req.max_tokens - batch[i].generated - 1,
-                                       self.max_model_len - len(batch[i].tokens) - 1),
-                                   batch[i].sampling,
+            inputs = [ProposeInput(batch[i].req.request_id, batch[i].tokens, batch[i].room, batch[i].sampling,
                                    batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
             for i, d in zip(idx, proposer.propose(inputs), strict=True):
                 drafts[i] = d
@@ -757,9 +756,14 @@ class Engine:
                     observe = getattr(self._proposers.get(s.proposer), "observe", None)
                     if observe is not None:  # proposers that adapt to their verdicts (hybrid)
                         observe(s.req.request_id, s.source, k, accepted)
-                    reached = min(k, accepted + 1)  # positions tried: the accepted ones and the first rejection
-                    if len(s.pos_tried) < k:
-                        grow = k - len(s.pos_tried)
+                    # positions tried: the accepted ones and the first rejection. A lookup draft the text cut
+                    # short (fewer tokens than the step's room) stops the step where it ends: that position
+                    # counts as tried and not accepted, so that the per-position rates price the truncation
+                    # (the cost model takes every draft as long as gamma); a model's draft is conditional on
+                    # its length, which it chose (a hybrid's model part: costmodel.hybrid_step)
+                    reached = min(s.room if s.source == "ngram" else k, accepted + 1)
+                    if len(s.pos_tried) < max(k, reached):
+                        grow = max(k, reached) - len(s.pos_tried)
                         s.pos_tried += [0] * grow
                         s.pos_accepted += [0] * grow
                     for j in range(reached):

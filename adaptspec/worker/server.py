@@ -9,7 +9,9 @@ the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "st
 "tried_per_position", "accepted_per_position", "steps_by_gamma"}` (drafts: steps that drafted; steps_by_gamma:
 steps per gamma the step allowed, keys as strings; proposer "hybrid" adds "lookup_drafts": the drafting steps
 that n-gram lookup served; per draft position j, the drafts
-that tried it and those that accepted it, so accepted[j] / tried[j] is the conditional acceptance rate;
+that tried it and those that accepted it, so accepted[j] / tried[j] is the per-position acceptance rate (an
+n-gram draft that the text cut short, fewer tokens than the step allowed, counts as tried and missed at the
+position where it ends: the rate then prices the truncation);
 a finished request not run with n-gram lookup adds "shadow": {"ngram": {...}}, the same counts for lookup
 scored along its output, control/shadow.py)
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's

@@ -116,3 +116,40 @@ def test_from_dict_accepts_a_request_whose_lookup_never_drafted():
     s = ShadowStats.from_dict({"steps": 5, "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0,
                                "tried_per_position": [0, 0], "accepted_per_position": [0, 0]})
     assert s is not None and s.steps == 5 and s.drafts == 0
+
+
+def test_a_short_lookup_draft_counts_as_stopping_the_step_so_the_priced_tokens_per_step_are_exact():
+    """Lookup drafts what follows the match, often fewer than k tokens (a loop's latest match ends one period
+    before the end of the text). Counted as the engine counts it (the position where a short draft ends is
+    tried and missed), the key's per-position rates multiply to acc_j / drafts, so the cost model's
+    E(k) = 1 + sum_j prod_{i<=j} rate_i equals the walk's tokens per drafting step exactly (closed form)."""
+    from adaptspec.control.alpha import AlphaTable
+    from adaptspec.control.costmodel import expected_tokens_per_position
+
+    rng = np.random.default_rng(7)
+    table = AlphaTable(prior_strength=1e-9, half_life_tokens=None)
+    total = ShadowStats(0, 0, 0, 0, (0,) * 8, (0,) * 8)
+    cut = 0
+    for _ in range(40):
+        prompt = rng.integers(0, 50, 30).tolist()
+        out: list[int] = []
+        while len(out) < 64:  # loops of period 2-3 and fresh text, as a tiny model writes
+            if rng.random() < 0.5:
+                out += rng.integers(0, 50, 3).tolist() * int(rng.integers(2, 5))
+            else:
+                out += rng.integers(0, 50, int(rng.integers(2, 8))).tolist()
+        # (a tail that never repeats: no draft is cut by the end of the output, only by the text)
+        s = walk_lookup(prompt, out[:54] + list(range(100, 110)), 8, (2, 4))
+        table.observe_counts("w", "ngram", "code", *s.observation()[0], **s.observation()[1])
+        cut += s.draft_tokens < 8 * s.drafts
+        total = ShadowStats(total.steps + s.steps, total.drafts + s.drafts, total.draft_tokens + s.draft_tokens,
+                            total.accepted_tokens + s.accepted_tokens,
+                            tuple(a + b for a, b in zip(total.tried_per_position, s.tried_per_position, strict=True)),
+                            tuple(a + b for a, b in zip(total.accepted_per_position, s.accepted_per_position,
+                                                        strict=True)))
+    assert cut > 20  # most requests drafted short lookups
+    est = table.get("w", "ngram", "code")
+    walked = (total.accepted_tokens + total.drafts) / total.drafts  # tokens per drafting step at k = 8
+    assert expected_tokens_per_position(est.per_position) == pytest.approx(walked, rel=1e-6)
+    # (the propose rate keeps its 8 pseudo-steps that all drafted)
+    assert est.propose_rate == pytest.approx((total.drafts + 8) / (total.steps + 8), rel=1e-6)
