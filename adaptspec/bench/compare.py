@@ -5,7 +5,7 @@ policy file in turn an adaptspec proxy (`adaptspec serve`) whose only pool is th
 speculation, step-time profile `--profile`, default `cpu-tiny`) and whose policy and estimator sections come from the file, and runs the same
 load sweep (same prompts in the same order) through it. Every policy has its own proxy (its own alpha
 estimates); the workers are shared. All proxies run at once and each load point is split into `--rounds`
-rounds that visit every policy in a rotated order, so slow drifts of a shared machine hit all alike. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
+rounds that visit every policy in a balanced order (`round_order`), so slow drifts of a shared machine hit all alike. Rows are labelled `off`, `static:<proposer>:<gamma>`, `threshold`,
 `adaptive` (goodput) or `bandit` from the file's policy section.
 
 `--engine vllm`: the workers are real vLLM servers with the adaptspec plugin instead (bench/vllm_pool.py: the
@@ -249,9 +249,32 @@ def engine_summary(w: StepCounters) -> dict:
             "drafted_per_step": {p: v / n for p, v in w.drafted_tokens.items() if v}}
 
 
+def round_order(n: int, r: int) -> list[int]:
+    """The order of n policies in round r: a Williams design (rows of a balanced Latin square).
+
+    A policy run right after another can inherit its state (the worker's memory after a draft model's rounds, a
+    slow spell of the host that started during the other's window). A cyclic rotation puts every policy after
+    the same one in every round, so such carry-over lands on one policy only (at c=1 the policy after the draft
+    model ran 0.92x of the static n-gram that it matched decision for decision, and 1.06x once it followed off:
+    docs/results/cpu-c1-gap.md). Here each policy takes every position once in n rounds and follows every other
+    policy once (n even; n odd: once in 2n rounds, the second n rows reversed). Row 0 starts with policy 0."""
+    if n <= 0:
+        return []
+    base = [0]
+    lo, hi = 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    row = [(b + r) % n for b in base]
+    return row[::-1] if n % 2 and (r // n) % 2 else row
+
+
 def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]],
                 targets: Sequence[tuple[str, Server, Path]], worker_urls: Sequence[str] = ()) -> list[dict]:
-    """Each load point in `rounds` rounds; each round runs every policy once, in a rotated order.
+    """Each load point in `rounds` rounds; each round runs every policy once, in `round_order`.
 
     On a shared machine the speed drifts over minutes; interleaving puts every policy under the same
     drift, so their ratios at a point are fair. A policy's row merges its rounds (tokens over the summed
@@ -283,7 +306,7 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
             by_round: dict[str, list[float]] = {label: [] for label in records}  # tokens/s of each round
             engine: dict[str, StepCounters | None] = dict.fromkeys(records, StepCounters())  # step telemetry
             for r in range(rounds):
-                order = list(targets[r % len(targets):]) + list(targets[:r % len(targets)])
+                order = [targets[i] for i in round_order(len(targets), r)]
                 for label, proxy, _ in order:
                     bar.set_postfix_str(f"{kind}={value:g} round {r + 1} {label}")
                     cfg = LoadConfig(url=proxy.url, model=args.model, requests=per_round, duration_s=per_round_s,
