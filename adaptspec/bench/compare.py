@@ -254,8 +254,8 @@ def round_order(n: int, r: int) -> list[int]:
 
     A policy run right after another can inherit its state (the worker's memory after a draft model's rounds, a
     slow spell of the host that started during the other's window). A cyclic rotation puts every policy after
-    the same one in every round, so such carry-over lands on one policy only (at c=1 the policy after the draft
-    model ran 0.92x of the static n-gram that it matched decision for decision, and 1.06x once it followed off:
+    the same one in every round, so such carry-over would land on one policy only (runs 9-12 always ran adaptive
+    right after static draft; a reordered check's 1.06x at c=1 turned out to be drift, not the order:
     docs/results/cpu-c1-gap.md). Here each policy takes every position once in n rounds and follows every other
     policy once (n even; n odd: once in 2n rounds, the second n rows reversed). Row 0 starts with policy 0."""
     if n <= 0:

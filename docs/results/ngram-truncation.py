@@ -20,7 +20,7 @@ import torch
 from adaptspec.bench.prompts import default_prompts
 from adaptspec.bench.trace_record import _chat_ids, greedy_outputs
 from adaptspec.control.costmodel import expected_tokens_per_position, position_rates
-from adaptspec.control.shadow import walk_lookup
+from adaptspec.control.shadow import NgramIndex, walk_lookup
 from adaptspec.worker.engine import Engine
 from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.tokenizer import Tokenizer
@@ -73,8 +73,8 @@ def main() -> None:
 
 
 def _conditional_rates(reqs) -> list[float]:
-    """Per-position rates at k=8 counted conditional on the draft reaching the position (drafted >= j+1)."""
-    from adaptspec.control.shadow import NgramIndex
+    """Per-position rates at k=8 counted conditional on the draft reaching the position (drafted >= j+1): the
+    walk of `walk_lookup` with the counting it had before (it now counts the room, not the draft)."""
     tried, acc = np.zeros(8), np.zeros(8)
     for p, o in reqs:
         seq = np.asarray([*p, *o], dtype=np.int64)

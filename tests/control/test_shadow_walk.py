@@ -140,7 +140,8 @@ def test_a_short_lookup_draft_counts_as_stopping_the_step_so_the_priced_tokens_p
                 out += rng.integers(0, 50, int(rng.integers(2, 8))).tolist()
         # (a tail that never repeats: no draft is cut by the end of the output, only by the text)
         s = walk_lookup(prompt, out[:54] + list(range(100, 110)), 8, (2, 4))
-        table.observe_counts("w", "ngram", "code", *s.observation()[0], **s.observation()[1])
+        counts, kw = s.observation()
+        table.observe_counts("w", "ngram", "code", *counts, **kw)
         cut += s.draft_tokens < 8 * s.drafts
         total = ShadowStats(total.steps + s.steps, total.drafts + s.drafts, total.draft_tokens + s.draft_tokens,
                             total.accepted_tokens + s.accepted_tokens,
