@@ -332,7 +332,7 @@ class _CostModelPolicy:
         if prior_mean is None:
             return est
         m0 = prior_mean(worker, proposer, content_class)
-        return est if m0 <= est.mean else replace(est, mean=m0, per_position=None)
+        return est if m0 <= est.mean else replace(est, mean=m0, per_position=None, walk_rates=None)
 
     def options(self, w: WorkerState, content_class: str, alphas: AlphaSource) -> tuple[
             costmodel.Plan, str, costmodel.Plan | None, tuple[costmodel.Plan, float] | None,
@@ -418,7 +418,7 @@ class _CostModelPolicy:
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
         ests = {c: self.hopeful(estimate(alphas, w.name, proposer, c), alphas, w.name, proposer, c) for c in mix}
-        alpha = {c: e.per_position or e.mean for c, e in ests.items()}
+        alpha = {c: e.priced for c, e in ests.items()}
         rate = {c: e.propose_rate for c, e in ests.items()}
         curve = {c: self.cache.goodputs(prof, proposer, alpha[c], batch, bound, rate[c], rho) for c in mix}
         best_g, best_v = 1, -1.0
@@ -437,7 +437,7 @@ class _CostModelPolicy:
             alts = [self.cache.off(prof, batch, rho)]
             for q in cheap:
                 e = estimate(alphas, w.name, q, c)
-                alts.append(self.cache.best(prof, q, e.per_position or e.mean, batch, bound, e.propose_rate, rho))
+                alts.append(self.cache.best(prof, q, e.priced, batch, bound, e.propose_rate, rho))
             alt = max(alts, key=lambda p: p.goodput)
             without_v += n * alt.goodput
             mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
@@ -612,10 +612,11 @@ class Goodput(_CostModelPolicy):
 
     def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
         if not self.risk:
-            return (est.per_position or est.mean), _fmt2(est.mean)
+            return est.priced, _fmt2(est.mean)
         shift = self.risk * est.std
-        if est.per_position:
-            return tuple(max(a - shift, 0.0) for a in est.per_position), f"{max(est.mean - shift, 0.0):.2f}"
+        rates = est.walk_rates or est.per_position
+        if rates:
+            return tuple(max(a - shift, 0.0) for a in rates), f"{max(est.mean - shift, 0.0):.2f}"
         a = max(est.mean - shift, 0.0)
         return a, f"{a:.2f}"
 

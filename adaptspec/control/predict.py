@@ -476,8 +476,9 @@ class RequestAlphas:
         za, zr = z
         if za == 0.0 and zr == 0.0:
             return est
-        per_pos = est.per_position
-        if per_pos is not None and za:
-            per_pos = tuple(_shifted(a, za) for a in per_pos)
+        per_pos, walked = est.per_position, est.walk_rates
+        if za:
+            per_pos = None if per_pos is None else tuple(_shifted(a, za) for a in per_pos)
+            walked = None if walked is None else tuple(_shifted(a, za) for a in walked)
         return AlphaEstimate(_shifted(est.mean, za), est.std, est.n, per_pos, _shifted(est.propose_rate, zr),
-                             reports=est.reports)
+                             reports=est.reports, walk_rates=walked)

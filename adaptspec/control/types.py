@@ -62,6 +62,14 @@ class AlphaEstimate:
     # finished requests (or counter windows) behind the estimate, discounted like n: drafted tokens of one
     # request are not independent trials, so "how many requests" says how far one unlucky request can mislead
     reports: float = 0.0
+    # per_position corrected for the walk they were counted along (alpha.walk_rates): the rates to price a step
+    # at any gamma with; None where per_position is None or nothing corrects it
+    walk_rates: tuple[float, ...] | None = None
+
+    @property
+    def priced(self) -> float | tuple[float, ...]:
+        """What the cost model prices with: the walk-corrected rates, else the per-position rates, else the mean."""
+        return self.walk_rates or self.per_position or self.mean
 
 
 class AlphaSource(Protocol):
