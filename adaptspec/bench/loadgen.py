@@ -102,7 +102,7 @@ async def discover_model(session: aiohttp.ClientSession, cfg: LoadConfig) -> str
 
 async def one_request(session: aiohttp.ClientSession, cfg: LoadConfig, item: PromptItem) -> RequestRecord:
     body = {"model": cfg.model, "messages": item.chat_messages(), "max_tokens": cfg.max_tokens,
-            "temperature": cfg.temperature, "stream": True, "stream_options": {"include_usage": True},
+            "temperature": cfg.temperature if item.temperature is None else item.temperature, "stream": True, "stream_options": {"include_usage": True},
             **cfg.extra_body}
     rec = RequestRecord(item.category, time.perf_counter())
     chunks = 0

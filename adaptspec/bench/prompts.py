@@ -2,7 +2,8 @@
 
 File format (JSON lines): ``{"category": "code", "prompt": "..."}`` or ``{"category": ..., "messages":
 [...]}``; ``class`` and ``label`` are accepted for ``category`` (``summarization`` / ``translation`` map to
-``summarize`` / ``translate``).
+``summarize`` / ``translate``). An optional ``"temperature"`` (0-2) is that prompt's sampling temperature;
+without it the load generator's ``--temperature`` applies.
 
 The package ships a small default set (``adaptspec/bench/data/prompts.jsonl``, 20 prompts per class) built
 from the permissively licensed sources of ``../shared/data`` only (see ``data/SOURCES.md`` for the
@@ -17,8 +18,8 @@ import argparse
 import gzip
 import json
 import random
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -34,6 +35,7 @@ class PromptItem:
     category: str
     prompt: str | None = None
     messages: tuple[dict, ...] | None = None
+    temperature: float | None = None  # this prompt's own; None: the load generator's
 
     def chat_messages(self) -> list[dict]:
         if self.messages:
@@ -47,6 +49,24 @@ def _category(raw: object, where: str) -> str:
         raise ConfigError(f"unknown category; expected one of {list(CONTENT_CLASSES)}", file=where,
                           key="category", value=raw)
     return cat
+
+
+def _temperature(raw: object, where: str) -> float | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.0 <= raw <= 2.0:
+        raise ConfigError("expected a number from 0 to 2", file=where, key="temperature", value=raw)
+    return float(raw)
+
+
+def with_temperatures(stream: Iterator[PromptItem], temperatures: Sequence[float]) -> Iterator[PromptItem]:
+    """The stream with request i's temperature set to temperatures[i % len] where its prompt has none of its
+    own: a mix of greedy and sampled traffic (`--temperature 0,0.7`), the same pairs for every policy that
+    reads the same stream."""
+    if not temperatures:
+        raise ValueError("with_temperatures needs at least one temperature")
+    for i, item in enumerate(stream):
+        yield item if item.temperature is not None else replace(item, temperature=temperatures[i % len(temperatures)])
 
 
 def load_prompts(path: str | Path) -> list[PromptItem]:
@@ -71,10 +91,11 @@ def load_prompts(path: str | Path) -> list[PromptItem]:
             if raw_cat is None:
                 raise ConfigError("missing field", file=where, key="category")
             cat = _category(raw_cat, where)
+            temp = _temperature(row.get("temperature"), where)
             if isinstance(row.get("messages"), list) and row["messages"]:
-                items.append(PromptItem(cat, messages=tuple(row["messages"])))
+                items.append(PromptItem(cat, messages=tuple(row["messages"]), temperature=temp))
             elif isinstance(row.get("prompt"), str) and row["prompt"]:
-                items.append(PromptItem(cat, prompt=row["prompt"]))
+                items.append(PromptItem(cat, prompt=row["prompt"], temperature=temp))
             else:
                 raise ConfigError("needs a non-empty 'prompt' string or 'messages' list", file=where,
                                   key="prompt")

@@ -55,7 +55,10 @@ def register(subparsers) -> None:
     p.add_argument("--workload", default="mixed", help="mixed | a class name | a JSON-lines prompt file")
     p.add_argument("--mix", help="class weights, e.g. code=1,summarize=2 (default: as in the workload)")
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--temperature", default="0",
+                   help="sampling temperature; a comma list mixes them, request i taking value i mod n "
+                        "(e.g. 0,0.7: greedy and sampled traffic alternate; a prompt file's own per-line "
+                        "temperature wins)")
     p.add_argument("--timeout", type=float, default=300.0, help="per-request timeout (s)")
     p.add_argument("--seed", type=int, default=0, help="prompt order seed")
     p.add_argument("--label", default="endpoint", help="`policy` column of the rows (run)")
@@ -95,8 +98,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _temperatures(text: object) -> list[float]:
+    try:
+        vals = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--temperature: expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(not 0.0 <= v <= 2.0 for v in vals):
+        raise argparse.ArgumentTypeError(f"--temperature: values must be from 0 to 2, got {text!r}")
+    return vals
+
+
 def _prompts(args):
-    from adaptspec.bench.prompts import PromptItem, default_prompts, load_prompts, weighted_cycle
+    from adaptspec.bench.prompts import (
+        PromptItem,
+        default_prompts,
+        load_prompts,
+        weighted_cycle,
+        with_temperatures,
+    )
     from adaptspec.bench.workloads import parse_mix
     from adaptspec.control.types import CONTENT_CLASSES
 
@@ -107,6 +126,10 @@ def _prompts(args):
     else:
         items = load_prompts(args.workload)
     mix = parse_mix(args.mix) if args.mix else None
+    temps = _temperatures(args.temperature)
+    args.temperature = temps[0]  # the requests' default; a mix sets each request's own
+    if len(temps) > 1:
+        return items, (lambda: with_temperatures(weighted_cycle(items, mix, args.seed), temps))
     return items, (lambda: weighted_cycle(items, mix, args.seed))
 
 

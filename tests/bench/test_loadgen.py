@@ -107,3 +107,26 @@ def test_duration_mode_with_warmup_seconds():
     assert row["errors"] == 0 and row["requests"] > 4
     assert sent > row["requests"]  # warm-up requests were sent and not counted
     assert 0.4 <= row["window_s"] <= 1.5
+
+
+def test_temperature_mix_alternates_and_a_prompt_file_temperature_wins(tmp_path, capsys):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"category": "code", "prompt": "a"}\n{"category": "chat", "prompt": "b", "temperature": 1.3}\n')
+    with FakeOpenAI(delay_s=0.001) as srv:
+        rc = main(["bench", "--url", srv.url, "--concurrency", "1", "--requests", "40", "--max-tokens", "2",
+                   "--workload", str(f), "--temperature", "0,0.7", "--no-progress"])
+        sent = [(r["messages"][0]["content"], r["temperature"]) for r in srv.requests]
+    assert rc == 0 and len(sent) == 40
+    # request i takes 0 / 0.7 by its index, except the prompt that carries its own
+    assert all(t == (1.3 if p == "b" else (0.0, 0.7)[i % 2]) for i, (p, t) in enumerate(sent))
+    assert {t for p, t in sent if p == "a"} == {0.0, 0.7}
+    assert main(["bench", "--url", srv.url, "--concurrency", "1", "--temperature", "0,3"]) == 2
+    assert "--temperature" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ['"hot"', "-0.5", "2.5", "true"])
+def test_prompt_file_temperature_is_checked(tmp_path, bad):
+    f = tmp_path / "p.jsonl"
+    f.write_text(f'{{"category": "code", "prompt": "a", "temperature": {bad}}}\n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:1.*temperature"):
+        load_prompts(f)
