@@ -241,10 +241,11 @@ def _add(a: StepCounters, b: StepCounters) -> StepCounters:
 
 def engine_summary(w: StepCounters) -> dict:
     """What the workers did during a policy's rounds: steps, mean step time, tokens and requests per step,
-    model passes and drafted tokens per proposer (shows *why* a policy is faster or slower)."""
+    model passes and drafted tokens per proposer (shows *why* a policy is faster or slower); the context tokens
+    attended per step (`kv_per_step`) too, the term a step-time fit needs besides the batched tokens."""
     n = w.steps or 1.0
     return {"steps": w.steps, "step_ms": 1e3 * w.step_seconds / n, "batched_per_step": w.batched_tokens / n,
-            "requests_per_step": w.requests / n,
+            "kv_per_step": w.kv_tokens / n, "requests_per_step": w.requests / n,
             "passes_per_step": {p: v / n for p, v in w.draft_passes.items() if v},
             "drafted_per_step": {p: v / n for p, v in w.drafted_tokens.items() if v}}
 

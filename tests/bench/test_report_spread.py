@@ -36,7 +36,8 @@ def test_engine_summary_and_table_show_what_the_workers_did():
 
     w = StepCounters(10, 2.5, 1500, 64000, {"ngram": 40.0, "eagle": 0.0}, {"eagle": 0.0}, 1280)
     e = engine_summary(w)
-    assert e == {"steps": 10, "step_ms": 250.0, "batched_per_step": 150.0, "requests_per_step": 128.0,
+    assert e == {"steps": 10, "step_ms": 250.0, "batched_per_step": 150.0, "kv_per_step": 6400.0,
+                 "requests_per_step": 128.0,
                  "passes_per_step": {}, "drafted_per_step": {"ngram": 4.0}}
     text = report.engine_table([{"concurrency": 128, "policy": "adaptive", "engine": e}, _row("off", 1.0, [1.0])])
     assert "| 128 | adaptive | 10 | 250.0 | 150.0 | 128.0 | – | ngram:4.0 |" in text
