@@ -27,13 +27,14 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def _floats(text: str, name: str) -> list[float]:
+def _floats(text: str, name: str, valid=lambda v: v > 0, rule: str = "> 0") -> list[float]:
+    """Comma-separated numbers, each passing `valid` (described by `rule` in the error)."""
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{name}: expected comma-separated numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"{name}: values must be > 0, got {text!r}")
+    if not vals or not all(valid(v) for v in vals):
+        raise argparse.ArgumentTypeError(f"{name}: values must be {rule}, got {text!r}")
     return vals
 
 
@@ -98,16 +99,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _temperatures(text: object) -> list[float]:
-    try:
-        vals = [float(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--temperature: expected comma-separated numbers, got {text!r}") from None
-    if not vals or any(not 0.0 <= v <= 2.0 for v in vals):
-        raise argparse.ArgumentTypeError(f"--temperature: values must be from 0 to 2, got {text!r}")
-    return vals
-
-
 def _prompts(args):
     from adaptspec.bench.prompts import (
         PromptItem,
@@ -126,7 +117,7 @@ def _prompts(args):
     else:
         items = load_prompts(args.workload)
     mix = parse_mix(args.mix) if args.mix else None
-    temps = _temperatures(args.temperature)
+    temps = _floats(str(args.temperature), "--temperature", valid=lambda v: 0.0 <= v <= 2.0, rule="from 0 to 2")
     args.temperature = temps[0]  # the requests' default; a mix sets each request's own
     if len(temps) > 1:
         return items, (lambda: with_temperatures(weighted_cycle(items, mix, args.seed), temps))
