@@ -15,14 +15,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_requests import COPY_CODE_PROMPT as PROMPT_CODE
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
 
 ASSETS = Path(os.environ.get("ADAPTSPEC_ASSETS", Path(__file__).resolve().parents[2] / "adaptspec" / "assets"))
 SPECS = [("none", 0), ("ngram", 1), ("ngram", 3), ("ngram", 5), ("draft", 1), ("draft", 3), ("draft", 5)]
-PROMPT_CODE = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
-               "# the same function again, unchanged:\ndef fibonacci(n):\n")
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,11 @@ import json
 
 import httpx
 import pytest
+from engine_requests import COPY_CODE_PROMPT as PROMPT
 from engine_requests import served_tiny
 
 pytestmark = pytest.mark.integration
 
-PROMPT = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
-          "# the same function again, unchanged:\ndef fibonacci(n):\n")
 K = 4
 
 
