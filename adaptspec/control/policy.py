@@ -20,6 +20,7 @@ batch bucket, alpha bucket), so a decision over a few workers takes tens of micr
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
@@ -395,11 +396,14 @@ class _CostModelPolicy:
 
         Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
         the requests whose lookup missed, priced at their hit rate), so per-class gammas make the
-        requests with short drafts wait for the long ones. Pick the gamma with the highest total goodput
-        over the worker's recent class mix (posterior-mean alphas), replanned when the mix is refreshed.
-        The passes also delay the requests of the step that use other proposers (n-gram) or none: drop the
-        proposer when the mix's total goodput without it beats the total with it, each class valued at the
-        plan its requests will pick (`options`), paying the passes when that is not this proposer.
+        requests with short drafts wait for the long ones. The passes belong to the model, not to the
+        proposer name: EAGLE and a hybrid whose model part is the same head (`_pass_group`) run one set of
+        passes, so they are planned together, with one gamma. Pick the gamma with the highest total goodput
+        over the worker's recent class mix (posterior-mean alphas; each class at the best of the group's
+        proposers), replanned when the mix is refreshed. The passes also delay the requests of the step that
+        use other proposers (n-gram) or none: of the group's subsets (each at its own best gamma, the empty one
+        included) keep the one with the highest total over the mix, each class valued at the plan its requests
+        will pick (`options`), paying the passes when that is not one of the subset's.
 
         Memoised per half-octave of batch for admissions (the first batch asked prices its bucket);
         `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
@@ -408,49 +412,63 @@ class _CostModelPolicy:
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         alphas = getattr(alphas, "class_level", alphas)
+        group = _pass_group(w, prof, proposer)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
-        key = (w.name, prof.name, proposer, where, _prefill_bucket(rho))
+        key = (w.name, prof.name, group, where, _prefill_bucket(rho))
         hit = self._common.get(key)
-        if hit is not None and hit[1] == version:
-            return hit[0]
+        if hit is None or hit[1] != version:
+            hit = (self._group_gammas(w, prof, group, alphas, batch, bound), version)
+            if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
+                self._common.clear()
+            self._common[key] = hit
+        return hit[0][proposer]
+
+    def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
+                      batch: float, bound: int) -> dict[str, int]:
+        """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
+        the others 0."""
+        rho = (w.prefill_ratio, w.prompt_tokens)
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
-        ests = {c: self.hopeful(estimate(alphas, w.name, proposer, c), alphas, w.name, proposer, c) for c in mix}
-        alpha = {c: e.priced for c, e in ests.items()}
-        rate = {c: e.propose_rate for c, e in ests.items()}
-        curve = {c: self.cache.goodputs(prof, proposer, alpha[c], batch, bound, rate[c], rho) for c in mix}
-        best_g, best_v = 1, -1.0
-        for g in range(1, bound + 1):
-            v = sum(n * curve[c][g - 1] for c, n in mix.items())
-            if v > best_v:
-                best_g, best_v = g, v
-        cheap = [q for q in w.proposers if q not in ("none", proposer) and prof.offers(q)
+        total = sum(mix.values())
+        ests = {(p, c): self.hopeful(estimate(alphas, w.name, p, c), alphas, w.name, p, c)
+                for p in group for c in mix}
+        curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho)
+                 for pc, e in ests.items()}
+        cheap = [q for q in w.proposers if q not in ("none", *group) and prof.offers(q)
                  and prof.draft(q).kind == "ngram"]
-        # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
-        # (draft models and heads run theirs whatever the rate)
-        mix_rate = sum(n * rate[c] for c, n in mix.items()) / sum(mix.values())
-        pass_s = self.cache.at(prof, proposer, 0.5, batch, best_g, mix_rate, rho).draft_time_s
-        with_v = without_v = 0.0
-        for c, n in mix.items():
+        alt: dict[str, costmodel.Plan] = {}  # each class's best plan without the group's passes
+        for c in mix:
             alts = [self.cache.off(prof, batch, rho)]
             for q in cheap:
                 e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.priced, batch, bound, e.propose_rate, rho))
-            alt = max(alts, key=lambda p: p.goodput)
-            without_v += n * alt.goodput
-            mine = self.cache.at(prof, proposer, alpha[c], batch, best_g, rate[c], rho).goodput
-            # what the class's requests will do (`options` compares the plans without the passes) and what
-            # that is worth with the passes in the step: an alternative still pays them
-            with_v += n * (mine if mine >= alt.goodput else
-                           alt.expected_tokens / (alt.draft_time_s + alt.verify_time_s + pass_s))
-        if with_v < without_v:  # the passes must pay for themselves over the mix (no margin: a tie either way)
-            best_g = 0
-        if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
-            self._common.clear()
-        self._common[key] = (best_g, version)
-        return best_g
+            alt[c] = max(alts, key=lambda p: p.goodput)
+        best: tuple[float, int, tuple[str, ...]] = (sum(n * alt[c].goodput for c, n in mix.items()), 0, ())
+        for size in range(1, len(group) + 1):
+            for subset in itertools.combinations(group, size):
+                g = max(range(1, bound + 1),
+                        key=lambda g: sum(n * max(curve[(p, c)][g - 1] for p in subset) for c, n in mix.items()))
+                # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's
+                # hit rate (draft models and heads run theirs whatever the rate); the step pays the longest
+                pass_s = max(self.cache.at(prof, p, 0.5, batch, g,
+                                           sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total,
+                                           rho).draft_time_s for p in subset)
+                value = 0.0
+                for c, n in mix.items():
+                    mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
+                                             rho).goodput for p in subset)
+                    a = alt[c]
+                    # what the class's requests will do (`options` compares the plans without the passes) and
+                    # what that is worth with the passes in the step: an alternative still pays them
+                    value += n * (mine if mine >= a.goodput else
+                                  a.expected_tokens / (a.draft_time_s + a.verify_time_s + pass_s))
+                if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
+                    best = (value, g, subset)
+        _, g, kept = best
+        return {p: g if p in kept else 0 for p in group}
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         best = None
@@ -588,6 +606,22 @@ class _CostModelPolicy:
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
 _REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
+
+
+def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
+    """The worker's proposers whose drafts come from the same model as `proposer`'s (its passes): a draft
+    model or head and every hybrid whose model part it is; an n-gram lookup alone."""
+    def model(p: str) -> str | None:
+        cost = prof.draft(p)
+        if cost.kind == "hybrid":
+            return cost.parts[1] if cost.parts else None
+        return None if cost.kind == "ngram" else prof.resolve(p)
+
+    mine = model(proposer)
+    if mine is None:
+        return (proposer,)
+    return tuple(q for q in w.proposers if q != "none" and prof.offers(q) and prof.shared_gamma(q)
+                 and model(q) == mine) or (proposer,)
 
 
 def _named(plan: costmodel.Plan, proposer: str) -> costmodel.Plan:

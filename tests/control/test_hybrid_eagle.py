@@ -224,3 +224,44 @@ def test_the_simulator_offers_no_hybrid_it_has_no_acceptance_model_for():
     from adaptspec.bench.simulator import ProfileCost
 
     assert ProfileCost(TINY).worker().proposers == ("ngram", "draft", "eagle")
+
+
+class ByClass:
+    def __init__(self, by):
+        self.by = by
+
+    def get(self, worker, proposer, content_class):
+        return self.by[(proposer, content_class)]
+
+
+def test_eagle_and_a_hybrid_on_the_same_head_share_one_gamma_at_load():
+    """The head's passes are the batch's whatever the proposer name: with code on the hybrid (lookup hits 90%)
+    and chat on EAGLE in the mix, both run the one gamma that maximises the mix's goodput with each class at
+    the better of the two (not EAGLE at 1 and the hybrid at 3, whose passes every EAGLE request would wait for)."""
+    alphas = ByClass({("eagle", "code"): est(0.7), ("hybrid", "code"): est(0.9, 0.9),
+                      ("eagle", "chat"): est(0.75), ("hybrid", "chat"): est(0.6, 0.2)})
+    w = WorkerState("w", proposers=("eagle", "hybrid"), profile="cpu-tiny", running=15.0)
+    policy = goodput()
+    decisions = [policy.decide(c, [w], alphas) for c in ("code", "chat") * 40][-2:]
+    assert [(d.content_class, d.proposer) for d in decisions] == [("code", "hybrid"), ("chat", "eagle")]
+
+    def mix_goodput(g):
+        return sum(max(costmodel.evaluate(TINY, p, alphas.by[(p, c)].mean, g, 16.0,
+                                          propose_rate=alphas.by[(p, c)].propose_rate).goodput
+                       for p in ("eagle", "hybrid")) for c in ("code", "chat"))
+
+    best = max(range(1, 9), key=mix_goodput)
+    each = {c: costmodel.best_gamma(TINY, p, alphas.by[(p, c)].mean, 16.0, 8,
+                                    propose_rate=alphas.by[(p, c)].propose_rate).gamma
+            for p, c in (("hybrid", "code"), ("eagle", "chat"))}
+    assert each["code"] != each["chat"]  # planned apart they would differ
+    assert decisions[0].gamma == decisions[1].gamma == best
+
+
+def test_a_draft_model_is_planned_apart_from_a_head():
+    """Different models run different passes: the pass groups follow the model, not the kind of proposer."""
+    from adaptspec.control.policy import _pass_group
+
+    w = WorkerState("w", proposers=("ngram", "draft", "eagle", "hybrid"), profile="cpu-tiny", running=15.0)
+    assert _pass_group(w, TINY, "eagle") == ("eagle", "hybrid") == _pass_group(w, TINY, "hybrid")
+    assert _pass_group(w, TINY, "draft") == ("draft",) and _pass_group(w, TINY, "ngram") == ("ngram",)
