@@ -354,6 +354,13 @@ class _CostModelPolicy:
                 choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
             return choice, shown, None, None, None
         bound = min(w.max_gamma, self.max_gamma)
+        # at load the batch's kept pass groups run their passes whatever this request does: every plan
+        # (off included) waits for the passes of the groups it is not in (`sunk_passes`)
+        sunk = self.sunk_passes(w, prof, alphas, batch, bound, content_class) if w.load >= 1 and bound > 0 else {}
+        sunk_s = sum(sunk.values())
+        if sunk_s:
+            choice = _paying(choice, sunk_s)
+        off_goodput = choice.goodput  # the margin is over off in the same steps
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
@@ -365,7 +372,7 @@ class _CostModelPolicy:
             if w.load >= 1 and prof.shared_gamma(p):
                 # a draft model / head runs max(gamma) passes for the whole batch, and a padded verify pads every
                 # row to the longest draft: one gamma per worker
-                g = self.batch_gamma(w, prof, p, alphas, batch, bound)
+                g = self.batch_gamma(w, prof, p, alphas, batch, bound, content_class=content_class)
                 if g:
                     plan = self.cache.at(prof, p, a, batch, g, rate, rho)
                 elif prof.draft(p).kind != "ngram":  # not worth its passes for this worker's batch
@@ -374,7 +381,9 @@ class _CostModelPolicy:
                     plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
             else:
                 plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
-            if plan.speedup < self.margin:
+            if sunk_s:
+                plan = _paying(plan, sunk_s - sunk.get(_pass_group(w, prof, p), 0.0))
+            if plan.goodput < self.margin * off_goodput:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
                 if est.n < self.explore_below and (thin is None or plan.speedup > thin[0].speedup):
@@ -385,12 +394,14 @@ class _CostModelPolicy:
                 # a request-local probe (no passes shared with a batch): plan it at a posterior draw
                 drawn = posterior_draw(self._probe_rng, est)
                 plan = self.cache.best(prof, p, drawn, batch, bound, rate, rho)
+                if sunk_s:
+                    plan = _paying(plan, sunk_s)  # not in a pass group: it waits for them all
                 if dream is None or plan.goodput > dream[0].goodput:
                     dream = (_named(plan, p), est.n, drawn)
         return choice, shown, missed, thin, dream
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
-                    bound: int, exact: bool = False) -> int:
+                    bound: int, exact: bool = False, content_class: str = "chat") -> int:
         """One gamma for every request a draft model / head drafts for on this worker (0: do not use it); on a
         padded verify (`Profile.padded_verify`) for every proposer, n-gram lookup included.
 
@@ -408,30 +419,53 @@ class _CostModelPolicy:
         Memoised per half-octave of batch for admissions (the first batch asked prices its bucket);
         `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
         its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
+        `content_class`: the mix of a worker with no recent requests yet (the request being decided).
         """
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
-        alphas = getattr(alphas, "class_level", alphas)
         group = _pass_group(w, prof, proposer)
+        return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
+
+    def _group_plan(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
+                    batch: float, bound: int, exact: bool = False,
+                    content_class: str = "chat") -> tuple[dict[str, int], float]:
+        """`_group_gammas`, memoised as `batch_gamma` says."""
+        alphas = getattr(alphas, "class_level", alphas)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
-        key = (w.name, prof.name, group, where, _prefill_bucket(rho))
+        cold = None if self._recent.get(w.name) else content_class  # no mix yet: the request's class
+        key = (w.name, prof.name, group, where, _prefill_bucket(rho), cold)
         hit = self._common.get(key)
         if hit is None or hit[1] != version:
-            hit = (self._group_gammas(w, prof, group, alphas, batch, bound), version)
+            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat"), version)
             if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
                 self._common.clear()
             self._common[key] = hit
-        return hit[0][proposer]
+        return hit[0]
+
+    def sunk_passes(self, w: WorkerState, prof: Profile, alphas: AlphaSource, batch: float,
+                    bound: int, content_class: str = "chat") -> dict[tuple[str, ...], float]:
+        """Seconds per step of every pass group this loaded worker's batch keeps (`batch_gamma` > 0): its
+        steps run those passes whatever one more request does, so a request that does not draft with the
+        group still waits for them."""
+        groups = {_pass_group(w, prof, p) for p in w.proposers
+                  if p != "none" and prof.offers(p) and prof.draft(p).kind != "ngram" and prof.shared_gamma(p)}
+        sunk = {}
+        for group in sorted(groups):
+            gammas, pass_s = self._group_plan(w, prof, group, alphas, batch, bound, content_class=content_class)
+            if pass_s > 0.0 and any(gammas.values()):
+                sunk[group] = pass_s
+        return sunk
 
     def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
-                      batch: float, bound: int) -> dict[str, int]:
+                      batch: float, bound: int, cold: str = "chat") -> tuple[dict[str, int], float]:
         """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
-        the others 0."""
+        the others 0; and the seconds of the kept subset's passes per step for the share of the batch whose
+        classes draft with it (0 when none is kept): what a request that does not draft with them waits."""
         rho = (w.prefill_ratio, w.prompt_tokens)
         recent = self._recent.get(w.name) or ()
-        mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({"chat": 1})
+        mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
         total = sum(mix.values())
         ests = {(p, c): self.hopeful(estimate(alphas, w.name, p, c), alphas, w.name, p, c)
                 for p in group for c in mix}
@@ -446,7 +480,8 @@ class _CostModelPolicy:
                 e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.priced, batch, bound, e.propose_rate, rho))
             alt[c] = max(alts, key=lambda p: p.goodput)
-        best: tuple[float, int, tuple[str, ...]] = (sum(n * alt[c].goodput for c, n in mix.items()), 0, ())
+        best: tuple[float, int, tuple[str, ...], float] = (sum(n * alt[c].goodput for c, n in mix.items()), 0, (),
+                                                           0.0)
         for size in range(1, len(group) + 1):
             for subset in itertools.combinations(group, size):
                 g = max(range(1, bound + 1),
@@ -456,7 +491,7 @@ class _CostModelPolicy:
                 pass_s = max(self.cache.at(prof, p, 0.5, batch, g,
                                            sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total,
                                            rho).draft_time_s for p in subset)
-                value = 0.0
+                value, users = 0.0, 0
                 for c, n in mix.items():
                     mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
                                              rho).goodput for p in subset)
@@ -465,10 +500,19 @@ class _CostModelPolicy:
                     # what that is worth with the passes in the step: an alternative still pays them
                     value += n * (mine if mine >= a.goodput else
                                   a.expected_tokens / (a.draft_time_s + a.verify_time_s + pass_s))
+                    # the classes that draft with it even when they alone pay its passes (by the margin, as
+                    # `options` asks of a plan over a plain step) make it run; the others may join them
+                    users += n if mine >= self.margin * a.goodput else 0
                 if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
-                    best = (value, g, subset)
-        _, g, kept = best
-        return {p: g if p in kept else 0 for p in group}
+                    best = (value, g, subset, users / total)
+        _, g, kept, share = best
+        # what the kept passes cost a request that does not draft with them: the passes of the share of the
+        # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
+        rows = max(1.0, share * batch)
+        sunk_s = max((self.cache.at(prof, p, 0.5, rows, g,
+                                    sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total,
+                                    rho).draft_time_s for p in kept), default=0.0) if share > 0 else 0.0
+        return {p: g if p in kept else 0 for p in group}, sunk_s
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         best = None
@@ -506,7 +550,9 @@ class _CostModelPolicy:
         self._note(w, content_class)
         b = f"{w.load + 1:g}"
         if plan.gamma == 0:
-            note = f" (best {missed.proposer} g={missed.gamma} x{missed.speedup:.2f} < margin {self.margin:g})" \
+            # off in a step that runs other requests' model passes is slower than a plain step (`sunk_passes`)
+            off = f" x off's x{plan.speedup:.2f}, its step runs the batch's model passes" if plan.speedup < 0.9995 else ""
+            note = f" (best {missed.proposer} g={missed.gamma} x{missed.speedup:.2f} < margin {self.margin:g}{off})" \
                 if missed is not None else ""
             reason = f"{self.name}: off batch={b}{note}"
         else:
@@ -622,6 +668,14 @@ def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]
         return (proposer,)
     return tuple(q for q in w.proposers if q != "none" and prof.offers(q) and prof.shared_gamma(q)
                  and model(q) == mine) or (proposer,)
+
+
+def _paying(plan: costmodel.Plan, extra_s: float) -> costmodel.Plan:
+    """`plan` in a step that also runs `extra_s` of other models' passes (its speedup still over a plain
+    decoding step without them)."""
+    goodput = plan.expected_tokens / (plan.draft_time_s + plan.verify_time_s + extra_s)
+    return replace(plan, draft_time_s=plan.draft_time_s + extra_s, goodput=goodput,
+                   speedup=goodput * plan.baseline_time_s)
 
 
 def _named(plan: costmodel.Plan, proposer: str) -> costmodel.Plan:

@@ -265,3 +265,28 @@ def test_a_draft_model_is_planned_apart_from_a_head():
     w = WorkerState("w", proposers=("ngram", "draft", "eagle", "hybrid"), profile="cpu-tiny", running=15.0)
     assert _pass_group(w, TINY, "eagle") == ("eagle", "hybrid") == _pass_group(w, TINY, "hybrid")
     assert _pass_group(w, TINY, "draft") == ("draft",) and _pass_group(w, TINY, "ngram") == ("ngram",)
+
+
+@pytest.mark.parametrize("alpha,drafts", [(0.4, False), (0.5, True), (0.6, True)])
+def test_at_load_off_is_priced_waiting_for_the_passes_the_batch_keeps(alpha, drafts):
+    """Chat keeps the head busy at batch 16; a translate request whose own EAGLE plan is slower than a plain
+    step (x0.89-1.01) still drafts where it beats off by the margin in the same steps, which run the head's
+    passes for the chat requests anyway (closed form: off = 1 / (plain step + the passes of the chat share))."""
+    alphas = ByClass({("eagle", "chat"): est(0.8), ("eagle", "translate"): est(alpha)})
+    policy = goodput()
+    busy = WorkerState("w", proposers=("eagle",), profile="cpu-tiny", running=15.0)
+    for _ in range(60):
+        chat = policy.decide("chat", [busy], alphas)
+    g = chat.gamma
+    d = policy.decide("translate", [busy], alphas)
+    rows = 60 / 61 * 16  # the chat share of the mix drafts with the head
+    passes = TINY.draft("eagle").time(g, rows, rows * TINY.context_tokens, TINY.target)
+    off = costmodel.evaluate(TINY, "none", 0.0, 0, 16.0)
+    mine = costmodel.evaluate(TINY, "eagle", alpha, g, 16.0)
+    assert mine.speedup < 1.05 and chat.proposer == "eagle"
+    assert (mine.goodput >= 1.05 / (off.verify_time_s + passes)) == drafts
+    assert (d.proposer, d.gamma) == (("eagle", g) if drafts else ("none", 0))
+    if not drafts:
+        assert "its step runs the batch's model passes" in d.reason
+    alone = goodput()  # a batch of translate requests only: no passes run unless they pay for themselves
+    assert [alone.decide("translate", [busy], alphas).proposer for _ in range(60)][-1] == "none"
