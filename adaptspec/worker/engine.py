@@ -240,7 +240,7 @@ def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
     context plus itself; a model proposer runs max(k) batched passes per call, one call per proposer per
     forward group (n-gram lookup: none). Counted by what drafted (`_Seq.source`): a hybrid step served by
     lookup is n-gram tokens and no pass; one served by its model is that model's tokens and passes (its
-    misses are a call of their own, apart from the requests that asked for the model directly)."""
+    misses share the call of the requests that asked for the model directly: `_compute`)."""
     batched = kv = 0.0
     drafted: dict[str, float] = {}
     k_of = {id(s): k for s, k in zip(done, ks, strict=True)}
@@ -251,13 +251,12 @@ def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
             drafted[s.source] = drafted.get(s.source, 0.0) + k
     passes: dict[str, float] = {}
     for group in groups:
-        longest: dict[tuple[str, str], int] = {}  # (proposer called, model that ran) -> max k
+        longest: dict[str, int] = {}  # model that ran -> max k (one call per model)
         for s in group:
             k = k_of.get(id(s), 0)
             if k and s.source != "ngram":
-                key = (s.proposer, s.source)
-                longest[key] = max(longest.get(key, 0), k)
-        for (_, model), k in longest.items():
+                longest[s.source] = max(longest.get(s.source, 0), k)
+        for model, k in longest.items():
             passes[model] = passes.get(model, 0.0) + k
     return batched, kv, drafted, passes, float(len(done))
 
@@ -658,11 +657,26 @@ class Engine:
             k = s.room = min(s.step_k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
             if s.proposer != "none" and k > 0:
                 groups.setdefault(s.proposer, []).append(i)
+        def inputs(proposer, idx: list[int]) -> list[ProposeInput]:
+            return [ProposeInput(batch[i].req.request_id, batch[i].tokens, batch[i].room, batch[i].sampling,
+                                 batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
+
+        hybrid = self._proposers.get("hybrid")
+        if "hybrid" in groups and hybrid.model.name in groups:
+            # the hybrid's misses and the requests that ask its model directly share one call: one set of
+            # batched passes (max k) for the step, not one per proposer name
+            h_idx, m_idx = groups.pop("hybrid"), groups.pop(hybrid.model.name)
+            h_in = inputs(hybrid, h_idx)
+            looked, asked, m_extra = hybrid.plan(h_in)
+            m_in = inputs(hybrid.model, m_idx)
+            got = hybrid.model.propose(m_in + m_extra)
+            for i, d in zip(m_idx, got[:len(m_in)], strict=True):
+                drafts[i] = d
+            for i, d in zip(h_idx, hybrid.settle(h_in, looked, asked, got[len(m_in):]), strict=True):
+                drafts[i] = d
         for name, idx in groups.items():
             proposer = self._proposers[name]
-            inputs = [ProposeInput(batch[i].req.request_id, batch[i].tokens, batch[i].room, batch[i].sampling,
-                                   batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
-            for i, d in zip(idx, proposer.propose(inputs), strict=True):
+            for i, d in zip(idx, proposer.propose(inputs(proposer, idx)), strict=True):
                 drafts[i] = d
         for s, d in zip(batch, drafts, strict=True):
             s.source = d.source or s.proposer

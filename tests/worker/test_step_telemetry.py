@@ -99,6 +99,41 @@ def test_hybrid_counts_lookup_steps_as_ngram_and_only_model_steps_as_passes(engi
     assert w.batched_tokens == len(ids) + last.steps - 1 + last.draft_tokens
 
 
+def test_a_hybrids_misses_share_the_model_call_of_the_requests_that_ask_the_model(engine):
+    """One set of model passes per step: the draft model runs once per step over the requests that asked
+    for it and the hybrid requests whose lookup missed (not once per proposer name), so the step's passes
+    are the longest draft of either."""
+    model, forward = engine._proposers["draft"], engine.model.forward
+    log: list[object] = []
+
+    def propose(batch):
+        log.append({b.request_id for b in batch})
+        return real_propose(batch)
+
+    def counted_forward(*a, **kw):
+        log.append("step")
+        return forward(*a, **kw)
+
+    real_propose = model.propose
+    ids = chat_ids(engine, "Write a short poem about the sea, the wind and a lighthouse keeper at night.")
+    reqs = [greedy_request("h", ids, "hybrid", 3, max_tokens=24), greedy_request("d", ids, "draft", 3, max_tokens=24)]
+    model.propose, engine.model.forward = propose, counted_forward
+    try:
+        w, _ = _delta(engine, lambda: engine.generate_sync(reqs))
+    finally:
+        del model.propose, engine.model.forward  # back to the class's methods
+    steps, calls = [], []
+    for item in log:
+        if item == "step":
+            steps.append(calls)
+            calls = []
+        else:
+            calls.append(item)
+    assert all(len(c) <= 1 for c in steps)  # at most one call of the model per step
+    assert any(c == [{"h", "d"}] for c in steps)  # and the hybrid's misses rode along with the draft requests
+    assert w.draft_passes["draft"] < w.drafted_tokens["draft"]  # shared passes: max(k), not the sum
+
+
 @pytest.mark.integration
 def test_server_exports_the_step_counters():
     from adaptspec.worker.server import ServerThread, WorkerSettings, build_app

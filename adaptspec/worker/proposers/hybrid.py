@@ -130,11 +130,17 @@ class HybridProposer:
                 st[j][1] += j < accepted
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
+        out, asked, inputs = self.plan(batch)
+        return self.settle(batch, out, asked, self.model.propose(inputs) if inputs else [])
+
+    def plan(self, batch: list[ProposeInput]) -> tuple[list[Draft], list[int], list[ProposeInput]]:
+        """The lookup part of `propose`: (the drafts so far, the indices whose misses the model drafts for, and
+        their model inputs, each with the k it pays for). The engine may run those inputs in one call with the
+        requests that ask the same model directly (one set of batched passes); `settle` takes the drafts."""
         out = self.ngram.propose(batch)
         for d in out:
             d.source = "ngram"
         misses = [i for i, d in enumerate(out) if not d.token_ids]
-        ready = [i for i in misses if batch[i].hidden is not None or not self.needs_hidden_states]
         ks = {i: self.model_k(batch[i].request_id, batch[i].k) for i in misses}
         for i, k in ks.items():
             rid = batch[i].request_id
@@ -142,11 +148,16 @@ class HybridProposer:
             self._declined_all = 0 if k else self._declined_all + 1
         asked = [i for i in misses if ks[i] > 0]
         self.model_shortened += sum(1 for i in asked if ks[i] < batch[i].k)
-        if asked:
-            drafts = self.model.propose([replace(batch[i], k=ks[i]) for i in asked])
-            for i, d in zip(asked, drafts, strict=True):
-                d.source = self.model.name
-                out[i] = d
+        return out, asked, [replace(batch[i], k=ks[i]) for i in asked]
+
+    def settle(self, batch: list[ProposeInput], out: list[Draft], asked: list[int],
+               drafts: list[Draft]) -> list[Draft]:
+        """`plan`'s drafts with the model's drafts for `asked` filled in, counted by source."""
+        for i, d in zip(asked, drafts, strict=True):
+            d.source = self.model.name
+            out[i] = d
+        misses = [i for i, d in enumerate(out) if d.source != "ngram" or not d.token_ids]
+        ready = [i for i in misses if batch[i].hidden is not None or not self.needs_hidden_states]
         self.drafts_by_source["ngram"] += len(batch) - len(misses)
         self.drafts_by_source[self.model.name] += sum(1 for i in misses if out[i].token_ids)
         self.model_declined += sum(1 for i in ready if not out[i].token_ids)
