@@ -131,6 +131,15 @@ def _get(url: str) -> bytes:
         raise RuntimeError(f"--worker-url: {url} did not answer: {exc}") from exc
 
 
+def _snapshot(url: str, path: Path) -> None:
+    """Save a proxy's /metrics for the record; a proxy that does not answer is logged, not fatal (the rows
+    are what the run is for)."""
+    try:
+        path.write_bytes(_get(url))
+    except (RuntimeError, OSError) as exc:
+        log.warning("could not save %s to %s: %s", url, path, exc)
+
+
 def _reference_workers(args, stack: contextlib.ExitStack, logs: Path) -> dict:
     """Start `--workers` reference workers (or use `--worker-url`s) -> their pool section."""
     profile = getattr(args, "profile", None) or "cpu-tiny"
@@ -208,7 +217,7 @@ def compare(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Itera
                     "--watch", "0"]
             proxy = stack.enter_context(Server(argv, port, logs / f"proxy-{f.stem}.log", f"proxy ({f.name})"))
             targets.append((label, proxy, f))
-        rows = interleaved(args, loads, stream, targets, worker_urls)
+        rows = interleaved(args, loads, stream, targets, worker_urls, snapshots=logs)
     for r in rows:
         r["engine_kind"] = engine
     return rows
@@ -274,7 +283,8 @@ def round_order(n: int, r: int) -> list[int]:
 
 
 def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], Iterator[PromptItem]],
-                targets: Sequence[tuple[str, Server, Path]], worker_urls: Sequence[str] = ()) -> list[dict]:
+                targets: Sequence[tuple[str, Server, Path]], worker_urls: Sequence[str] = (),
+                snapshots: Path | None = None) -> list[dict]:
     """Each load point in `rounds` rounds; each round runs every policy once, in `round_order`.
 
     On a shared machine the speed drifts over minutes; interleaving puts every policy under the same
@@ -287,6 +297,10 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
     the tokens that arrive in a window of duration / rounds seconds; the workers' counters are read at the
     window's edges. `--requests` (or a rate, or --steady-lifetimes 0): whole requests started in the round
     are counted, with warm-up requests in the first round of each point only.
+
+    `snapshots`: a directory where each proxy's /metrics is saved after each point's rounds
+    (`proxy-<policy file stem>-<kind><value>.metrics`): its alpha estimates and fitted step model as they
+    stood when the point ended.
     """
     from adaptspec.bench._progress import progress_bar
 
@@ -342,6 +356,9 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
                     records[label] += recs
                     windows[label] += window
                     bar.update(1)
+            if snapshots is not None:
+                for _, proxy, f in targets:
+                    _snapshot(proxy.url + "/metrics", snapshots / f"proxy-{f.stem}-{kind}{value:g}.metrics")
             for label, _, f in targets:
                 row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
                        "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": by_round[label]}

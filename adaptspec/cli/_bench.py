@@ -85,7 +85,8 @@ def register(subparsers) -> None:
                    help="compare --engine vllm: the pool's max_gamma = vLLM's num_speculative_tokens (default 4)")
     p.add_argument("--max-num-seqs", type=int, default=256,
                    help="compare --engine vllm: vLLM's --max-num-seqs (default 256)")
-    p.add_argument("--logs", help="compare: directory for the servers' logs (default: a temp dir)")
+    p.add_argument("--logs", help="compare: directory for the servers' logs and each proxy's /metrics after "
+                   "each point (default: a temp dir)")
     p.add_argument("--profile", default="cpu-tiny",
                    help="compare: step-time profile (name or YAML path) of the workers' pool (default cpu-tiny)")
     p.add_argument("--rounds", type=int, default=4,

@@ -421,8 +421,6 @@ class _CostModelPolicy:
         its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
         `content_class`: the mix of a worker with no recent requests yet (the request being decided).
         """
-        # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
-        # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         group = _pass_group(w, prof, proposer)
         return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
 
@@ -430,6 +428,8 @@ class _CostModelPolicy:
                     batch: float, bound: int, exact: bool = False,
                     content_class: str = "chat") -> tuple[dict[str, int], float]:
         """`_group_gammas`, memoised as `batch_gamma` says."""
+        # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
+        # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         alphas = getattr(alphas, "class_level", alphas)
         version = self._mix_version.get(w.name, 0)
         rho = (w.prefill_ratio, w.prompt_tokens)

@@ -58,3 +58,8 @@ def test_compare_runs_each_policy_through_the_proxy(tmp_path):
     assert by[("static:ngram:4", 2)]["proposer_mix"] == {"ngram": 1.0} and by[("static:ngram:4", 2)]["mean_gamma"] == 4
     assert sum(by[("adaptive", 1)]["proposer_mix"].values()) == pytest.approx(1.0)
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    # each proxy's /metrics after each point, for the record: the adaptive proxy's decisions at 2 clients
+    snap = (tmp_path / "proxy-default-concurrency2.metrics").read_text()
+    assert sorted(f.name for f in tmp_path.glob("*.metrics")) == sorted(
+        f"proxy-{stem}-concurrency{c}.metrics" for stem in ("static-off", "static-ngram", "default") for c in (1, 2))
+    assert 'adaptspec_decisions_total{' in snap
