@@ -288,6 +288,8 @@ class _CostModelPolicy:
         self._common: dict[tuple, tuple[int, int]] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self._levels: dict[tuple, tuple[dict[int, int], int]] = {}  # see _level_gammas
+        self._groups: dict[tuple, dict[str, tuple[str, ...]]] = {}  # see pass_groups
+        self._sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]] = {}  # see sunk_passes
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -382,7 +384,7 @@ class _CostModelPolicy:
             else:
                 plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
             if sunk_s:
-                plan = _paying(plan, sunk_s - sunk.get(_pass_group(w, prof, p), 0.0))
+                plan = _paying(plan, sunk_s - sunk.get(self.pass_groups(w, prof)[p], 0.0))
             if plan.goodput < self.margin * off_goodput:
                 if missed is None or plan.speedup > missed.speedup:
                     missed = _named(plan, p)
@@ -421,7 +423,7 @@ class _CostModelPolicy:
         its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
         `content_class`: the mix of a worker with no recent requests yet (the request being decided).
         """
-        group = _pass_group(w, prof, proposer)
+        group = self.pass_groups(w, prof).get(proposer) or (proposer,)
         return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
 
     def _group_plan(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
@@ -448,15 +450,36 @@ class _CostModelPolicy:
                     bound: int, content_class: str = "chat") -> dict[tuple[str, ...], float]:
         """Seconds per step of every pass group this loaded worker's batch keeps (`batch_gamma` > 0): its
         steps run those passes whatever one more request does, so a request that does not draft with the
-        group still waits for them."""
-        groups = {_pass_group(w, prof, p) for p in w.proposers
-                  if p != "none" and prof.offers(p) and prof.draft(p).kind != "ngram" and prof.shared_gamma(p)}
+        group still waits for them. Memoised with the groups' plans (per batch bucket and mix version)."""
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        cold = None if self._recent.get(w.name) else content_class
+        version = self._mix_version.get(w.name, 0)
+        key = (w.name, prof.name, round(2.0 * math.log2(batch)), _prefill_bucket(rho), cold, bound)
+        hit = self._sunk.get(key)
+        if hit is not None and hit[1] == version:
+            return hit[0]
+        groups = {g for p, g in self.pass_groups(w, prof).items() if prof.draft(p).kind != "ngram"
+                  and prof.shared_gamma(p)}
         sunk = {}
         for group in sorted(groups):
             gammas, pass_s = self._group_plan(w, prof, group, alphas, batch, bound, content_class=content_class)
             if pass_s > 0.0 and any(gammas.values()):
                 sunk[group] = pass_s
+        if len(self._sunk) >= 50_000:
+            self._sunk.clear()
+        self._sunk[key] = (sunk, version)
         return sunk
+
+    def pass_groups(self, w: WorkerState, prof: Profile) -> dict[str, tuple[str, ...]]:
+        """`_pass_group` of every proposer the worker offers, memoised per profile and proposer list."""
+        key = (prof.name, w.proposers)
+        got = self._groups.get(key)
+        if got is None:
+            if len(self._groups) >= 4096:
+                self._groups.clear()
+            got = self._groups[key] = {p: _pass_group(w, prof, p) for p in w.proposers
+                                       if p != "none" and prof.offers(p)}
+        return got
 
     def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
                       batch: float, bound: int, cold: str = "chat") -> tuple[dict[str, int], float]:
@@ -673,9 +696,12 @@ def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]
 def _paying(plan: costmodel.Plan, extra_s: float) -> costmodel.Plan:
     """`plan` in a step that also runs `extra_s` of other models' passes (its speedup still over a plain
     decoding step without them)."""
+    if extra_s <= 0.0:
+        return plan
     goodput = plan.expected_tokens / (plan.draft_time_s + plan.verify_time_s + extra_s)
-    return replace(plan, draft_time_s=plan.draft_time_s + extra_s, goodput=goodput,
-                   speedup=goodput * plan.baseline_time_s)
+    # the constructor, not dataclasses.replace: this runs for every plan of every loaded worker per decision
+    return costmodel.Plan(plan.proposer, plan.gamma, plan.alpha, plan.expected_tokens, plan.draft_time_s + extra_s,
+                          plan.verify_time_s, plan.baseline_time_s, goodput, goodput * plan.baseline_time_s, plan.batch)
 
 
 def _named(plan: costmodel.Plan, proposer: str) -> costmodel.Plan:
