@@ -494,6 +494,9 @@ class _CostModelPolicy:
                 for p in group for c in mix}
         curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho)
                  for pc, e in ests.items()}
+        # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
+        # (draft models and heads run theirs whatever the rate)
+        mix_rate = {p: sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total for p in group}
         cheap = [q for q in w.proposers if q not in ("none", *group) and prof.offers(q)
                  and prof.draft(q).kind == "ngram"]
         alt: dict[str, costmodel.Plan] = {}  # each class's best plan without the group's passes
@@ -509,11 +512,8 @@ class _CostModelPolicy:
             for subset in itertools.combinations(group, size):
                 g = max(range(1, bound + 1),
                         key=lambda g: sum(n * max(curve[(p, c)][g - 1] for p in subset) for c, n in mix.items()))
-                # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's
-                # hit rate (draft models and heads run theirs whatever the rate); the step pays the longest
-                pass_s = max(self.cache.at(prof, p, 0.5, batch, g,
-                                           sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total,
-                                           rho).draft_time_s for p in subset)
+                # the step pays the longest of the subset's passes
+                pass_s = max(self.cache.at(prof, p, 0.5, batch, g, mix_rate[p], rho).draft_time_s for p in subset)
                 value, users = 0.0, 0
                 for c, n in mix.items():
                     mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
@@ -532,9 +532,8 @@ class _CostModelPolicy:
         # what the kept passes cost a request that does not draft with them: the passes of the share of the
         # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
         rows = max(1.0, share * batch)
-        sunk_s = max((self.cache.at(prof, p, 0.5, rows, g,
-                                    sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total,
-                                    rho).draft_time_s for p in kept), default=0.0) if share > 0 else 0.0
+        sunk_s = max((self.cache.at(prof, p, 0.5, rows, g, mix_rate[p], rho).draft_time_s for p in kept),
+                     default=0.0) if share > 0 else 0.0
         return {p: g if p in kept else 0 for p in group}, sunk_s
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
