@@ -317,7 +317,17 @@ class StepCalibrator:
         """The profile's prediction of a window: its target model at the window's per-step means (nonlinear
         forms kept), plus its drafting in the linear window form."""
         n = float(w.steps)
-        target = n * self.prior.target.time(w.batched_tokens / n, w.kv_tokens / n)
+        t = self.prior.target
+        rows = w.requests + float(sum(w.drafted_tokens.values()))  # one row per request + its drafted tokens
+        prompt = w.batched_tokens - rows
+        if w.requests <= 0 or t.additive or prompt <= 0.0:
+            target = n * t.time(w.batched_tokens / n, w.kv_tokens / n)
+        else:
+            # a roofline's max() at the window's means would spread the prompt chunks of a few steps over all
+            # of them (below the knee: free), while the steps that carry them are compute-bound: the decode
+            # rows at their means, each prompt token at the compute slope (an upper bound by one memory floor
+            # per chunk step)
+            target = n * t.time(rows / n, w.kv_tokens / n) + t.compute_s_per_token * prompt
         return target + float(x[3:] @ self.theta0[3:])
 
     # -- the fit ---------------------------------------------------------------------------------------
