@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.97)
     ap.add_argument("--trace-order", choices=("shuffle", "file"), default="shuffle",
                     help="replay order, as `adaptspec simulate --trace-order` (default shuffle, one per seed)")
+    ap.add_argument("--no-calibration", action="store_true",
+                    help="the policies price with the profile alone (no online step-time fit)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--merge", nargs="+", default=None, help="only merge the rows of earlier --json files")
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, wl, prof, props, pols in cases(seed, args.only, args.trace_order):
             specs = [parse_policy(p, prof, seed) for p in pols]
             for r in sweep(specs, prof, wl, loads, seed=seed, proposers=props, progress=False,
-                           requests=args.requests):
+                           requests=args.requests, calibrate=not args.no_calibration):
                 r = json.loads(json.dumps({k: v for k, v in r.items() if k != "calibration"}, default=float))
                 r["case"], r["concurrency"] = name, int(r["concurrency"])
                 rows.append(r)

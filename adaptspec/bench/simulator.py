@@ -119,7 +119,7 @@ class ProfileCost:
 class SimConfig:
     concurrency: int | None = 1  # closed-loop clients; None with `rate` for open loop
     rate: float | None = None  # Poisson arrivals per second (open loop)
-    requests: int | None = None  # measured completions (default: max(64, 3 * concurrency))
+    requests: int | None = None  # measured completions (default: max(64, 6 * concurrency))
     warmup: int | None = None  # completions discarded first (default: max(32, 2 * concurrency))
     max_batch: int = 256  # running-batch slots (vLLM max_num_seqs)
     max_batched_tokens: int = 8192  # per-step token budget (vLLM max_num_batched_tokens)
@@ -176,7 +176,7 @@ class SimConfig:
 
     @property
     def n_measured(self) -> int:
-        return self.requests if self.requests is not None else max(64, 3 * (self.clients or 16))
+        return self.requests if self.requests is not None else max(64, 6 * (self.clients or 16))
 
     @property
     def n_warmup(self) -> int:

@@ -51,7 +51,7 @@ def register(subparsers) -> None:
     load = p.add_mutually_exclusive_group()
     load.add_argument("--concurrency", help="closed-loop clients per point (default 1,2,4,...,256)")
     load.add_argument("--rate", help="open-loop Poisson arrival rates per point (req/s)")
-    p.add_argument("--requests", type=int, help="measured completions per point (default max(64, 3 x concurrency))")
+    p.add_argument("--requests", type=int, help="measured completions per point (default max(64, 6 x concurrency))")
     p.add_argument("--warmup", type=int, help="completions discarded first (default max(32, 2 x concurrency))")
     p.add_argument("--max-batch", type=int, default=256, help="running-batch slots (default 256)")
     p.add_argument("--max-gamma", type=int, default=8)
