@@ -433,10 +433,9 @@ class _CostModelPolicy:
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         alphas = getattr(alphas, "class_level", alphas)
-        version = self._mix_version.get(w.name, 0)
+        version, cold = self._mix_state(w, content_class)
         rho = (w.prefill_ratio, w.prompt_tokens)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
-        cold = None if self._recent.get(w.name) else content_class  # no mix yet: the request's class
         key = (w.name, prof.name, group, where, _prefill_bucket(rho), cold)
         hit = self._common.get(key)
         if hit is None or hit[1] != version:
@@ -446,14 +445,18 @@ class _CostModelPolicy:
             self._common[key] = hit
         return hit[0]
 
+    def _mix_state(self, w: WorkerState, content_class: str) -> tuple[int, str | None]:
+        """(the worker's class-mix version, the class its plans assume while it has no mix yet or None): what
+        memoised batch-wide plans are keyed by."""
+        return self._mix_version.get(w.name, 0), None if self._recent.get(w.name) else content_class
+
     def sunk_passes(self, w: WorkerState, prof: Profile, alphas: AlphaSource, batch: float,
                     bound: int, content_class: str = "chat") -> dict[tuple[str, ...], float]:
         """Seconds per step of every pass group this loaded worker's batch keeps (`batch_gamma` > 0): its
         steps run those passes whatever one more request does, so a request that does not draft with the
         group still waits for them. Memoised with the groups' plans (per batch bucket and mix version)."""
         rho = (w.prefill_ratio, w.prompt_tokens)
-        cold = None if self._recent.get(w.name) else content_class
-        version = self._mix_version.get(w.name, 0)
+        version, cold = self._mix_state(w, content_class)
         key = (w.name, prof.name, round(2.0 * math.log2(batch)), _prefill_bucket(rho), cold, bound)
         hit = self._sunk.get(key)
         if hit is not None and hit[1] == version:
