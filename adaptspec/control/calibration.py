@@ -29,7 +29,8 @@ exceeds its value while the prior lies within two errors of it (the data neither
 it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off:
 `required_steps`) AND it predicts the windows better than the profile: before each window is added (once
 the fit has a tenth of `min_steps` behind it), both predict it (the profile at the window's per-step means,
-so a roofline keeps its max(); the fit linearly) and their discounted squared errors are compared
+so a roofline keeps its max(), with a window's prompt tokens priced apart at the compute slope: at the means a few
+compute-bound prompt chunks would look free next to memory-bound decode steps; the fit linearly) and their discounted squared errors are compared
 (prequential, out of sample, over the regression's horizon); or the profile is biased now, its mean error
 over the last few dozen windows beyond 4 standard errors and 20% of the step (then a tenth of `min_steps`
 is enough: least squares is unbiased by construction, and per-step noise as large as the step — prefill
@@ -315,7 +316,8 @@ class StepCalibrator:
 
     def _prior_seconds(self, w: StepCounters, x: np.ndarray) -> float:
         """The profile's prediction of a window: its target model at the window's per-step means (nonlinear
-        forms kept), plus its drafting in the linear window form."""
+        forms kept; a roofline's decode rows only, its prompt tokens at the compute slope when the engine counts
+        requests per step), plus its drafting in the linear window form."""
         n = float(w.steps)
         t = self.prior.target
         rows = w.requests + float(sum(w.drafted_tokens.values()))  # one row per request + its drafted tokens
