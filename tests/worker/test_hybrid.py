@@ -25,7 +25,7 @@ ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
 COPY_PROMPT = ("Fix the typo in this function and return the whole function.\n\n"
                "def total_price(items, tax):\n    subtotal = sum(item.price * item.qty for item in items)\n"
                "    taxes = subtotal * tax\n    return subtotl + taxes\n")
-OPEN_PROMPT = "Tell me a story about a lighthouse keeper."
+OPEN_PROMPT = "Tell me a story about a lighthouse keeper and his dog."  # no near-tie: test_identity_prompts.py
 
 
 def test_lookup_first_then_the_model():

@@ -25,3 +25,15 @@ def test_the_margin_finds_the_tie_that_made_the_mixed_batch_test_flaky():
     old = COPY_CODE_PROMPT.removesuffix("    if")
     gap, at = greedy_min_margin(ASSETS / "tiny-target", _ids(old), 40)
     assert gap < 1e-5 and at == 26
+
+
+def test_the_hybrid_tests_chat_prompts_have_no_near_tie_in_64_greedy_tokens():
+    """test_hybrid.py / test_hybrid_model_k.py compare 40 greedy tokens of these two chat turns with and without
+    the hybrid; the open prompt they used before ("... lighthouse keeper.") had a 5.4e-5 gap at token 23."""
+    from test_hybrid import COPY_PROMPT, OPEN_PROMPT
+
+    tok = Tokenizer.from_dir(ASSETS / "tiny-target")
+    for text in (COPY_PROMPT, OPEN_PROMPT):
+        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
+        gap, at = greedy_min_margin(ASSETS / "tiny-target", ids, 64)
+        assert gap >= MIN_GAP, f"{text[:30]!r}: top-2 logit gap {gap:.3g} at greedy token {at}"
