@@ -705,7 +705,7 @@ class _Telemetry:
     def __init__(self, start: StepCounters | None) -> None:
         c = start or StepCounters()
         self.steps, self.seconds, self.tokens, self.kv = c.steps, c.step_seconds, c.batched_tokens, c.kv_tokens
-        self.drafted, self.passes = dict(c.drafted_tokens), dict(c.draft_passes)
+        self.drafted, self.passes, self.calls = dict(c.drafted_tokens), dict(c.draft_passes), dict(c.draft_calls)
         self.requests = c.requests
 
     def step(self, seconds: float, tokens: int, kv_tokens: int, drafting: list, requests: int) -> None:
@@ -718,10 +718,11 @@ class _Telemetry:
             self.drafted[pname] = self.drafted.get(pname, 0.0) + float(gs.sum())
             if pname != "ngram":  # a draft model / head runs max(gamma) sequential batched passes
                 self.passes[pname] = self.passes.get(pname, 0.0) + float(gs.max())
+                self.calls[pname] = self.calls.get(pname, 0.0) + 1.0
 
     def snapshot(self) -> StepCounters:
         return StepCounters(self.steps, self.seconds, self.tokens, self.kv, dict(self.drafted), dict(self.passes),
-                            self.requests)
+                            self.requests, dict(self.calls))
 
 
 def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape | None = None,

@@ -151,9 +151,12 @@ class StepTelemetryCounters:
         self.drafted = Counter(telemetry.METRIC_DRAFTED_TOKENS, "Tokens drafted, by proposer.", ["proposer"])
         self.passes = Counter(telemetry.METRIC_DRAFT_PASSES, "Batched draft-model passes, by proposer.",
                               ["proposer"])
+        self.calls = Counter(telemetry.METRIC_DRAFT_CALLS, "Steps in which a draft model ran, by proposer.",
+                             ["proposer"])
         for p in STEP_PROPOSERS:  # the closed label set, exported from the start
             self.drafted.labels(p)
             self.passes.labels(p)
+            self.calls.labels(p)
 
     def observe(self, window: dict) -> None:
         self.steps.inc(window["steps"])
@@ -165,6 +168,8 @@ class StepTelemetryCounters:
             self.drafted.labels(p if p in STEP_PROPOSERS else "hybrid").inc(n)
         for p, n in window["passes"].items():
             self.passes.labels(p if p in STEP_PROPOSERS else "hybrid").inc(n)
+        for p, n in window.get("calls", {}).items():
+            self.calls.labels(p if p in STEP_PROPOSERS else "hybrid").inc(n)
 
 
 @functools.cache
@@ -309,7 +314,8 @@ def _patch_step_telemetry() -> None:
             start = max(getattr(scheduler_output, _T0_ATTR, end), getattr(self, _LAST_ATTR, 0.0))
             w = getattr(self, _WINDOW_ATTR, None)
             if w is None:
-                w = {"steps": 0, "seconds": 0.0, "batched": 0, "kv": 0, "drafted": 0, "passes": 0, "requests": 0}
+                w = {"steps": 0, "seconds": 0.0, "batched": 0, "kv": 0, "drafted": 0, "passes": 0, "calls": 0,
+                     "requests": 0}
                 setattr(self, _WINDOW_ATTR, w)
             w["steps"] += 1
             w["seconds"] += end - start
@@ -319,6 +325,7 @@ def _patch_step_telemetry() -> None:
             w["drafted"] += drafted
             if drafted:  # a model drafter runs max(k) batched passes; n-gram lookup none (its entries stay 0)
                 w["passes"] += max(len(v) for v in spec.values())
+                w["calls"] += 1
             setattr(self, _LAST_ATTR, end)
         w = getattr(self, _WINDOW_ATTR, None)
         if w:
@@ -327,7 +334,7 @@ def _patch_step_telemetry() -> None:
                 cfg = getattr(getattr(self, "vllm_config", None), "speculative_config", None)
                 proposer = telemetry_proposer(getattr(cfg, "method", None))
                 if proposer == "ngram":
-                    w["passes"] = 0
+                    w["passes"] = w["calls"] = 0
                 stats.num_kv_fetch_reqs_by_stage.update(encode_step_window(w, proposer))
                 setattr(self, _WINDOW_ATTR, None)
         return outputs

@@ -172,29 +172,30 @@ def telemetry_proposer(method: str | None) -> str:
 
 
 def encode_step_window(window: Mapping[str, float], proposer: str) -> dict[str, int]:
-    """A step window {steps, seconds, batched, kv, requests, drafted, passes} as integer stats entries."""
+    """A step window {steps, seconds, batched, kv, requests, drafted, passes, calls} as integer stats entries."""
     out = {f"{STEP_PREFIX}steps": int(window["steps"]), f"{STEP_PREFIX}step_us": int(round(window["seconds"] * 1e6)),
            f"{STEP_PREFIX}batched": int(window["batched"]), f"{STEP_PREFIX}kv": int(window["kv"]),
            f"{STEP_PREFIX}requests": int(window.get("requests", 0))}
     if window.get("drafted") or window.get("passes"):
         out[f"{STEP_PREFIX}drafted:{proposer}"] = int(window.get("drafted", 0))
         out[f"{STEP_PREFIX}passes:{proposer}"] = int(window.get("passes", 0))
+        out[f"{STEP_PREFIX}calls:{proposer}"] = int(window.get("calls", 0))
     return out
 
 
 def pop_step_window(entries: dict) -> dict | None:
     """Remove the step-window entries from a stats dict; -> {steps, seconds, batched, kv, requests,
-    drafted: {p: n}, passes: {p: n}} or None when it carried none."""
+    drafted: {p: n}, passes: {p: n}, calls: {p: n}} or None when it carried none."""
     keys = [k for k in entries if isinstance(k, str) and k.startswith(STEP_PREFIX)]
     if not keys:
         return None
     raw = {k[len(STEP_PREFIX):]: entries.pop(k) for k in keys}
     out: dict = {"steps": raw.get("steps", 0), "seconds": raw.get("step_us", 0) / 1e6,
                  "batched": raw.get("batched", 0), "kv": raw.get("kv", 0), "requests": raw.get("requests", 0),
-                 "drafted": {}, "passes": {}}
+                 "drafted": {}, "passes": {}, "calls": {}}
     for k, v in raw.items():
         what, _, proposer = k.partition(":")
-        if proposer and what in ("drafted", "passes"):
+        if proposer and what in ("drafted", "passes", "calls"):
             out[what][proposer] = v
     return out
 

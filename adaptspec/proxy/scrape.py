@@ -60,7 +60,8 @@ _STEP_SCALARS = {telemetry.METRIC_STEPS + "_total": "steps", telemetry.METRIC_ST
                  telemetry.METRIC_KV_TOKENS + "_total": "kv_tokens",
                  telemetry.METRIC_STEP_REQUESTS + "_total": "requests"}
 _STEP_BY_PROPOSER = {telemetry.METRIC_DRAFTED_TOKENS + "_total": "drafted_tokens",
-                     telemetry.METRIC_DRAFT_PASSES + "_total": "draft_passes"}
+                     telemetry.METRIC_DRAFT_PASSES + "_total": "draft_passes",
+                     telemetry.METRIC_DRAFT_CALLS + "_total": "draft_calls"}
 
 
 @dataclass
@@ -86,7 +87,7 @@ def parse_metrics(text: str) -> WorkerSample:
     waiting: list[float] = []
     kv: list[float] = []
     scalars: dict[str, float] = {}
-    by_proposer: dict[str, dict[str, float]] = {"drafted_tokens": {}, "draft_passes": {}}
+    by_proposer: dict[str, dict[str, float]] = {"drafted_tokens": {}, "draft_passes": {}, "draft_calls": {}}
     for line in text.splitlines():
         if not line.startswith(names.PREFIXES):
             continue

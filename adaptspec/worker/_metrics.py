@@ -240,7 +240,8 @@ def _step_families(steps: telemetry.StepCounters | None, base: list[str], labels
         yield c
     for name, doc, values in (
             (telemetry.METRIC_DRAFTED_TOKENS, "Tokens drafted, by proposer.", steps.drafted_tokens),
-            (telemetry.METRIC_DRAFT_PASSES, "Batched draft-model passes, by proposer.", steps.draft_passes)):
+            (telemetry.METRIC_DRAFT_PASSES, "Batched draft-model passes, by proposer.", steps.draft_passes),
+            (telemetry.METRIC_DRAFT_CALLS, "Steps in which a draft model ran, by proposer.", steps.draft_calls)):
         c = CounterMetricFamily(name, doc, labels=[*base, "proposer"])
         for p in STEP_PROPOSERS:
             c.add_metric([*labels, p], float(values.get(p, 0.0)))

@@ -108,13 +108,14 @@ def test_speculative_method_to_telemetry_label(method, label):
 
 def test_step_window_round_trip_through_the_stats_dict():
     stats = {"waiting_for_remote_kvs": 2}  # vLLM's own entries stay
-    window = {"steps": 7, "seconds": 0.1234567, "batched": 90, "kv": 4000, "requests": 20, "drafted": 12, "passes": 4}
+    window = {"steps": 7, "seconds": 0.1234567, "batched": 90, "kv": 4000, "requests": 20, "drafted": 12, "passes": 4,
+              "calls": 2}
     stats.update(plugin.encode_step_window(window, "draft"))
     assert all(isinstance(v, int) for v in stats.values())  # the field is dict[str, int] on the wire
     got = plugin.pop_step_window(stats)
     assert stats == {"waiting_for_remote_kvs": 2}
     assert got == {"steps": 7, "seconds": pytest.approx(0.123457, abs=1e-6), "batched": 90, "kv": 4000,
-                   "requests": 20, "drafted": {"draft": 12}, "passes": {"draft": 4}}
+                   "requests": 20, "drafted": {"draft": 12}, "passes": {"draft": 4}, "calls": {"draft": 2}}
     assert plugin.pop_step_window(stats) is None
     no_drafts = plugin.encode_step_window({**window, "drafted": 0, "passes": 0}, "ngram")
     assert plugin.pop_step_window(dict(no_drafts))["drafted"] == {}

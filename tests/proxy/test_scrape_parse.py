@@ -72,6 +72,8 @@ adaptspec:engine_drafted_tokens_total{engine="0",model_name="m",proposer="draft"
 adaptspec:engine_drafted_tokens_total{engine="1",model_name="m",proposer="draft"} 6.0
 adaptspec:engine_drafted_tokens_total{engine="0",model_name="m",proposer="ngram"} 8.0
 adaptspec:engine_draft_passes_total{engine="0",model_name="m",proposer="draft"} 9.0
+adaptspec:engine_draft_calls_total{engine="0",model_name="m",proposer="draft"} 3.0
+adaptspec:engine_draft_calls_total{engine="1",model_name="m",proposer="draft"} 2.0
 adaptspec:engine_steps_created{engine="0",model_name="m"} 1.7e9
 """
 
@@ -81,6 +83,7 @@ def test_step_telemetry_summed_over_engines_per_proposer():
     assert (s.steps, s.step_seconds, s.batched_tokens, s.kv_tokens) == (15.0, 0.25, 100.0, 4000.0)
     assert s.drafted_tokens == {"draft": 36.0, "ngram": 8.0}
     assert s.draft_passes == {"draft": 9.0}
+    assert s.draft_calls == {"draft": 5.0}
 
 
 def test_no_step_telemetry_without_the_steps_counter():

@@ -58,8 +58,11 @@ def test_drafting_counts_tokens_and_model_passes(engine, proposer, k):
     if proposer == "draft":
         assert last.draft_tokens > 0
         assert w.draft_passes["draft"] == last.draft_tokens  # alone: one pass per drafted token
+        # one call per step that drafted: at k = 3, ceil(drafted / 3) <= calls <= steps
+        assert -(-last.draft_tokens // k) <= w.draft_calls["draft"] <= w.steps
     else:
         assert not any(w.draft_passes.values())  # a lookup, no model pass
+        assert not any(w.draft_calls.values())
 
 
 def test_concurrent_draft_requests_share_their_passes(engine):
