@@ -113,8 +113,12 @@ def profile_yaml(costs, prior, name: str, url: str, seconds: float) -> str:
         if not prior.offers(p) or prior.draft(p).kind == "ngram":
             continue
         option = prior.resolve(p)
-        proposers[option] = {"kind": "draft", "combine": "sum", "overhead_s": c[f"{p}_pass_s"], "memory_floor_s": 0.0,
-                             "kv_s_per_token": 0.0, "compute_s_per_token": c[f"{p}_token_s"]}
+        if c[f"{p}_call_s"] > 0.0 and c[f"{p}_pass_s"] <= 0.0:  # priced per drafting step: EAGLE's measured form
+            proposers[option] = {"kind": "eagle", "overhead_s": c[f"{p}_call_s"], "per_token_s": c[f"{p}_token_s"],
+                                 "kv_s_per_token": 0.0}
+        else:  # per pass (a per-call cost fitted beside it has no field in this form and is left out)
+            proposers[option] = {"kind": "draft", "combine": "sum", "overhead_s": c[f"{p}_pass_s"],
+                                 "memory_floor_s": 0.0, "kv_s_per_token": 0.0, "compute_s_per_token": c[f"{p}_token_s"]}
         if option != p:
             aliases[p] = option
     for option, cost in prior.drafts.items():  # hybrids are priced from their parts: keep those that still exist

@@ -41,7 +41,8 @@ predicts better. Trust does not flicker with the load: the squared errors span t
 Collinearity. Batched and KV tokens per step both grow with the number of running requests, and a model
 proposer's passes and drafted tokens with the drafting share at a fixed gamma: the data then determine the
 sum of a pair's costs, not how it splits, and the split decides a drafted token's price (batched, not KV).
-Such a pair (the target's two slopes; each proposer's per-pass and per-token costs) is fitted as ONE scale s
+Such a pair (the target's two slopes; each proposer's two costs the profile prices: per pass and per token, or
+per call and per token for a head priced per drafting step) is fitted as ONE scale s
 of the profile's coefficients (theta_g = s * theta0_g: the profile's ratio, the data's level; a profile
 measured elsewhere is off mostly by a common factor) when either (a) one member is not identified next to
 one that is (holding it at the prior's value would load its whole error onto the other), or (b) both are
@@ -101,18 +102,20 @@ _COLLINEAR = 0.9  # two slopes whose estimates correlate below -0.9: the data de
 
 
 def feature_names(proposers: Sequence[str] = MODEL_PROPOSERS) -> tuple[str, ...]:
-    """Coefficient names, in regressor order: the target's three, then per proposer per-pass / per-token."""
+    """Coefficient names, in regressor order: the target's three, then per proposer per-call / per-pass /
+    per-token."""
     out = list(BASE_FEATURES)
     for p in proposers:
-        out += [f"{p}_pass_s", f"{p}_token_s"]
+        out += [f"{p}_call_s", f"{p}_pass_s", f"{p}_token_s"]
     return tuple(out)
 
 
 def regressors(w: StepCounters, proposers: Sequence[str] = MODEL_PROPOSERS) -> np.ndarray:
-    """The regressor row of one window: [steps, batched, kv, passes_p, tokens_p, ...]."""
+    """The regressor row of one window: [steps, batched, kv, calls_p, passes_p, tokens_p, ...]."""
     row = [w.steps, w.batched_tokens, w.kv_tokens]
     for p in proposers:
-        row += [float(w.draft_passes.get(p, 0.0)), float(w.drafted_tokens.get(p, 0.0))]
+        row += [float(w.draft_calls.get(p, 0.0)), float(w.draft_passes.get(p, 0.0)),
+                float(w.drafted_tokens.get(p, 0.0))]
     return np.asarray(row, dtype=float)  # [d]
 
 
@@ -148,20 +151,25 @@ def prior_coefficients(profile: Profile, proposers: Sequence[str] = MODEL_PROPOS
     """The profile's step model in the additive window form (a roofline's max becomes a sum: its upper bound).
 
     Draft model: `a = overhead + floor` per pass, `b = compute + kv * context` per token (the draft's KV read
-    folded into its tokens); EAGLE head: `fraction` of the target's terms; other proposers: 0."""
+    folded into its tokens), nothing per call; EAGLE head, `fraction` form: `fraction` of the target's terms
+    per pass and token; EAGLE head, measured per-step form: `overhead_s` per call (a drafting step, whatever
+    its passes), `per_token_s` per drafted token (its small KV term left out); other proposers: 0."""
     t = profile.target
     ctx = profile.context_tokens
     theta = [t.overhead_s + t.memory_floor_s, t.compute_s_per_token, t.kv_s_per_token]
     for p in proposers:
-        a = b = 0.0
+        e = a = b = 0.0
         if profile.offers(p):
             cost = profile.draft(p)
             if cost.kind == "draft" and cost.model is not None:
                 m = cost.model
+                e = cost.call_s
                 a, b = m.overhead_s + m.memory_floor_s, m.compute_s_per_token + m.kv_s_per_token * ctx
+            elif cost.kind == "eagle" and cost.per_step:
+                e, b = cost.overhead_s, cost.per_token_s
             elif cost.kind == "eagle":
                 a, b = cost.fraction * theta[0], cost.fraction * (theta[1] + theta[2] * ctx)
-        theta += [a, b]
+        theta += [e, a, b]
     return np.asarray(theta, dtype=float)  # [d]
 
 
@@ -208,11 +216,12 @@ class CalibratedCosts:
                              compute_s_per_token=c["compute_s_per_token"], additive=True)
 
     def draft_cost(self, proposer: str) -> DraftCost:
-        """`a` per pass plus `b` per drafted token: gamma passes over the batch (DraftCost kind 'draft')."""
+        """`e` per call, plus `a` per pass and `b` per drafted token: gamma passes over the batch (DraftCost
+        kind 'draft' with `call_s`)."""
         c = self.snapped
         model = StepTimeModel(overhead_s=c[f"{proposer}_pass_s"], compute_s_per_token=c[f"{proposer}_token_s"],
                               additive=True)
-        return DraftCost("draft", model=model)
+        return DraftCost("draft", model=model, call_s=c[f"{proposer}_call_s"])
 
     def apply(self, profile: Profile) -> Profile:
         """The profile priced with this fit: its target model and mean context replaced, and the model
@@ -220,7 +229,8 @@ class CalibratedCosts:
         hybrid option follows its parts (the engine counts its steps as n-gram tokens or model passes)."""
         drafts = dict(profile.drafts)
         for p in self.proposers:
-            if profile.offers(p) and self.fitted.get(f"{p}_pass_s") and profile.draft(p).kind != "ngram":
+            fitted = any(self.fitted.get(f"{p}_{c}_s") for c in ("call", "pass", "token"))
+            if profile.offers(p) and fitted and profile.draft(p).kind != "ngram":
                 drafts[profile.resolve(p)] = self.draft_cost(p)
         drafts = compose_hybrids(drafts)  # a hybrid is priced from its (re-priced) parts
         ctx = self.context_tokens or profile.context_tokens
@@ -342,7 +352,10 @@ class StepCalibrator:
             return free
         g = self._s / n  # per-step second moments
         free[0] = True
-        for j in range(1, d):
+        # a proposer's costs that the profile prices come first: a zero-prior cost (per call of a head priced
+        # per pass, or per pass of one priced per drafting step) collinear with them stays at zero
+        order = [1, 2] + sorted(range(3, d), key=lambda j: ((j - 3) // 3, self.theta0[j] <= 0, j))
+        for j in order:
             gjj = g[j, j]
             if gjj <= 0:
                 continue
@@ -409,7 +422,10 @@ class StepCalibrator:
         and per-token costs (passes and drafted tokens grow together at a fixed gamma)."""
         out = [np.array([1, 2])]
         for i in range(len(self.proposers)):
-            out.append(np.array([3 + 2 * i, 4 + 2 * i]))
+            g = np.arange(3 + 3 * i, 6 + 3 * i)
+            g = g[self.theta0[g] > 0]  # the costs the profile prices (per call and token, or per pass and token)
+            if len(g) == 2:
+                out.append(g)
         return out
 
     def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray, cov: np.ndarray) -> list[np.ndarray]:

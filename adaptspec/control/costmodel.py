@@ -272,7 +272,8 @@ def fit_step_time(points: Sequence[tuple[float, float, float]], iterations: int 
 class DraftCost:
     """What drafting gamma tokens costs, for one proposer, in one verification step.
 
-    kind "draft": a draft model, gamma sequential steps of `model` at the same batch;
+    kind "draft": a draft model, gamma sequential steps of `model` at the same batch (plus `call_s` once per
+      step it drafts in: a fitted per-call cost, control/calibration.py);
     kind "eagle", `fraction` form: a head on the target's hidden states, each of gamma steps costs `fraction`
       of a target step; measured form (`fraction` 0): per step, whatever the number of head passes,
       `overhead_s + per_token_s * drafted tokens + kv_s_per_token * KV tokens` (the additive per-step draft
@@ -310,6 +311,7 @@ class DraftCost:
     parts: tuple[str, str] = ()
     model_cost: float = 0.0
     model_call_cost: float = 0.0
+    call_s: float = 0.0  # kind "draft": seconds per step in which the model drafts at all
 
     @property
     def per_step(self) -> bool:
@@ -342,7 +344,7 @@ class DraftCost:
             return t
         if self.kind == "draft":
             assert self.model is not None
-            return gamma * self.model.time(batch, kv_tokens)
+            return self.call_s + gamma * self.model.time(batch, kv_tokens)
         if self.kind == "eagle":
             if self.per_step:
                 return self.overhead_s + self.per_token_s * gamma * batch + self.kv_s_per_token * kv_tokens

@@ -21,9 +21,12 @@ from adaptspec.control.profiles import load_profile
 from adaptspec.control.telemetry import StepCounters
 
 # a CPU-like truth (cpu-tiny's numbers); the prior is a 70B-on-H200 roofline: wrong by 3.6x in the overhead
-TRUTH = {"overhead_s": 8e-3, "compute_s_per_token": 2e-4, "kv_s_per_token": 1.3e-6, "draft_pass_s": 4.4e-3,
-         "draft_token_s": 2.6e-5, "eagle_pass_s": 0.0, "eagle_token_s": 0.0}
+TRUTH = {"overhead_s": 8e-3, "compute_s_per_token": 2e-4, "kv_s_per_token": 1.3e-6, "draft_call_s": 0.0,
+         "draft_pass_s": 4.4e-3, "draft_token_s": 2.6e-5, "eagle_call_s": 0.0, "eagle_pass_s": 0.0, "eagle_token_s": 0.0}
 NAMES = feature_names()
+# what these windows identify: the target's three and the draft model's pass and token costs (they count no calls,
+# as an engine without that counter: per-call costs keep the prior)
+FITTED = ("overhead_s", "compute_s_per_token", "kv_s_per_token", "draft_pass_s", "draft_token_s")
 THETA = np.array([TRUTH[n] for n in NAMES])
 SIGMA = 2e-3  # per-step noise, seconds
 
@@ -44,7 +47,8 @@ def windows(rng: np.random.Generator, count: int, theta: np.ndarray = THETA, sig
         dtok = drafting * gamma
         batched = b + dtok
         kv = b * ctx
-        x = np.stack([np.ones(n), batched, kv, passes, dtok, np.zeros(n), np.zeros(n)], axis=1)  # [n, d]
+        calls = (drafting > 0).astype(float)
+        x = np.stack([np.ones(n), batched, kv, calls, passes, dtok, *np.zeros((3, n))], axis=1)  # [n, d]
         t = x @ theta + rng.normal(0.0, sigma, size=n)
         out.append(StepCounters(n, float(t.sum()), float(batched.sum()), float(kv.sum()),
                                 {"draft": float(dtok.sum())}, {"draft": float(passes.sum())}))
@@ -71,7 +75,7 @@ def test_recovers_known_coefficients_within_the_noise():
     c = cal.costs()
     assert c.trusted
     free = [i for i, n in enumerate(NAMES) if c.fitted[n]]
-    assert [NAMES[i] for i in free] == list(NAMES[:5])  # eagle has no data: held at its prior
+    assert [NAMES[i] for i in free] == list(FITTED)  # eagle has no data: held at its prior
     se = ols_se(ws, SIGMA, free)
     theta0 = cal.theta0
     for j, i in enumerate(free):
@@ -89,8 +93,8 @@ def test_reported_errors_match_the_scatter_over_seeds():
     est = []
     for seed in range(60):
         c = fit(windows(np.random.default_rng(100 + seed), 400)).costs()
-        est.append([c.coefficients[n] for n in NAMES[:5]])
-        errs = np.array([c.errors[n] for n in NAMES[:5]])
+        est.append([c.coefficients[n] for n in FITTED])
+        errs = np.array([c.errors[n] for n in FITTED])
     spread = np.std(np.array(est), axis=0, ddof=1)  # [5]
     # 60 draws: the sample sd is within ~+-30% of the true sd with overwhelming probability
     assert np.all(spread / errs > 0.65) and np.all(spread / errs < 1.4), (spread, errs)

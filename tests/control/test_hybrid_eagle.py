@@ -97,8 +97,8 @@ def test_hybrid_parts_may_be_aliases_and_a_calibration_reprices_them():
                                                 "hybrid": {"kind": "hybrid", "lookup": "ngram", "fallback": "eagle"}},
                           "aliases": {"eagle": "head"}}, "p.yaml")
     assert prof.draft("hybrid").fallback == prof.draft("eagle")
-    fit = {"overhead_s": 0.02, "compute_s_per_token": 1e-4, "kv_s_per_token": 0.0, "draft_pass_s": 0.0,
-           "draft_token_s": 0.0, "eagle_pass_s": 0.003, "eagle_token_s": 1e-5}
+    fit = {"overhead_s": 0.02, "compute_s_per_token": 1e-4, "kv_s_per_token": 0.0, "draft_call_s": 0.0, "draft_pass_s": 0.0,
+           "draft_token_s": 0.0, "eagle_call_s": 0.0, "eagle_pass_s": 0.003, "eagle_token_s": 1e-5}
     costs = CalibratedCosts(fit, dict.fromkeys(fit, math.nan), {k: k.startswith("eagle") for k in fit}, 1000.0,
                             True, key="k", snapped=fit)
     priced = costs.apply(prof)
@@ -211,8 +211,8 @@ def test_a_calibrated_profile_file_keeps_the_hybrid_priced_from_its_refitted_par
 
     from adaptspec.cli._calibrate import profile_yaml
 
-    fit = {"overhead_s": 0.02, "compute_s_per_token": 1e-4, "kv_s_per_token": 0.0, "draft_pass_s": 0.004,
-           "draft_token_s": 2e-5, "eagle_pass_s": 0.002, "eagle_token_s": 1e-5}
+    fit = {"overhead_s": 0.02, "compute_s_per_token": 1e-4, "kv_s_per_token": 0.0, "draft_call_s": 0.0, "draft_pass_s": 0.004,
+           "draft_token_s": 2e-5, "eagle_call_s": 0.0, "eagle_pass_s": 0.002, "eagle_token_s": 1e-5}
     costs = CalibratedCosts(fit, dict.fromkeys(fit, math.nan), dict.fromkeys(fit, True), 1000.0, True, key="k",
                             snapped=fit)
     prof = parse_profile(yaml.safe_load(profile_yaml(costs, TINY, "fitted", "http://w", 10.0)), "fitted.yaml")
