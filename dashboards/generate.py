@@ -259,6 +259,15 @@ def proxy_dashboard() -> dict:
                (f"sum by (reason) (rate(adaptspec_experiment_decisions_total[{RI}]))", "{{reason}}/s")],
               description="System throughput of policy windows over off windows; strata the guard holds off; "
                           "decisions changed by holdout / switchback / guard. Needs policy.switchback."),
+        panel("Hedge: policy vs its fixed control plan",
+              [("adaptspec_switchback_throughput_ratio", "policy/control {{load_bucket}}"),
+               ("adaptspec_switchback_throughput_ratio_low", "low {{load_bucket}}"),
+               ("max by (load_bucket, control) (adaptspec_hedge_serving_control)",
+                "serving {{control}} {{load_bucket}}")],
+              description="With policy.switchback.control set to a fixed plan (e.g. eagle:3): the system "
+                          "throughput of policy windows over control windows per load bucket, and 1 while the "
+                          "bucket runs the fixed plan (in all but switchback.share of its windows) because the "
+                          "policy measured slower. README: the hedge's bound."),
         row("Errors and health"),
         panel("Request rate by status code",
               [(f"sum by (code) (rate(adaptspec_requests_total[{RI}]))", "{{code}}")], unit="reqps"),

@@ -84,6 +84,7 @@ class Setup:
     max_gamma: int = 8
     engine_switch: bool = False  # the worker applies the switchback regime to running requests (EngineLooks)
     look_s: float = 1.0  # how often the proxy looks at it (its scrape interval)
+    truth_profile: str | None = None  # what the simulated engine costs (default: `profile`, what policies believe)
 
 
 def _workload(trace: str | None, name: str):
@@ -95,7 +96,7 @@ def _workload(trace: str | None, name: str):
 
 
 def _run(policy, s: Setup, finish=None, clock: _SimClock | None = None, engine=None):
-    cost = ProfileCost(load_profile(s.profile))
+    cost = ProfileCost(load_profile(s.truth_profile or s.profile))
     worker = cost.worker(max_gamma=s.max_gamma, profile=s.profile)
     clock = clock or _SimClock()
     alphas = AlphaTable.from_config(EstimatorConfig(), clock=clock)
@@ -222,6 +223,25 @@ def guard_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig, sb: Switchba
             "tok_s_with_guard": float(res.row()["output_tokens_per_s"]), "tok_s_off": o}
 
 
+def hedge_check(spec: PolicySpec, s: Setup, holdout: HoldoutConfig, sb: SwitchbackConfig) -> dict:
+    """The policy hedged against a fixed plan (switchback `control`), the policy alone and the plan alone on the
+    same requests: output tokens/s of each after the warmup, and when the guard first served the plan."""
+    res, pol, _, _, t_guard = run_experiment(spec, s, None, sb)
+    p, g = sb.control_plan
+    alone = float(_run(build_policy(spec.policy), s).row()["output_tokens_per_s"])
+    fixed = float(_run(build_policy(parse_policy(f"static:{p}:{g}", s.profile).policy), s).row()["output_tokens_per_s"])
+    hedged = float(res.row()["output_tokens_per_s"])
+    best = max(alone, fixed)
+    rep = pol.report()
+    windows = [r for r in rep["windows"] if r.get("windows_policy")]
+    return {"control": sb.control, "share": sb.share, "policy_tok_s": alone, "control_tok_s": fixed,
+            "hedged_tok_s": hedged, "hedged_over_best": hedged / best, "policy_over_best": alone / best,
+            # the bound: a guarded bucket runs the policy in `share` of its windows, the other regime otherwise
+            "bound": 1.0 - sb.share * abs(alone - fixed) / best,
+            "guard_at_s": t_guard, "guarded_buckets": rep["guard"]["buckets"], "released": rep["guard"]["released"],
+            "windows": windows, "sim_time_s": float(res.sim_time_s)}
+
+
 def _emit(obj: dict) -> None:
     """One result line on stdout (results, not logs)."""
     sys.stdout.write(json.dumps(obj) + "\n")
@@ -230,8 +250,12 @@ def _emit(obj: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m adaptspec.bench.holdout_sim", description=__doc__.split("\n")[0])
-    ap.add_argument("check", choices=("coverage", "switchback", "cost", "guard"))
+    ap.add_argument("check", choices=("coverage", "switchback", "cost", "guard", "hedge"))
     ap.add_argument("--profile", default="h200-llama3-70b")
+    ap.add_argument("--truth-profile", default=None,
+                    help="what the simulated engine costs (default: --profile; a different one: a wrong model)")
+    ap.add_argument("--control", default="off",
+                    help="switchback.control: off or the fixed plan <proposer>:<gamma> (hedge: default eagle:3)")
     ap.add_argument("--trace", default=None, help="acceptance traces (JSONL) to replay instead of --workload")
     ap.add_argument("--workload", default="mixed")
     ap.add_argument("--policy", default=None, help="off, static:<p>:<g>, threshold, adaptive (default per check)")
@@ -257,11 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     workload = _workload(args.trace, args.workload)
     default_policy = {"coverage": "adaptive", "cost": "adaptive", "switchback": "static:draft:4",
-                      "guard": "static:draft:4"}[args.check]
+                      "guard": "static:draft:4", "hedge": "adaptive"}[args.check]
     spec = parse_policy(args.policy or default_policy, args.profile)
     sb = SwitchbackConfig(share=args.share if args.check == "switchback" and args.share else 0.5,
                           window_s=args.window_s, washout_s=args.washout_s, cooldown_s=args.cooldown_s,
-                          order=args.order, first_look=args.first_look)
+                          order=args.order, first_look=args.first_look,
+                          control=args.control if args.check != "hedge" or args.control != "off" else "eagle:3")
+    if args.check == "hedge":
+        sb = sb.model_copy(update={"share": args.share or 0.2})
     hshare = args.share if args.share and args.check != "switchback" else (0.1 if args.check == "coverage" else 0.02)
     holdout = HoldoutConfig(share=hshare, max_cost=args.max_cost, share_of=args.share_of)
     for conc in (int(c) for c in args.concurrency.split(",")):
@@ -269,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         costs = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             s = Setup(args.profile, workload, conc, seed, args.requests, args.warmup,
-                      engine_switch=args.engine_switch, look_s=args.look_s)
+                      engine_switch=args.engine_switch, look_s=args.look_s, truth_profile=args.truth_profile)
             # the experiment's own randomness (which requests / windows) follows the seed too: a trace replay
             # has the same requests for every seed
             holdout = holdout.model_copy(update={"seed": seed})
@@ -287,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
                 out = {"seed": seed, "concurrency": conc, **cost_check(spec, s, holdout)}
                 costs.append(out["cost"])
                 ok = out["cost"] <= 0.015
+            elif args.check == "hedge":
+                out = {"seed": seed, "concurrency": conc, **hedge_check(spec, s, holdout, sb)}
+                ok = out["hedged_over_best"] >= out["bound"] - 0.03
             else:
                 out = {"seed": seed, "concurrency": conc, **guard_check(spec, s, holdout, sb)}
                 ok = out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0

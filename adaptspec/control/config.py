@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from adaptspec.control.types import CONTENT_CLASSES
+from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS
 from adaptspec.errors import ConfigError
 
 POLICY_KINDS = ("static", "threshold", "goodput", "bandit")
@@ -76,6 +76,28 @@ class SwitchbackConfig(_Strict):
     order: Literal["pairs", "abba"] = "pairs"
     # a request still not reported this long after its decision no longer counts as running (purity bookkeeping)
     inflight_s: float = Field(default=600.0, gt=0.0)
+    # what the control windows (and a guarded load bucket) run: "off" (the realized speedup over plain decoding)
+    # or a fixed plan "<proposer>:<gamma>" for every request (the hedge: the policy measured against its strongest
+    # fixed alternative on the same worker, which then runs it while the policy measurably loses to it)
+    control: str = "off"
+
+    @property
+    def control_plan(self) -> tuple[str, int] | None:
+        """The control windows' fixed plan (proposer, gamma); None for "off"."""
+        if self.control == "off":
+            return None
+        p, g = self.control.split(":")
+        return p, int(g)
+
+    @model_validator(mode="after")
+    def _control_plan(self) -> SwitchbackConfig:
+        if self.control != "off":
+            p, _, g = self.control.partition(":")
+            if p not in PROPOSERS or p == "none" or not g.isdigit() or int(g) < 1:
+                raise ValueError(f"control must be 'off' or '<proposer>:<gamma>' with a proposer of "
+                                 f"{', '.join(x for x in PROPOSERS if x != 'none')} and gamma >= 1 "
+                                 f"(got {self.control!r})")
+        return self
 
     @model_validator(mode="after")
     def _washout_inside(self) -> SwitchbackConfig:

@@ -77,8 +77,8 @@ class Experimented:
     # -- decision ----------------------------------------------------------------------------------
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         d = self.inner.decide(content_class, workers, alphas)
-        w = next((x for x in workers if x.name == d.worker), None)
-        load = (w.load if w is not None else 0.0) + 1.0
+        state = next((x for x in workers if x.name == d.worker), None)
+        load = (state.load if state is not None else 0.0) + 1.0
         bucket = load_bucket(load)
         arm = d.proposer if d.max_k > 0 else "none"  # a schedule may start at gamma 0 and draft later
         key = (content_class, bucket, arm)
@@ -86,7 +86,9 @@ class Experimented:
         group, why = TREATED, ""
         now = 0.0
         seq, clean = 0, False
-        engine = d.worker in self.engine_workers
+        plan = self.switchback.control_plan if self.switchback is not None else None
+        # an engine-side switch can only cap gamma (off): a fixed control plan is switched at admission
+        engine = d.worker in self.engine_workers and plan is None
         if self.windows is not None:
             now = self.clock()
             window = self.windows.index(now)
@@ -98,7 +100,7 @@ class Experimented:
                                   pure_since=None if engine else self.occupancy.pure_since(d.worker, regime, now),
                                   engine=engine)
             w.loads.append(load)
-            if regime == "off" and arm != "none":
+            if regime == "off" and (arm != "none" or plan is not None):  # a control plan replaces every decision
                 group, why = CONTROL, ("guard" if bucket in self.guard.buckets else "switchback")
             seq, clean = self.occupancy.admit(d.worker, regime, now)
         if arm != "none" and regime != "off" and self.assigner is not None:
@@ -111,6 +113,11 @@ class Experimented:
         if engine and regime == "off" and group == CONTROL:  # the worker's cap keeps it off while the window is
             self.changed[(content_class, bucket, arm, why)] += 1
             return replace(d, reason=f"{why} off (window {window}, engine); {d.reason}", assignment=a)
+        if group == CONTROL and plan is not None and why != "holdout":
+            self.changed[(content_class, bucket, arm, why)] += 1
+            return replace(d, **self._control_fields(plan, state),
+                           reason=f"{why} control {self.switchback.control} (window {window}); policy: {d.reason}",
+                           assignment=a)
         if group == CONTROL:
             self.changed[(content_class, bucket, arm, why)] += 1
             shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",
@@ -121,6 +128,15 @@ class Experimented:
             self.changed[(content_class, bucket, arm, why)] += 1
             return replace(d, reason=f"{why}; {d.reason}", assignment=a)
         return replace(d, assignment=a)
+
+    @staticmethod
+    def _control_fields(plan: tuple[str, int], worker: WorkerState | None) -> dict:
+        """The decision fields of the fixed control plan on `worker` (off where it does not offer the proposer)."""
+        p, g = plan
+        if worker is not None and p not in worker.proposers:
+            return {"proposer": "none", "gamma": 0, "schedule": None, "expected_speedup": 1.0}
+        g = min(g, worker.max_gamma) if worker is not None else g
+        return {"proposer": p, "gamma": g, "schedule": None}
 
     def _block(self, key: tuple[str, str, str], expected: float) -> int | None:
         """Block size for the stratum: the share's, or larger where the share is one of decode time
@@ -192,7 +208,7 @@ class Experimented:
         feed the windows; returns the gamma cap it should apply to every running request from its next step
         (0: the window is off; None: no cap, the policy's own per-request choice)."""
         regime = self.engine_regime(worker, now)
-        if regime is None or worker not in self.engine_workers:
+        if regime is None or worker not in self.engine_workers or self.switchback.control_plan is not None:
             return None
         window = self.windows.index(now)
         guarded = self._bucket_of.get(worker) in self.guard.buckets
@@ -267,6 +283,8 @@ class Experimented:
             "confidence": conf,
             "holdout": self.holdout.model_dump() if self.holdout is not None else None,
             "switchback": self.switchback.model_dump() if self.switchback is not None else None,
+            # what the control windows ran: "off", or the fixed plan the policy is hedged against
+            "control": self.switchback.control if self.switchback is not None else "off",
             "requests": table_rows(self.requests, self.guard, conf, min_n),
             "windows": switchback_rows(self.windows, self.guard, conf, self.switchback.min_windows)
             if self.windows is not None else [],

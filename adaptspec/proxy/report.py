@@ -11,6 +11,8 @@ Gauges (read at scrape time) and PromQL:
     adaptspec_realized_speedup_samples{content_class, load_bucket, arm, group}  # group: treated | control
     adaptspec_switchback_throughput_ratio{load_bucket} (+ _low, _high)  # policy / off windows' tokens per s
     adaptspec_guard_active{content_class, load_bucket, arm}               # 1 while the guard holds it off
+    adaptspec_hedge_serving_control{load_bucket, control}  # 1 while a load bucket runs the control plan (guard on
+                                                           # the windows: the policy measured slower than it)
     adaptspec_experiment_decisions_total{content_class, load_bucket, arm, reason}  # holdout | guard |
                                                                                    # guard probe | switchback
 
@@ -72,7 +74,7 @@ class ReportCollector(Collector):
     def collect(self):
         exp = experiment(self._proxy)
         # declared even without an experiment (empty), so dashboards and alerts find the names
-        rep = exp.report() if exp is not None else {"requests": [], "windows": [], "changed": []}
+        rep = exp.report() if exp is not None else {"requests": [], "windows": [], "changed": [], "control": "off"}
         labels = ["content_class", "load_bucket", "arm"]
         est = GaugeMetricFamily("adaptspec_realized_speedup", "Realized speedup of the policy's arm over the "
                                 "holdout: control / treated decode time per token (geometric means)", labels=labels)
@@ -106,6 +108,12 @@ class ReportCollector(Collector):
                 tlo.add_metric([r["load_bucket"]], r["low"])
                 thi.add_metric([r["load_bucket"]], r["high"])
         yield from (thr, tlo, thi)
+        serving = GaugeMetricFamily("adaptspec_hedge_serving_control", "1 while the load bucket runs the switchback's "
+                                    "control plan (off or the fixed plan the policy is hedged against) because the "
+                                    "policy is measured slower than it", labels=["load_bucket", "control"])
+        for r in rep["windows"]:
+            serving.add_metric([r["load_bucket"], rep.get("control", "off")], float(bool(r.get("guarded"))))
+        yield serving
         changed = CounterMetricFamily("adaptspec_experiment_decisions", "Decisions the holdout, switchback or "
                                       "guard changed", labels=[*labels, "reason"])
         for c in rep["changed"]:

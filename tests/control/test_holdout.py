@@ -514,3 +514,48 @@ def test_engine_switch_caps_the_running_requests_and_keeps_the_proposer():
     clock.t = off * 10.0 + 0.5
     f = pol.decide("chat", [_worker(8)], alphas)
     assert f.proposer == "none" and f.gamma == 0 and pol.engine_tick("w0", clock.t, 0.0) is None
+
+
+def test_hedge_serves_the_fixed_control_plan_and_moves_to_it_while_the_policy_loses():
+    """switchback.control "draft:3": the control windows run that plan for every request (also those the policy
+    plans off); where the windows show the policy slower (0.8x), the guard serves the plan in all but `share` of
+    the windows."""
+    clock = _Clock()
+    cfg = parse_config({"policy": {"kind": "static", "proposer": "ngram", "gamma": 4, "switchback": {
+        "share": 0.25, "window_s": 10.0, "washout_s": 2.0, "min_windows": 3, "control": "draft:3"}}})
+    pol = build_policy(cfg.policy)
+    pol.clock = clock
+    alphas = AlphaTable()
+    seen = []
+    while clock.t < 600.0:
+        d = pol.decide("chat", [_worker(40)], alphas)
+        regime = d.assignment.regime
+        assert (d.proposer, d.gamma) == (("draft", 3) if regime == "off" else ("ngram", 4))
+        seen.append((bool(pol.guard.buckets), regime))
+        clock.t += 1.0 if regime == "policy" else 0.8  # the fixed plan is faster
+        pol.record(d, 100, 0.01, now=clock.t)
+    rep = pol.report()
+    assert rep["control"] == "draft:3" and rep["guard"]["buckets"] == ["32-63"]
+    guarded = [r for g, r in seen if g]
+    # once guarded, the plan runs in ~3/4 of the decisions (the policy keeps its share of windows as evidence)
+    assert len(guarded) > 300 and sum(r == "off" for r in guarded) / len(guarded) > 0.65
+    assert any(c["reason"] == "guard" for c in rep["changed"])
+
+
+def test_hedge_control_plan_is_validated_and_falls_back_to_off_where_not_offered():
+    with pytest.raises(ConfigError) as e:
+        parse_config({"policy": {"kind": "goodput", "switchback": {"control": "turbo:3"}}}, "pol.yaml")
+    assert e.value.key == "policy.switchback" and "control" in str(e.value)
+    cfg = parse_config({"policy": {"kind": "static", "proposer": "ngram", "gamma": 4, "switchback": {
+        "share": 0.5, "window_s": 10.0, "washout_s": 2.0, "control": "eagle:3"}}})
+    pol = build_policy(cfg.policy)
+    clock = _Clock()
+    pol.clock = clock
+    regimes = set()
+    for t in range(40):  # w0 offers ngram and draft only: its control windows run plain decoding
+        clock.t = 5.0 * t
+        d = pol.decide("chat", [_worker(1)], AlphaTable())
+        regimes.add(d.assignment.regime)
+        if d.assignment.regime == "off":
+            assert d.proposer == "none" and d.gamma == 0
+    assert regimes == {"off", "policy"}
