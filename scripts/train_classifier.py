@@ -19,6 +19,13 @@ Augmentation (train and validation only): new phrasings of permissive rows (`aug
 instruction-led prompts cut from real rows (`short_prompts`); the short prompts made from test rows form a
 separate `short_test` score, so the held-out test keeps the data's own distribution.
 
+Request-shaped prompts (train and validation only, `request_prompts`, seeded): open writing / role-play /
+advice with personal context, JSON / YAML / CSV / table / schema requests and tool calls described in the text,
+how-to code questions, short math, translation and summary requests worded in several languages, short RAG
+contexts. Slots come from permissive rows and word lists; the rows never repeat a held-out eval prompt
+(tests/data/classifier_heldout.jsonl, `--heldout`): training stops if one does, and that set's per-class
+recall is recorded in meta.json (scripts/classifier_recall.py prints the table).
+
 Model: multinomial logistic regression (scikit-learn, lbfgs, class_weight="balanced") over the features of
 adaptspec/control/_features.py; its weights are rounded to float16, written as .npz + JSON (no pickle), and
 loaded back into the estimator so that scikit-learn and the numpy inference path use identical weights.
@@ -49,6 +56,7 @@ from adaptspec.control.types import CONTENT_CLASSES
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 DEFAULT_OUT = REPO / "adaptspec" / "control" / "_classifier"
+DEFAULT_HELDOUT = REPO / "tests" / "data" / "classifier_heldout.jsonl"
 
 LABEL_MAP = {"summarization": "summarize", "translation": "translate"}
 # Licence rule of shared/data/README.md: never train the shipped artifact on these.
@@ -442,6 +450,370 @@ def short_prompts(rows: list[dict], data: Path, rng: random.Random) -> list[dict
     return out
 
 
+# ---- request-shaped prompts: what users send to a chat endpoint (issue 31, part 4). Written from the class
+# definitions, never from the held-out eval prompts (tests/data/classifier_heldout.jsonl, which the training
+# rows are checked against). The data rows above are dataset-shaped (T0 templates, benchmark stubs); without
+# these, long open requests with personal context read as summarize, "How do I ... in CSS?" as chat, CSV /
+# YAML / text-described tool calls as code, and short non-word-problem math or non-English leads as chat.
+# Slots are filled from permissive rows (TruthfulQA, awesome-chatgpt-prompts (train / val rows only),
+# common_gen concepts, Tatoeba pairs 300+ (never in combined/), BFCL functions, t0 passages) and the lists below.
+_TOPICS = (
+    "the ocean", "autumn", "a lost dog", "friendship", "a haunted house", "coffee", "the moon", "city life",
+    "a first day at school", "growing old", "a small bakery", "winter mornings", "space travel", "a thunderstorm",
+    "my grandmother's kitchen", "a train journey", "social media", "climate change", "a football match",
+    "artificial intelligence", "a village festival", "the desert", "a broken phone", "learning to swim",
+    "a secret garden", "volcanoes", "a time machine", "a rainy Sunday", "mountains", "jazz", "a talking cat",
+    "an old lighthouse", "moving to a new country", "the first snow", "a stolen painting", "video games",
+)
+_AUDIENCES = ("a five-year-old", "my boss", "teenagers", "a friend", "my team", "beginners", "my parents",
+              "a job interview panel", "my students", "customers", "a wedding audience", "my followers")
+_CREATIVE = (
+    "Write a poem about {t}.", "Write a short story about {t}.", "Write a story for {a} about {t}.",
+    "Compose a song about {t}.", "Write a limerick about {t}.", "Write a haiku about {t}.",
+    "Write a blog post about {t}.", "Write an essay about {t}.", "Write a speech for {a} about {t}.",
+    "Write a funny story about {t}, in {n} sentences.", "Write a scene set in {t2} where two strangers meet.",
+    "Write a {n}-paragraph story that starts with a summary of {t}.", "Write a story in which someone writes a summary of {t}.",
+    "Write a letter to {a} about {t}.", "Write a rap verse about {t}.", "Write a fairy tale about {t}.",
+    "Write a monologue of a villain who hates {t}.", "Write a dialogue between {p} and {p2} about {t}.",
+    "Write a slogan for a campaign about {t}.", "Describe {t} in vivid detail.", "Write a riddle about {t}.",
+    "Invent a myth that explains {t}.", "Write the opening chapter of a novel about {t}.",
+    "Write a movie plot about {t}.", "Write a short summary of an imaginary movie about {t}.",
+    "Write an article about {t} for {a}.", "Give me a story idea involving {t}.", "Write a toast about {t}.",
+    "Write a product description for a gadget inspired by {t}.", "Write a eulogy for {p} who loved {t}.",
+)
+_ADVICE = (
+    "How can I get better at {s}?", "What's the best way to start {s}?", "Any tips for {s}?",
+    "I want to get into {s}. Where do I begin?", "Give me advice on {s}.", "What are the pros and cons of {s}?",
+    "Brainstorm {n} ideas for {s}.", "Suggest some ways to make {s} more fun.", "Why do people enjoy {s}?",
+    "Is {s} worth it?", "Recommend some books about {s}.", "Make a weekly plan for {s}.",
+    "What mistakes do beginners make in {s}?", "Help me plan {s}.", "What do you think about {s}?",
+    "Rank the best cities for {s}.", "List {n} fun facts about {t}.", "Tell me about the history of {t}.",
+    "Explain {t} to {a}.", "Give me {n} names for a podcast about {t}.", "What should I know before {s}?",
+)
+_ACTIVITIES = (
+    "giving talks", "running a marathon", "learning the piano", "cooking Thai food", "gardening",
+    "saving money", "photography", "learning Spanish", "a career change", "remote work", "a road trip",
+    "hiking in the Alps", "writing a novel", "managing stress", "getting up early", "chess", "yoga",
+    "a birthday party for my son", "a team offsite", "buying a first house", "raising chickens", "dating",
+    "negotiating a raise", "studying for exams", "starting a small business", "decorating a small flat",
+)
+_CONTEXT = (
+    "I'm a {r} and I {h}.", "I have been a {r} for {n} years.", "My {k} {h}.", "I live in {c} and I {h}.",
+    "Last week my {k} told me that I should think about {s}.", "I'm {n}0 years old and recently started {s}.",
+    "We are a small team of {n} people working on {t}.", "I just moved to {c} with my {k}.",
+    "Yesterday I read an article about {t} and it made me think.", "Our company is planning {s} next year.",
+    "I tried {s} last month but gave up after {n} weeks.", "My {k} and I disagree about {t}.",
+    "I only have about {n} hours a week of free time.", "Money is a bit tight for us at the moment.",
+    "I've always been curious about {t}, but I never had the time.", "Next month is my {k}'s birthday.",
+    "English is not my first language, so please keep it simple.", "I'm preparing a talk for {a}.",
+)
+_ROLES = ("teacher", "nurse", "software engineer", "student", "retired pilot", "chef", "freelance designer",
+          "small business owner", "new parent", "sales manager", "PhD student", "musician", "farmer")
+_HABITS = ("work long hours", "feel tired all the time", "love to travel", "spend too much money on food",
+           "want to be more creative", "struggle to focus", "have two kids", "am a bit shy", "enjoy board games")
+_KIN = ("sister", "manager", "neighbour", "best friend", "wife", "husband", "son", "daughter", "colleague")
+_CITIES = ("Lisbon", "Toronto", "Nairobi", "Osaka", "Berlin", "a small town", "Melbourne", "Chicago", "Lyon")
+_PERSONAS = (
+    "a travel guide", "a pirate captain", "a personal trainer", "a detective", "a stand-up comedian", "a chef",
+    "a therapist", "a medieval king", "a Socratic tutor", "a startup mentor", "a sports commentator", "a poet",
+    "a museum guide", "a motivational coach", "a fortune teller", "a grumpy wizard", "an alien visiting Earth",
+    "a debate opponent", "a job interviewer", "a historian", "a storyteller", "a film critic",
+)
+_ROLEPLAY = (
+    "I want you to act as {p}. {rule} My first request is \"{q}\"",
+    "Act as {p}. {rule}", "Pretend you are {p} and {q2}", "You are {p}. {rule} Let's begin.",
+    "Let's play a game: you are {p} and I am {p2}. {rule}", "Imagine you are {p}. {q2}",
+    "From now on, respond as {p} would. {rule}", "Role-play as {p}. Stay in character. {q2}",
+)
+_RULES = (
+    "Only answer in character.", "Keep your answers short and funny.", "Ask me one question at a time.",
+    "Do not write explanations.", "Use simple words.", "Give me a summary of your day first.",
+    "Tell me a story from your past.", "You will give me feedback on my answers.",
+)
+_FOREIGN_CHAT = (
+    "Escribe un poema sobre {x}.", "Écris une histoire sur {x}.", "Schreib ein Gedicht über {x}.",
+    "Dame consejos para {x}.", "Raconte-moi une blague sur {x}.", "Was denkst du über {x}?",
+    "Scrivi una storia su {x}.", "Escreva um poema sobre {x}.", "Donne-moi des idées pour {x}.",
+    "Wie kann ich besser {x} lernen?", "¿Qué opinas de {x}?", "Schreibe eine Kurzgeschichte über {x}.",
+)
+_FOREIGN_TOPICS = ("el mar", "la lune", "den Winter", "un dragon", "la amistad", "die Stadt", "il mare", "o amor",
+                   "un voyage", "Schach", "la cocina", "les vacances", "das Meer", "un gatto")
+_NOT_GIVEN_SUMMARY = (
+    "Summarize the plot of {b}.", "What is {b} about?",
+    "Write an executive summary for a business plan about {t}.", "Write a summary of the history of {t}.",
+    "Can you summarise the main ideas of {b}?", "Write a book report on {b}.",
+)
+_BOOKS = ("Hamlet", "Pride and Prejudice", "The Great Gatsby", "Moby Dick", "the Odyssey", "1984",
+          "the first Harry Potter book", "The Lord of the Rings", "Don Quixote", "Frankenstein", "War and Peace")
+# structured: output in a format / against a schema, extraction, tool calls described in the text.
+_FORMATS = ("JSON", "a JSON object", "a JSON array", "YAML", "CSV", "XML", "a markdown table", "key-value pairs",
+            "a table", "TOML", "JSON Lines", "a Python dict literal")
+_STRUCT_ASK = (
+    "Return {f} with the fields {k} for: {x}", "Extract {k} from the text below and output {f}.\n\n{x}",
+    "Give me {f} with columns {k}: {x}", "Convert this into {f} ({k}): {x}", "Output {f} only, keys: {k}. Input: {x}",
+    "{x}\n\nFormat the above as {f} with {k}.", "Put the following into {f} with {k}:\n{x}",
+    "Create {f} listing {n} {e} with {k}.", "Generate {f} of {n} sample {e}, each with {k}.",
+    "Make {f} of {e} with the columns {k}.", "Fill in this template from the text: {s}\nText: {x}",
+    "Respond only with {f} matching this schema: {s}\n{x}", "Parse this into {f} with {k}: {x}",
+    "Classify the following text and return {s}: {x}", "Tag the entities in this sentence and return {f}: {x}",
+    "Turn this into structured data ({f}) with {k}: {x}",
+)
+_ENTITIES = ("users", "products", "countries", "books", "movies", "employees", "cities", "recipes", "planets",
+             "orders", "students", "cars", "events", "songs", "restaurants")
+_TOOL_ASK = (
+    "You can call the function {sig}. {q} Reply with the function call only.",
+    "Available tool: {sig}. {q}", "Tools:\n- {sig}\n\nUser: {q}\nRespond with a JSON tool call.",
+    "{q}\nUse the function {sig} and give me the call as JSON.", "Function: {sig}\nTask: {q}\nOutput the arguments as JSON.",
+    "Call {sig} to answer this: {q}", "Emit a tool call to {name} for: {q}", "Which arguments would you pass to {sig} for this request? {q}",
+)
+_FOREIGN_STRUCT = (
+    "Devuelve un objeto JSON con {k}: {x}", "Extrae {k} en formato JSON: {x}", "Gib {k} als JSON zurück: {x}",
+    "Réponds en JSON avec {k} : {x}", "Restituisci un JSON con {k}: {x}", "Retorne um JSON com {k}: {x}",
+)
+# code: how-to questions and tasks over a wide tooling vocabulary.
+_CODE_HOWTO = (
+    "How do I {d} in {t}?", "How can I {d} with {t}?", "What's the best way to {d} in {t}?", "{t}: how to {d}?",
+    "Show me how to {d} using {t}.", "Write {t} code to {d}.", "In {t}, {d}. How?", "Why can't I {d} in {t}?",
+    "What does {kw} do in {t}?", "Explain {kw} in {t} with an example.", "Write a {t} script to {d}.",
+    "Write a {cfg} for a {t} project.", "What is the time complexity of {algo}, and why?", "Code {algo} in {t} with comments.",
+    "What is the difference between {algo} and {algo2}?", "Set up a {cfg} that runs the tests of my {t} app.",
+    "Give me a {t} snippet that can {d}.", "I get an error when I try to {d} in {t}. What am I doing wrong?",
+)
+_CODE_TASKS = (
+    "reverse a string", "read a JSON file", "sort a list of objects by a field", "remove duplicates from an array",
+    "merge two dictionaries", "make an HTTP request", "parse command-line arguments", "connect to a database",
+    "center a div", "handle errors", "write a unit test", "read a file line by line", "run tasks in parallel",
+    "format a date", "split a string by commas", "check if a key exists", "create a virtual environment",
+    "deploy a container", "undo a commit", "rename a branch", "set an environment variable", "paginate results",
+    "validate an email address", "upload a file", "debounce a function", "cache results", "log to a file",
+)
+_TOOLING = ("Python", "JavaScript", "TypeScript", "Java", "C#", "C++", "Go", "Rust", "Ruby", "PHP", "Kotlin",
+            "Swift", "Bash", "PowerShell", "SQL", "React", "Vue", "Django", "Flask", "pandas", "git", "Docker",
+            "Kubernetes", "CSS", "HTML", "Node.js", "Spring", "Terraform", "GitHub Actions", "Unity", "Lua", "R")
+_CONFIGS = ("Dockerfile", "GitHub Actions workflow", "Makefile", "docker-compose file", "nginx config", ".gitignore",
+            "CI pipeline", "Helm chart", "systemd unit file", "pre-commit config")
+_ALGOS = ("quicksort", "merge sort", "binary search", "Dijkstra's algorithm", "a hash table lookup", "BFS", "DFS",
+          "heap sort", "dynamic programming for the knapsack problem", "a trie", "an LRU cache", "bubble sort")
+_KEYWORDS = ("yield", "async", "static", "volatile", "lambda", "a decorator", "a generator", "a closure", "self",
+             "this", "const", "let", "a goroutine", "a trait", "an interface", "a pointer", "useEffect", "a Dockerfile",
+             "a migration", "a cron job", "a webhook", "a mutex", "a callback", "a regex")
+_FOREIGN_CODE = (
+    "Schreibe eine {t}-Funktion, die {g}.", "Escribe una función en {t} que {g}.", "Écris une fonction {t} qui {g}.",
+    "Scrivi una funzione {t} che {g}.", "Escreva uma função em {t} que {g}.", "Wie kann ich in {t} {g}?",
+)
+_FOREIGN_CODE_GOALS = ("sortiert eine Liste", "ordena una lista", "inverse une chaîne", "legge un file",
+                       "conta as palavras", "lee un archivo CSV", "trie un tableau", "eine Datei liest")
+# math: short quantitative questions that are not word problems.
+_MATH_ASK = (
+    "What is {a}% of {b}?", "Solve for x: {a}x + {c} = {b}.", "Find the derivative of x^{a} + {c}x.",
+    "Calculate the area of a circle with radius {a} cm.", "Is {p} a prime number?", "What is the square root of {sq}?",
+    "Integrate {a}x^2 from 0 to {c}.", "Simplify ({a}x^2 * {c}x) / x.", "Convert {b} km to miles.",
+    "What is the probability of getting {c} heads in {a} coin flips?", "Solve x^2 - {s}x + {pr} = 0 for x.",
+    "What is the LCM of {a} and {c}?", "What is the GCD of {b} and {a}?", "Compute {a}! / {c}!.",
+    "How many ways can {a} people sit in a row?", "What is the sum of the integers from 1 to {b}?",
+    "Evaluate the limit of ({a}x^2 + {c}) / x^2 as x goes to infinity.", "What is {a}/{c} + {c}/{a}?",
+    "Find the next term: {a}, {a2}, {a3}, ...", "Compute the determinant of [[{a}, {c}], [{c}, {a}]].",
+    "What is the volume of a sphere of radius {a}?", "Convert {b} degrees Fahrenheit to Celsius.",
+    "What is the mean of {a}, {b}, {c} and {s}?", "Prove that the square of an odd number is odd.",
+    "What is log base {c} of {pw}?", "How many minutes are there in {a} days?", "Factor x^2 + {s}x + {pr}.",
+    "A price rises {a}% and then falls {a}%. What is the net change?", "What is the perimeter of a {a} by {c} rectangle?",
+)
+_FOREIGN_MATH = ("Wie viel ist {a} mal {b}?", "Calcula el {a}% de {b}.", "Combien font {b} divisé par {c} ?",
+                 "Risolvi: {a}x + {c} = {b}.", "Quanto é {a} vezes {c}?", "Berechne die Fläche eines Kreises mit Radius {a}.",
+                 "Calcule la dérivée de x^{a}.", "¿Cuál es la raíz cuadrada de {sq}?")
+# translate: non-English instruction wording and "what does ... mean" forms, Tatoeba pairs 300+.
+_LANG_NAMES = {"deu": "German", "fra": "French", "spa": "Spanish", "ita": "Italian", "por": "Portuguese",
+               "nld": "Dutch", "pol": "Polish", "rus": "Russian", "tur": "Turkish", "jpn": "Japanese",
+               "cmn": "Chinese", "ara": "Arabic", "kor": "Korean", "hin": "Hindi"}
+_TO_EN = (
+    "Traduis en anglais : {x}", "Übersetze ins Englische: {x}", "Traduce al inglés: {x}", "Traduci in inglese: {x}",
+    "Traduza para o inglês: {x}", "Vertaal naar het Engels: {x}", "Przetłumacz na angielski: {x}",
+    "Переведи на английский: {x}", "What does \"{x}\" mean in English?", "What does this {l} sentence mean? {x}",
+    "{l} to English, please: {x}", "Can you tell me what \"{x}\" means?", "Help me understand this {l}: {x}",
+    "Into English: {x}", "English please: {x}", "Translate: {x}",
+)
+_FROM_EN = (
+    "How would I say \"{x}\" in {l}?", "What's \"{x}\" in {l}?", "Put this into {l}: {x}", "Render this in {l}: {x}",
+    "Convert this sentence into {l}: {x}", "Say this in {l}: {x}", "I need this in {l}: {x}",
+    "Write \"{x}\" in {l}.", "Give me the {l} version of: {x}", "In {l}, how do you say \"{x}\"?",
+    "Can you put \"{x}\" into {l} for me?", "{l} for \"{x}\"?", "Help me write this in {l}: {x}",
+    "Traduis en {lf} : {x}", "Übersetze ins {ld}e: {x}", "Traduce al {ls}: {x}",
+)
+_WORD_ASK = ("What is the {l} word for \"{w}\"?", "How do you say \"{w}\" in {l}?", "\"{w}\" in {l}?",
+             "What's the {l} for {w}?", "{l} word for {w}")
+_WORDS = ("bicycle", "library", "thank you", "good night", "cheese", "airport", "friend", "butterfly", "window",
+          "happy birthday", "excuse me", "good luck", "apple", "umbrella", "see you tomorrow", "river", "teacher")
+_LANG_FORMS = {"French": ("français", "Deutsch", "francés"), "German": ("allemand", "Deutsch", "alemán"),
+               "Spanish": ("espagnol", "Spanisch", "español"), "Italian": ("italien", "Italienisch", "italiano")}
+# summarize: short contexts + a question (RAG), documents with a lead in several languages, lists and notes.
+_RAG_SHORT = (
+    "Context: {p}\n\nQuestion: {q}", "Document: {p}\n\nBased on the document, {q}", "{p}\n\nAccording to the text, {q}",
+    "Use only the documents below to answer.\n\n[1] {p}\n[2] {p2}\n\nQuestion: {q}", "Text: {p}\nQuestion: {q}",
+    "Question: {q}\nText: {p}", "Read this: {p}\n\n{q}", "Answer from the passage only.\nPassage: {p}\nQ: {q}",
+    "Here is some context: {p}\n\nUser question: {q}", "From the passage, {q}\n\n{p}",
+)
+_SUMMARY_LEADS = (
+    "Résume ce texte : {x}", "Fasse den folgenden Text zusammen: {x}", "Resume este texto: {x}",
+    "Riassumi il seguente testo: {x}", "Resuma o texto: {x}", "Vat samen: {x}", "Podsumuj ten tekst: {x}",
+    "Кратко перескажи: {x}", "Summarize these notes:\n{b}", "Summarize the changes below for users:\n{b}",
+    "What are the main points here?\n{b}", "Give me the key takeaways:\n{b}", "Recap this list:\n{b}",
+    "Here are my notes. Summarize them.\n{b}", "Make a short recap of the following:\n{b}",
+    "Boil this down: {e}", "Make this shorter: {e}", "Cut this down to one line: {e}", "Condense: {e}",
+    "What happened, in brief? {e}", "{e}\n\nShorter, please.", "Give me a brief version of this: {e}",
+    "Give me the gist: {e}",
+)
+
+
+def request_prompts(rows: list[dict], data: Path, rng: random.Random) -> list[dict]:
+    """Request-shaped prompts of every class (see the comment above). Each row's split comes from a hash of
+    its own key (split_of); those that land in "test" are dropped, so the group-split test keeps the data's
+    own distribution."""
+    out: list[dict] = []
+    src = [r for r in rows if r["split"] in ("train", "val")]
+
+    def add(k: int, kind: str, text: str, label: str) -> None:
+        split = split_of(f"request-{kind}-{k}")
+        if split != "test":
+            out.append({"text": text, "label": label, "source": "request/" + kind, "split": split})
+
+    def pick(seq, m: int = 1):
+        return rng.sample(seq, m) if m > 1 else rng.choice(seq)
+
+    questions = [r["text"].strip() for r in src if r["source"] == "truthfulqa"]
+    acts = [r["text"].strip() for r in src if r["source"] == "awesome_chatgpt_prompts"]
+    concepts = []
+    for r in src:
+        if r["source"].startswith("t0/common_gen") and (m := re.search(r"(\w+), (\w+), (\w+)", r["text"])):
+            concepts.append(" and ".join(m.groups()[:2]))
+    passages = [_passage(r["text"]) for r in src if r["source"].startswith("t0/") and r["label"] == "summarize"]
+    passages = [_short_passage(p, rng, limit=rng.choice((160, 260, 400))) for p in passages if len(p) >= 200]
+    with open(data / "tatoeba" / "tatoeba_laser_v1_14langs.jsonl", encoding="utf-8") as f:
+        pairs = [json.loads(line) for line in f]
+    pairs = [p for p in pairs if int(p["id"].rsplit("-", 1)[1]) >= 300]  # combined/ holds pairs 0..299 only
+    english = [p["eng"] for p in pairs]
+
+    def topic() -> str:
+        return pick(concepts) if concepts and rng.random() < 0.3 else pick(_TOPICS)
+
+    def context() -> str:
+        parts = [pick(_CONTEXT).format(r=pick(_ROLES), h=pick(_HABITS), n=rng.randint(2, 9), k=pick(_KIN),
+                                       c=pick(_CITIES), s=pick(_ACTIVITIES), t=topic(), a=pick(_AUDIENCES))
+                 for _ in range(rng.randint(1, 5))]
+        return " ".join(parts) + " "
+
+    for k in range(2400):  # chat
+        u = rng.random()
+        fill = {"t": topic(), "t2": topic(), "a": pick(_AUDIENCES), "n": rng.randint(2, 10), "s": pick(_ACTIVITIES),
+                "p": pick(_PERSONAS), "p2": pick(_PERSONAS), "b": pick(_BOOKS)}
+        if u < 0.3:
+            text = pick(_CREATIVE).format(**fill)
+        elif u < 0.5:
+            text = pick(_ADVICE).format(**fill)
+        elif u < 0.65:
+            q = pick(questions) if questions else "What should I do?"
+            text = pick(_ROLEPLAY).format(rule=pick(_RULES), q=q, q2=pick(_ADVICE).format(**fill).lower(), **fill)
+        elif u < 0.72 and acts:
+            text = pick(acts)
+            text = _short_passage(text, rng, limit=rng.choice((150, 300, 600)))
+        elif u < 0.8:
+            text = pick(_FOREIGN_CHAT).format(x=pick(_FOREIGN_TOPICS))
+        elif u < 0.86:
+            text = pick(_NOT_GIVEN_SUMMARY).format(**fill)
+        elif u < 0.93 and questions:  # closed-book Q/A forms: a "Q:" is not a passage
+            q = pick(questions)
+            text = pick(("Q: {q}\n\nA:", "Question: {q}\nAnswer:", "Q: {q}\nA:", "{q}\n\nAnswer:")).format(q=q)
+            add(k, "chat", text, "chat")
+            continue
+        else:
+            text = pick(_CREATIVE + _ADVICE).format(**fill)
+        if rng.random() < 0.4:
+            text = context() + text
+        if rng.random() < 0.15:
+            text += pick((" Keep it under 200 words.", " Make it funny.", " Use a friendly tone.",
+                          " Please be detailed.", " Give me a few options.", " Use bullet points."))
+        add(k, "chat", text, "chat")
+
+    bfcl = [r for r in src if r["source"].startswith("bfcl/") and "\n\nAvailable functions (JSON schema):\n" in r["text"]]
+    for k in range(1600):  # structured
+        u = rng.random()
+        if u < 0.3 and bfcl:
+            question, schema = pick(bfcl)["text"].split("\n\nAvailable functions (JSON schema):\n", 1)
+            try:
+                functions = json.loads(schema)
+            except json.JSONDecodeError:
+                continue
+            fn = functions[0] if isinstance(functions, list) and functions else functions
+            props = list(((fn or {}).get("parameters") or {}).get("properties") or {})[:4]
+            sig = f"{fn.get('name', 'f')}({', '.join(props)})"
+            text = pick(_TOOL_ASK).format(sig=sig, name=fn.get("name", "f"), q=question.strip()[:300])
+        else:
+            names = rng.sample(("name", "age", "email", "city", "price", "title", "year", "date", "category",
+                                "author", "country", "quantity", "status", "phone", "rating", "id", "amount",
+                                "company", "role", "sentiment", "start_time", "address", "tags", "score"), rng.randint(2, 4))
+            listing, body = _field_list(names, rng)
+            x = pick(passages) if passages and rng.random() < 0.5 else " ".join(rng.sample(english, rng.randint(1, 2)))
+            fill = {"f": pick(_FORMATS), "k": listing, "s": "{" + body + "}", "x": x, "n": rng.randint(2, 10),
+                    "e": pick(_ENTITIES)}
+            text = (pick(_FOREIGN_STRUCT) if u < 0.38 else pick(_STRUCT_ASK)).format(**fill)
+        add(k, "structured", text, "structured")
+
+    for k in range(1200):  # code
+        if rng.random() < 0.88:
+            a1, a2 = rng.sample(_ALGOS, 2)
+            text = pick(_CODE_HOWTO).format(d=pick(_CODE_TASKS), t=pick(_TOOLING), kw=pick(_KEYWORDS),
+                                            cfg=pick(_CONFIGS), algo=a1, algo2=a2)
+        else:
+            text = pick(_FOREIGN_CODE).format(t=pick(("Python", "JavaScript", "Java", "Go", "C")), g=pick(_FOREIGN_CODE_GOALS))
+        add(k, "code", text, "code")
+
+    for k in range(1000):  # math
+        a, c = rng.randint(2, 12), rng.randint(2, 9)
+        s, t = rng.randint(1, 9), rng.randint(1, 9)
+        fill = {"a": a, "b": rng.choice((rng.randint(10, 99), rng.randint(100, 999))), "c": c, "p": rng.randint(50, 999),
+                "sq": rng.randint(4, 60) ** 2, "s": s + t, "pr": s * t, "pw": c ** rng.randint(2, 6), "a2": 2 * a, "a3": 3 * a}
+        text = (pick(_FOREIGN_MATH) if rng.random() < 0.12 else pick(_MATH_ASK)).format(**fill)
+        add(k, "math", text, "math")
+
+    for k in range(1000):  # translate
+        p = pick(pairs)
+        lang = _LANG_NAMES[p["lang"]]
+        u = rng.random()
+        if u < 0.45:
+            text = pick(_TO_EN).format(x=p["text"], l=lang)
+        elif u < 0.85:
+            target = pick(tuple(_LANG_FORMS)) if rng.random() < 0.2 else lang
+            lf, ld, ls = _LANG_FORMS.get(target, ("anglais", "Englisch", "inglés"))
+            text = pick(_FROM_EN).format(x=p["eng"], l=target, lf=lf, ld=ld, ls=ls)
+        else:
+            text = pick(_WORD_ASK).format(w=pick(_WORDS), l=lang)
+        add(k, "translate", text, "translate")
+
+    for k in range(900):  # summarize
+        if rng.random() < 0.55 and passages and questions:
+            q = pick(questions)
+            q = q[:1].lower() + q[1:] if rng.random() < 0.5 else q
+            text = pick(_RAG_SHORT).format(p=pick(passages), p2=pick(passages), q=q)
+        else:
+            x = pick(passages) if passages else pick(english)
+            bullets = "\n".join(f"- {e}" for e in rng.sample(english, rng.randint(3, 6)))
+            story = " ".join(rng.sample(english, rng.randint(2, 3)))  # Tatoeba: first-person sentences too
+            text = pick(_SUMMARY_LEADS).format(x=x, b=bullets, e=story)
+        add(k, "summarize", text, "summarize")
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def load_heldout(path: Path) -> list[dict]:
+    """The held-out request-shaped eval set (tests/data/classifier_heldout.jsonl), or [] if it is absent."""
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_gsm8k_test(data: Path) -> list[dict]:
     with open(data / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
         return [{"text": json.loads(line)["question"], "label": "math", "source": "gsm8k/test"} for line in f]
@@ -593,6 +965,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=int, default=None,
                     help="n-grams (words) / hash buckets (hashed) kept in the model; default 10000 / 60000; 0 = all")
     ap.add_argument("--no-augment", action="store_true", help="train on the data rows only")
+    ap.add_argument("--heldout", type=Path, default=DEFAULT_HELDOUT,
+                    help="held-out request-shaped eval prompts (jsonl: text, label): checked to share no text with "
+                    "the training rows, and scored; never trained on")
     ap.add_argument("--min-df", type=int, default=2, help="keep n-grams seen in at least this many prompts")
     args = ap.parse_args(argv)
     hashed = args.features == "hashed"
@@ -603,7 +978,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_rows(args.data)
     if not args.no_augment:
         rows += augment(rows, args.data, random.Random(0)) + short_prompts(rows, args.data, random.Random(1))
+        rows += request_prompts(rows, args.data, random.Random(2))
     by_split = {s: [r for r in rows if r["split"] == s] for s in ("train", "val", "test", "ood", "short_test")}
+    heldout = load_heldout(args.heldout)
+    seen = {_norm(r["text"]) for r in by_split["train"] + by_split["val"]}
+    overlap = [r["text"] for r in heldout if _norm(r["text"]) in seen]
+    if overlap:  # the held-out eval must stay unseen
+        raise SystemExit(f"{len(overlap)} held-out eval prompts are training rows, e.g. {overlap[0][:80]!r}")
     for s, rs in by_split.items():
         print(f"{s}: {len(rs)} rows", dict(sorted(Counter(r["label"] for r in rs).items())))
     if hashed:
@@ -650,6 +1031,17 @@ def main(argv: list[str] | None = None) -> int:
     metrics["gsm8k_test_accuracy"] = report("gsm8k test (math)", labels(gsm), clf.predict(to_matrix([r["text"] for r in gsm])))[
         "accuracy"
     ]
+    if heldout:
+        metrics["heldout_requests"] = report(
+            f"held-out request-shaped prompts ({args.heldout.name}, never trained on)", labels(heldout),
+            clf.predict(to_matrix([r["text"] for r in heldout])),
+        )
+        y = labels(heldout)
+        pred = clf.predict(to_matrix([r["text"] for r in heldout]))
+        metrics["heldout_requests"]["recall"] = {
+            c: round(float((pred[y == i] == i).mean()), 4) for i, c in enumerate(CONTENT_CLASSES) if (y == i).any()
+        }
+        print("recall:", metrics["heldout_requests"]["recall"])
     meta = {
         "classes": list(CONTENT_CLASSES),
         "trained_on": "shared/data combined/classifier_prompts.jsonl.gz minus " + ", ".join(EXCLUDED_PREFIXES),
