@@ -5,10 +5,14 @@
     .venv/bin/python scripts/classifier_recall.py --shared ../shared/data  # + the local-only non-commercial sets
 
 The committed set, tests/data/classifier_heldout.jsonl (fields: label, source, text), has two parts:
-- `source == "hand"`: prompts written for this evaluation (issue 31, part 4), ~40-48 per class, of the shapes a
-  chat endpoint receives: open writing and role-play (some with "summary" / "story" in them), JSON / YAML / CSV /
-  table / schema / extraction requests and tool calls described in the text (no `tools` field), RAG prompts
-  with a passage and a question, how-to code questions, short math, translation requests in several languages;
+- the "hand" part, prompts written for this evaluation (issue 31, part 4). `source == "hand"`: ~40-48 per class,
+  of the shapes a chat endpoint receives: open writing and role-play (some with "summary" / "story" in them),
+  JSON / YAML / CSV / table / schema / extraction requests and tool calls described in the text (no `tools`
+  field), RAG prompts with a passage and a question, how-to code questions, short math, translation requests in
+  several languages. `source == "handwritten-2"`: 40 everyday general-assistant chat prompts (how-to / why /
+  explain questions on cooking, home repair, health, travel, science, finance, learning, hobbies, relationships,
+  business; an end user's app trouble; essays, lesson plans, routines, raps, long personal context, rankings,
+  role-played consultants) and 20 code questions worded "How do I ... in Python / SQL / bash";
 - every other source: rows of ../shared/data that scripts/train_classifier.py never trains on: its group-split
   *test* rows of the permissive sources (awesome-chatgpt-prompts CC0, TruthfulQA / BFCL / aqua_rat / HumanEval-X
   Apache-2.0, MBPP / HumanEval / SVAMP / duorc / t0 kilt_hotpotqa, common_gen MIT, adversarial_qa / wiki_bio CC
@@ -34,6 +38,12 @@ from adaptspec.control.types import CONTENT_CLASSES
 REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "tests" / "data" / "classifier_heldout.jsonl"
 MIN_RECALL = 0.85
+HAND_SOURCES = ("hand", "handwritten-2")
+
+
+def part_of(row: dict) -> str:
+    """"hand" for the prompts written for the evaluation, "public" for the held-out rows of ../shared/data."""
+    return "hand" if row["source"] in HAND_SOURCES else "public"
 
 
 def load(path: Path) -> list[dict]:
@@ -87,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     model = Classifier.load(args.artifact)
     rows = load(args.heldout)
-    counts, misses = recall_table(model, rows, lambda r: "hand" if r["source"] == "hand" else "public")
+    counts, misses = recall_table(model, rows, part_of)
+    second = [r for r in rows if r["source"] == "handwritten-2"]
+    counts.update({(c, "handwritten-2"): v for (c, _), v in recall_table(model, second)[0].items()})
     print_table(f"recall on {args.heldout.name} ({len(rows)} prompts; hand = written for it, public = held-out "
-                "rows of ../shared/data)", counts, ["all", "hand", "public"])
+                "rows of ../shared/data; handwritten-2 = the everyday-chat / how-do-I-code part of hand)", counts,
+                ["all", "hand", "public", "handwritten-2"])
     if args.show_errors:
         for label, got, source, text in misses:
             print(f"  {label:>10} -> {got:<10} [{source}] {text[:100]!r}")

@@ -26,6 +26,12 @@ contexts. Slots come from permissive rows and word lists; the rows never repeat 
 (tests/data/classifier_heldout.jsonl, `--heldout`): training stops if one does, and that set's per-class
 recall is recorded in meta.json (scripts/classifier_recall.py prints the table).
 
+Everyday general-assistant prompts (train and validation only, `everyday_prompts`, seeded, word lists written for
+this file): how-to / why / explain questions on cooking, home repair, health, travel, science, finance, learning,
+hobbies, relationships and business, long writing tasks, lists / rankings / opinions, role-played consultants,
+advice after personal context and an end user's app trouble (chat), beside code questions with the same leads and
+everyday nouns plus a language / API / programming cue (code).
+
 Model: multinomial logistic regression (scikit-learn, lbfgs, class_weight="balanced") over the features of
 adaptspec/control/_features.py; its weights are rounded to float16, written as .npz + JSON (no pickle), and
 loaded back into the estimator so that scikit-learn and the numpy inference path use identical weights.
@@ -802,6 +808,403 @@ def request_prompts(rows: list[dict], data: Path, rng: random.Random) -> list[di
     return out
 
 
+# ---- everyday general-assistant prompts (issue 31, part 4): how-to / why / explain questions about cooking, home
+# repair, health, travel, science, finance, learning, hobbies, relationships and business; long writing tasks
+# (essays with a word count, lesson plans, routines, raps); lists, rankings and opinions; role-played consultants;
+# advice after several sentences of personal context; an end user's trouble with an app or a device. All chat.
+# Without them, "how do I / how to / explain" read as code (the code rows hold most of the how-to questions),
+# long personal context as summarize and a number in a question as math. Beside them, code questions that carry
+# the same everyday nouns and the same "how do I" lead, so the decision rests on the code cues (a language, an
+# API, a programming verb or noun), not on the wording of the question. Word lists written for this file only;
+# no slot comes from the held-out eval prompts or from any non-commercial source.
+_HOW_TASKS = (
+    # cooking
+    "chop an onion quickly", "make buttercream icing", "bake bread without a stand mixer", "poach an egg",
+    "make fluffy pancakes", "cook rice so it isn't sticky", "sharpen a kitchen knife", "season a wok",
+    "make a roux for gravy", "keep guacamole from turning brown", "roast a whole chicken", "make cold brew coffee",
+    "brine a turkey", "temper chocolate", "make fresh pasta by hand", "fillet a fish", "caramelize onions",
+    "make sushi rice", "thicken a soup", "store fresh herbs", "make yogurt at home", "grill vegetables",
+    "substitute eggs in a cake", "make a pie crust flaky", "cook a steak medium rare", "make hummus smooth",
+    # home and garden
+    "unclog a kitchen drain", "fix a leaking tap", "hang a heavy mirror", "paint a ceiling without streaks",
+    "replace a light switch", "bleed a radiator", "get rid of mould in the shower", "fix a running toilet",
+    "lay laminate flooring", "seal the gaps around a window", "put up wallpaper", "remove a red wine stain",
+    "get rid of ants in the kitchen", "grow tomatoes on a balcony", "prune a rose bush", "start a compost heap",
+    "repot a cactus", "keep my lawn green in summer", "clean a dryer vent", "descale a kettle",
+    "assemble flat-pack furniture", "mount a TV on a wall", "insulate an attic", "fix a sagging gate",
+    "clean grout", "stop a door from slamming", "reset a tripped breaker",
+    # health and fitness
+    "fall asleep faster", "lower my cholesterol", "start running at 50", "treat a mild sunburn",
+    "improve my posture", "drink more water", "stop snacking at night", "build muscle as a beginner",
+    "recover after a long hike", "get rid of hiccups", "deal with seasonal allergies", "ease a tension headache",
+    "stretch before a football game", "cut down on sugar", "stay active at a desk job", "breathe while swimming",
+    # travel
+    "pack light for a two-week trip", "get a visa for Vietnam", "avoid jet lag", "find cheap flights",
+    "travel with a toddler", "plan a road trip across Canada", "get around Tokyo by train", "travel on a budget",
+    "stay safe while hiking alone", "rent a car abroad", "choose a travel insurance", "camp in the rain",
+    # finance and work
+    "make a monthly budget", "pay off credit card debt", "start investing with little money", "build credit",
+    "save for a house deposit", "negotiate my salary", "prepare for a job interview", "write a cover letter",
+    "ask my boss for a raise", "ask for feedback at work", "run a good meeting", "find a mentor",
+    "price my freelance work", "register a small business", "get my first customers", "write a business plan",
+    "hire my first employee", "sell crafts online", "do my own taxes", "read a pay slip",
+    # learning and hobbies
+    "learn a language as an adult", "remember what I read", "study for a history exam", "take better notes",
+    "learn to draw faces", "read sheet music", "play barre chords", "start bird watching", "knit a hat",
+    "get better at chess openings", "juggle three balls", "develop film at home", "start a vegetable garden",
+    "train for a 10k", "solve a Rubik's cube", "take sharp photos at night", "ride a bike with no hands",
+    "tie a tie", "skip stones", "whistle with my fingers", "choose a first telescope", "brew my own beer",
+    # relationships and life
+    "make friends in a new city", "apologize to a friend", "support a grieving coworker", "talk to my teenager",
+    "set boundaries with my parents", "plan a surprise party", "say no without feeling guilty",
+    "deal with a difficult neighbour", "keep a long-distance relationship alive", "get my kids to eat vegetables",
+    "stop procrastinating", "be more confident", "handle criticism", "calm down before a presentation",
+    "introduce a new cat to my dog", "potty train a toddler", "train a puppy to walk on a lead",
+)
+_HOW_Q = (
+    "How do I {h}?", "How do I {h}", "how do i {h}", "How to {h}", "how to {h}?", "How can I {h}?",
+    "What's the best way to {h}?", "What is the easiest way to {h}?", "How do you {h}?", "how would you {h}",
+    "I've been meaning to learn to {h}.", "I want to {h}. Where do I start?", "Can you explain how to {h}?",
+    "Teach me how to {h}.", "Explain step by step how to {h}.", "Any tips on how to {h}?", "What do I need to {h}?",
+    "Help! I need to {h} today.", "Is there a trick to {h}?", "Give me a quick guide to {h}.",
+    "How do I {h} without making a mess?", "How long does it take to {h}?", "What should I avoid when I {h}?",
+    "I've never tried to {h} before. Walk me through it.", "how can i {h} safely",
+    "My {k} says it's easy to {h}, but I always fail. What am I doing wrong?",
+)
+_CONCEPTS_EVERYDAY = (
+    "photosynthesis", "inflation", "the greenhouse effect", "compound interest", "the placebo effect",
+    "the theory of evolution", "supply and demand", "black holes", "quantum entanglement", "the water cycle",
+    "continental drift", "the immune system", "the stock market", "string theory", "natural selection",
+    "the Doppler effect", "game theory", "a recession", "the electoral college", "cognitive dissonance",
+    "the scientific method", "how a mortgage works", "the Krebs cycle", "general relativity", "entropy",
+    "the Renaissance", "the Cold War", "stoicism", "impressionism", "the carbon cycle", "mindfulness",
+    "opportunity cost", "circadian rhythm", "the gig economy", "nuclear fusion", "herd immunity", "tectonic faults",
+    "the Industrial Revolution", "the bystander effect", "dark matter", "the gut microbiome", "a hedge fund",
+    "structural engineering", "the feudal system", "utilitarianism", "the butterfly effect", "plant hormones",
+    "the ozone layer", "an index fund", "the Silk Road", "the Big Bang", "osmosis", "a credit score",
+)
+_PHENOMENA = (
+    "the sea salty", "onions make you cry", "cats purr", "leaves change colour in autumn", "ice float",
+    "we dream", "bread go stale", "the moon look bigger near the horizon", "coffee keep you awake",
+    "planes leave white trails", "my ears pop on a plane", "some people get seasick", "rainbows form",
+    "metal feel colder than wood", "dogs tilt their heads", "hair turn grey", "bridges have expansion joints",
+    "popcorn pop", "glass break so easily", "the Earth have seasons", "soap remove grease",
+)
+_MATERIALS = ("bamboo", "concrete", "steel", "glass", "wool", "cork", "clay", "copper", "granite", "hemp",
+              "timber", "rubber", "aluminium", "silk", "limestone", "graphene", "leather", "stone")
+_FIELDS = ("buildings", "bridges", "fashion", "cars", "furniture", "farming", "medicine", "ships", "aircraft",
+           "musical instruments", "sports equipment", "packaging", "art")
+_EXPLAIN_Q = (
+    "Explain {c}.", "Explain {c} to me, please.", "explain {c} in simple terms", "What is {c}?", "what is {c} and why does it matter",
+    "Can you explain {c} to a beginner?", "Give me an overview of {c}.", "How does {c} work?",
+    "Explain {c} and give an example.", "What's the big deal about {c}?", "I never understood {c}. Help?",
+    "Explain {c} like I'm ten.", "Write a short explanation of {c} for {a}.", "What are the main ideas behind {c}?",
+    "Why does {ph}?", "why does {ph}", "Can you tell me why {ph}?", "What role does {m} play in {f}?", "where does {m} show up in {f}",
+    "What are the advantages of {m} in {f}?", "Why don't we use more {m} in {f}?",
+    "What's the difference between {c} and {c2}?", "Is {c} related to {c2}?",
+)
+_WRITE_LONG = (
+    "I need a {w}-word essay about {e}.", "Draft an essay of about {w} words on {e}.", "write an essay on {e}",
+    "Write a persuasive essay arguing that {e} matters.", "Create a lesson plan about {e} for {lv}.",
+    "Make a lesson plan on {e} for {lv}, with a short quiz at the end.", "Write a {n}-week study plan for {e}.",
+    "Write a {d} {r} routine for {who}.", "Give me a {d} {r} routine.", "Plan a {n}-day {r} routine.",
+    "Write a rap about {e}.", "Write a rap in the style of an old-school MC about {e}.", "Write a poem about {e}.",
+    "Write a speech about {e} for {a}.", "Write a blog post titled 'What {e} taught me'.", "Write a cover letter for a job as a {job}.",
+    "Write an email to my landlord about {issue}.", "Draft a polite complaint about {issue}.",
+    "Write a short biography of a fictional {job}.", "Write a {n}-day itinerary for {place}.",
+    "Make a weekly meal plan for {who}.", "Write a eulogy for my {k}, who loved {s}.", "Write a toast for my {k}'s wedding.",
+    "Give me a timeline of {e}.", "Write a report on {e} for {a}.",
+)
+_ESSAY_TOPICS = (
+    "climate change", "the history of jazz", "water safety at beaches", "renewable energy in rural areas",
+    "the role of social media in politics", "urban gardening", "the ethics of zoos", "remote work",
+    "the importance of sleep", "the French Revolution", "space exploration", "fast fashion", "school uniforms",
+    "the four-day work week", "volunteering", "video games and learning", "the Roman Empire", "bees and pollination",
+    "fractions", "the solar system", "healthy eating", "friendship", "the water cycle", "online privacy",
+    "public transport", "the printing press", "recycling", "animal migration", "mental health at work",
+    "bridge safety inspections", "flood defences", "tiny houses", "ancient Egypt", "the Olympic Games",
+)
+_LEVELS = ("third graders", "beginners in English (A1)", "a high-school biology class", "adult learners",
+           "a middle-school class", "university freshmen", "kindergarten", "an evening class for retirees")
+_ROUTINES = ("exercise", "morning", "skincare", "stretching", "study", "bedtime", "yoga", "strength training",
+             "cleaning", "running", "meditation", "weekend")
+_DURATIONS = ("daily", "weekly", "weekday", "20-minute", "one-hour", "7-day", "30-day", "beginner")
+_WHO = ("a busy parent", "someone over 60", "a beginner", "me and my partner", "a college student",
+        "a vegetarian family of four", "a shift worker", "someone recovering from a knee injury")
+_JOBS = ("nurse", "barista", "project manager", "park ranger", "chef", "librarian", "electrician", "teacher",
+         "graphic designer", "pharmacist", "accountant", "carpenter", "flight attendant", "dentist")
+_ISSUES = ("a broken heater", "noisy neighbours", "a late parcel", "a mould problem", "a rent increase",
+           "a billing mistake", "a cancelled flight", "a faulty washing machine")
+_PLACES = ("Lisbon", "the Scottish Highlands", "Kyoto", "Patagonia", "Rome", "New Orleans", "Cape Town",
+           "Iceland", "Vietnam", "the Greek islands", "Morocco", "Vancouver", "Prague", "Bali")
+_LIST_CATS = {
+    "companies": ("Apple", "Samsung", "Nike", "IKEA", "Toyota", "Netflix", "Amazon", "Lego", "Ford", "Spotify"),
+    "cities": ("Paris", "Tokyo", "Berlin", "Mexico City", "Sydney", "Cairo", "Seoul", "Buenos Aires", "Oslo"),
+    "sports": ("tennis", "rugby", "golf", "swimming", "basketball", "cricket", "cycling", "boxing", "skiing"),
+    "fruits": ("mango", "kiwi", "apple", "banana", "pineapple", "pear", "plum", "cherry", "grape", "lychee"),
+    "board games": ("Monopoly", "Catan", "Scrabble", "Risk", "Cluedo", "Ticket to Ride", "chess", "Go"),
+    "novels": ("Dune", "Emma", "Beloved", "Middlemarch", "Ulysses", "Rebecca", "Persuasion", "Dracula"),
+    "dog breeds": ("beagle", "poodle", "labrador", "husky", "dachshund", "collie", "boxer", "greyhound"),
+    "painters": ("Monet", "Frida Kahlo", "Rembrandt", "Van Gogh", "Hokusai", "Turner", "Klimt", "Picasso"),
+    "car brands": ("Volvo", "Honda", "Tesla", "Fiat", "BMW", "Kia", "Subaru", "Peugeot", "Mazda"),
+    "holiday destinations": ("Bali", "Croatia", "Peru", "Norway", "Thailand", "Portugal", "Jordan", "Chile"),
+}
+_CRITERIA = ("how eco-friendly they are", "value for money", "how family-friendly they are", "how fun they are",
+             "how well they treat their staff", "popularity", "how healthy they are", "how hard they are to learn",
+             "how much you personally like them", "long-term reputation", "how good they are for beginners")
+_RANK_Q = (
+    "Put these {cat} in order of {crit}:\n{items}.", "order these {cat} by {crit}: {items}",
+    "Which of these {cat} is the best for {crit}? {items}", "Sort these {cat} from best to worst: {items}.",
+    "Give me your opinion: {items}. Which one wins on {crit}?", "Compare these {cat}: {items}.",
+    "Which {n} {cat} would you put at the top for {crit}?", "Make a list of the {n} most overrated {cat}.",
+    "Provide a list of {n} {cat} that are good for {crit} and say why.", "What are your top {n} {cat}, and why?",
+    "Suggest {n} names for a new puppy, something that means {virtue}.",
+    "List {n} gift ideas for someone who loves {s}.", "List the pros and cons of {s}.",
+    "Which is better, {i1} or {i2}?", "{i1} or {i2}? Convince me.", "Do you prefer {i1} or {i2}, honestly?",
+)
+_VIRTUES = ("kindness", "hope", "strength", "light", "joy", "peace", "courage", "wisdom", "love", "home")
+_CONSULTANTS = (
+    "business consultant", "marketing strategist", "financial advisor", "career coach", "interior designer",
+    "nutritionist", "wedding planner", "travel agent", "real estate agent", "fitness coach", "HR manager",
+    "startup advisor", "brand consultant", "sommelier", "life coach", "event planner", "management consultant",
+)
+_VENTURES = ("a family bakery", "a luxury menswear brand's online store", "a dog-walking service", "a bike repair shop",
+             "a small vineyard", "a yoga studio", "a used bookshop", "a local newspaper", "a craft brewery",
+             "an online tutoring business", "a neighbourhood café", "a hair salon", "a boutique hotel",
+             "a plant nursery", "a food truck", "a cleaning company", "a children's clothing label")
+_GOALS = ("working out how far it could grow nationwide", "finding out why sales fell last year",
+          "planning its expansion to a second city", "cutting its costs by ten percent", "choosing a new name",
+          "winning back customers who left", "deciding whether to open on Sundays", "planning a rebrand",
+          "getting ready to raise money from investors", "entering the European market")
+_CONSULT_Q = (
+    "Take the role of a {ro} hired by {v} for {g}. What would you look at first?",
+    "Act as a {ro}. I run {v} and we are {g}. Give me a plan.", "You are an experienced {ro}. {ctx}What should I do?",
+    "I want you to be my {ro}. {ctx}Be honest with me.", "Pretend to be a {ro} advising {v} on {g}.",
+    "As a {ro}, how would you approach {g} for {v}?", "Imagine you're a {ro}. {ctx}Where do we start?",
+)
+_STORY_BITS = (
+    "I'm {age} and I work as a {job} in {city}.", "I have {n} kids and the youngest just started school.",
+    "My partner and I have been together for {n} years.", "Last month I lost my job, and money is tight.",
+    "I have about ${money} saved and no debt apart from a car loan.", "I moved to {city} {n} years ago.",
+    "My doctor told me to lose some weight and sleep more.", "I get home at around {hour} pm most days.",
+    "My {k} lives with us and needs help with shopping.", "I have a bad knee, so I can't run.",
+    "I love {s}, but I never seem to find the time.", "We rent a small two-bedroom flat with no garden.",
+    "Our budget for this is around ${money}.", "I tried {s} last year and gave up after {n} weeks.",
+    "My manager wants me to lead a team of {n} people.", "I'm an introvert and big groups tire me out.",
+    "My car is {n} years old and makes a strange noise.", "I work from home three days a week.",
+    "We're expecting our first baby in {month}.", "I'm allergic to nuts and dairy.",
+    "My landlord won't fix the heating.", "I volunteer at an animal shelter on weekends.",
+    "English is my second language.", "I'm a first-year student living on campus.",
+    "My {k} and I keep arguing about chores.", "I've been feeling low and unmotivated for a few weeks.",
+)
+_STORY_ASKS = (
+    "What would you suggest?", "What should I do?", "Can you give me a realistic plan?", "Any advice?",
+    "What are my options?", "How should I approach this?", "Is this a good idea?", "Where do I even begin?",
+    "What would you do in my place?", "Please help me think this through.", "Give me a few ideas.",
+    "What's the cheapest sensible option?",
+)
+_APPS = ("Spotify", "Zoom", "Outlook", "my printer", "my Kindle", "Steam", "my iPhone", "my smart TV", "WhatsApp",
+         "my Wi-Fi router", "Netflix", "Microsoft Word", "Google Maps", "my laptop", "Photoshop", "my Xbox",
+         "Duolingo", "Chrome", "Teams", "my Bluetooth headphones", "my Android phone", "iTunes", "Slack",
+         "my smartwatch", "Excel", "my Nintendo Switch", "Firefox", "my e-reader", "Skype", "my car's infotainment")
+_SYMPTOMS = ("it closes by itself", "it freezes", "nothing happens", "it asks me to log in again", "the sound cuts out",
+             "it says there is no internet", "the screen goes black", "it crashes after a few seconds",
+             "it gets really slow", "it shows an error and closes", "the battery drains fast", "it won't update",
+             "it keeps disconnecting", "the fonts look blurry", "it won't sync")
+_APP_Q = (
+    "Whenever I start {app}, {sy}. Any fix?", "{app} - {sy} every time. what can i do?",
+    "Every time I use {app}, {sy}. Any idea why?", "Since yesterday {app} is broken: {sy}. Help?",
+    "My {k} says {app} is fine, but when I start it {sy}. What should I try?",
+    "How do I stop {app} from doing this: {sy}?", "Why does {app} behave like this? {sy} whenever I turn it on.",
+    "{app} isn't working. When I try, {sy}. I'm not very technical, so keep it simple.",
+)
+_EVERYDAY_NUM = (
+    "How many hours of sleep does a {age2}-year-old need?", "Is it safe to eat eggs {n} days past the date?",
+    "What should I do on a {n}-day trip to {place}?", "Can I run {n} km a day at {age}?",
+    "Is ${money} enough for a week in {place}?", "My {age2}-year-old won't sleep. What can I try?",
+    "Is it worth buying a {n}-year-old used car?", "What can I cook for {n} people in under 30 minutes?",
+    "How do I keep {n} kids busy on a rainy day?", "Is {n} cups of coffee a day too much?",
+    "How much should I tip in {place}?", "Does the {n}-minute rule for dough really work?",
+    "Predict how {e} will develop by 20{n2}0.", "How will {e} change over the next {n} years?",
+    "Write a {w}-word reflection on {e} from the point of view of a {lvl}.", "Is a {n}-hour flight too long for a {age2}-year-old?",
+    "In {game}, should I spend my {n} skill points on magic or on stealth?", "We have {n} guests on Saturday. What games can we play?",
+    "Suggest a {n}-course dinner menu for a summer evening.", "Write {n} tweets for a {e} awareness week.",
+    "Which is healthier for a {age}-year-old: {n} short walks or one long run?",
+    "I have {n} days off in {month}. Where should I go?", "What happened in {e} in the {cent}th century?",
+)
+_LEVEL_WHO = ("first-year college student", "high-school senior", "travel journalist", "retired teacher", "PhD student")
+_GAMES = ("Dungeons & Dragons", "Skyrim", "Elden Ring", "Baldur's Gate", "a tabletop RPG", "Pathfinder", "Diablo")
+_MONTHS = ("March", "June", "September", "November", "December", "April")
+_SITUATIONS = (
+    "Quick business question. {ctx}What are my options?", "Here is my problem: {ctx}What would you do?",
+    "My {k} asked me for advice and I don't know what to say. {ctx}",
+    "{ctx}How should we respond to this?", "Situation: {ctx}Give me three options and your recommendation.",
+    "I need advice on a tricky situation at work. {ctx}",
+)
+_SITUATION_BITS = (
+    "Our suppliers now ask for payment within {n} days.", "Our gym's membership has been flat for a year.",
+    "A new competitor opened across the street and cut its prices.", "Two of my best employees want the same promotion.",
+    "Our supplier raised prices by {n}% without warning.", "Online reviews say our staff are rude.",
+    "The landlord wants to raise our rent at the end of the year.", "Our delivery times doubled this month.",
+    "My co-founder wants to quit and take the clients with him.", "A client has not paid for {n} months.",
+    "Weekend sales are fine, but weekdays are almost empty.", "Our team of {n} is burning out.",
+    "A regular customer complained in public on social media.", "We have room for one new product next season.",
+)
+_BOOK_ASK = (
+    "What are the main themes of {b}?", "Who are the main characters in {b}?",
+    "What is {b} about, and is it worth reading?", "Why is {b} still taught in schools?",
+    "Tell me the plot of {b} without spoilers.", "Summarize the movie {mv} for me.", "What is the message of {b}?",
+)
+_MORE_BOOKS = ("Sapiens", "The Hobbit", "Thinking, Fast and Slow", "Jane Eyre", "The Alchemist", "Anna Karenina",
+               "Catch-22", "The Road", "Atomic Habits", "Little Women", "The Odyssey", "Brave New World", "Beloved")
+_MOVIES = ("Casablanca", "Inception", "Spirited Away", "The Godfather", "Jaws", "Amélie", "Parasite", "Up")
+
+
+_PROG_TASKS = (
+    "parse a YAML config", "strip whitespace from every line", "count the rows in a table", "add an index to a column",
+    "schedule a job every hour", "kill a process by port", "find the largest files in a directory", "zip a folder",
+    "compare two lists", "convert a list to a set", "write a context manager", "mock an API call in a test",
+    "define an enum", "implement an iterator", "overload an operator", "serialize an object to JSON",
+    "read environment variables", "write a recursive function", "use a left join", "write a subquery",
+    "select the top 5 rows per group", "pivot a table", "rename a column", "drop duplicate rows",
+    "loop over the lines of a file", "pipe the output of one command into another", "redirect stderr to a file",
+    "make a script executable", "add a cron entry", "search files for a pattern with grep", "use awk to sum a column",
+    "squash commits", "resolve a merge conflict", "cherry-pick a commit", "stash my changes", "revert a pushed commit",
+    "make a div responsive", "style a button on hover", "add a dark mode toggle", "load a font",
+    "write an async function", "await several promises", "handle a 404 response", "set a request timeout",
+    "profile slow code", "speed up a loop", "avoid a memory leak", "use a thread pool", "type-hint a dict",
+    "write a generic function", "read user input", "generate random numbers", "compile a program with flags",
+    "install a package", "pin dependencies", "build a Docker image", "expose a port", "write a migration",
+)
+
+
+def everyday_prompts(rows: list[dict], rng: random.Random) -> list[dict]:
+    """Everyday general-assistant prompts (chat) and code questions with the same leads and nouns (see the
+    comment above). Splits as in request_prompts: a hash of each row's own key; rows that land in "test" dropped."""
+    out: list[dict] = []
+
+    def add(k: int, kind: str, text: str, label: str) -> None:
+        split = split_of(f"everyday-{kind}-{k}")
+        if split != "test":
+            out.append({"text": text, "label": label, "source": "everyday/" + kind, "split": split})
+
+    pick = rng.choice
+
+    def slots() -> dict:
+        cat = pick(tuple(_LIST_CATS))
+        items = rng.sample(_LIST_CATS[cat], rng.randint(3, 6))
+        return {
+            "h": pick(_HOW_TASKS), "c": pick(_CONCEPTS_EVERYDAY), "c2": pick(_CONCEPTS_EVERYDAY), "ph": pick(_PHENOMENA),
+            "m": pick(_MATERIALS), "f": pick(_FIELDS), "a": pick(_AUDIENCES), "k": pick(_KIN), "s": pick(_ACTIVITIES),
+            "w": pick((500, 800, 1000, 1500, 2000, 3000)), "e": pick(_ESSAY_TOPICS), "lv": pick(_LEVELS),
+            "n": rng.randint(2, 12), "d": pick(_DURATIONS), "r": pick(_ROUTINES), "who": pick(_WHO), "job": pick(_JOBS),
+            "issue": pick(_ISSUES), "place": pick(_PLACES), "cat": cat, "items": ", ".join(items), "i1": items[0],
+            "i2": items[1], "crit": pick(_CRITERIA), "virtue": pick(_VIRTUES), "ro": pick(_CONSULTANTS),
+            "v": pick(_VENTURES), "g": pick(_GOALS), "app": pick(_APPS), "sy": pick(_SYMPTOMS),
+            "age": rng.randint(18, 75), "age2": rng.randint(1, 16), "money": pick((300, 800, 1500, 5000, 20000)),
+            "city": pick(_CITIES), "hour": rng.randint(5, 9), "n2": rng.randint(2, 12), "lvl": pick(_LEVEL_WHO),
+            "w2": pick((600, 1000, 1250, 2500)), "game": pick(_GAMES), "month": pick(_MONTHS), "cent": rng.randint(12, 19),
+            "b": pick(_MORE_BOOKS + _BOOKS), "mv": pick(_MOVIES),
+        }
+
+    def story(fill: dict, lo: int, hi: int) -> str:
+        return " ".join(b.format(**fill) for b in rng.sample(_STORY_BITS, rng.randint(lo, hi))) + " "
+
+    for k in range(3600):  # chat
+        fill = slots()
+        u = rng.random()
+        if u < 0.26:
+            text = pick(_HOW_Q).format(**fill)
+        elif u < 0.44:
+            text = pick(_EXPLAIN_Q).format(**fill)
+        elif u < 0.58:
+            text = pick(_WRITE_LONG).format(**fill)
+        elif u < 0.68:
+            text = pick(_RANK_Q).format(**fill)
+        elif u < 0.76:
+            text = pick(_CONSULT_Q).format(ctx=story(fill, 1, 3), **fill)
+        elif u < 0.88:
+            ask = pick(_STORY_ASKS + _HOW_Q + _ADVICE[:8]).format(**fill)
+            text = story(fill, 2, 7) + ask
+            if rng.random() < 0.3:
+                text = pick(("Hi! ", "Hello. ", "Hey there, ", "Long story, sorry. ")) + text
+        elif u < 0.95:
+            text = pick(_APP_Q).format(**fill)
+        else:
+            text = pick(_EVERYDAY_NUM).format(**fill)
+        add(k, "chat", text, "chat")
+
+    for k in range(900):  # chat: numbers that are not math, situations that ask for advice, books not given
+        fill = slots()
+        u = rng.random()
+        if u < 0.35:
+            text = pick(_EVERYDAY_NUM[12:]).format(**fill)
+        elif u < 0.7:
+            ctx = " ".join(b.format(**fill) for b in rng.sample(_SITUATION_BITS, rng.randint(2, 4))) + " "
+            if rng.random() < 0.4:
+                ctx = story(fill, 1, 3) + ctx
+            text = pick(_SITUATIONS).format(ctx=ctx, k=fill["k"]).strip()
+        else:
+            text = pick(_BOOK_ASK).format(**fill)
+        if rng.random() < 0.15:
+            text = text[:1].lower() + text[1:]
+        if rng.random() < 0.08:
+            text = text.rstrip("?.")
+        add(k, "chat-more", text, "chat")
+
+    for k in range(1200):  # summarize: first-person text handed over to be shortened (not advice after a story)
+        fill = slots()
+        leads = [x for x in _SUMMARY_LEADS if "{e}" in x] + ["Shorten this story: {e}", "Sum up what happened here: {e}"]
+        add(k, "summary-of-story", pick(leads).format(e=story(fill, 1, 4).strip()), "summarize")
+
+    # code: the same leads ("how do I", "explain", "what is", "I'm trying to") and everyday nouns, with code cues.
+    for k in range(1400):
+        fill = slots()
+        lang = pick(_TOOLING)
+        noun = pick(("recipes", "hiking routes", "a budget", "flight prices", "plants to water", "gym workouts",
+                     "movie ratings", "a shopping list", "exam grades", "bank transactions", "book loans",
+                     "weather readings", "party guests", "tide times", "chess moves", "sleep data", "invoices"))
+        u = rng.random()
+        if u < 0.35:
+            task = pick(_PROG_TASKS + _CODE_TASKS)
+            text = pick(_HOW_Q[:12] + ("How do I {d} in {t}?", "how to {d} in {t}", "I'm trying to {d} in {t}.",
+                                       "In {t}, how do I {d}?", "How do I {d} in {t} without a library?")).format(
+                h=f"{task} in {lang}", d=task, t=lang, k=pick(_KIN))
+        elif u < 0.6:
+            text = pick((
+                "Write a {t} function that stores {x} and returns the total.", "How do I sort {x} by date in {t}?",
+                "Write a {t} script that reads {x} from a CSV file and prints a summary.",
+                "Create a {t} class to manage {x}.", "How do I save {x} to a JSON file in {t}?",
+                "Write a SQL query that finds duplicate {x}.", "Build a small {t} app to track {x}.",
+                "In {t}, how can I group {x} by month?", "Write a bash script that backs up {x} every night.",
+                "My {t} code that loads {x} throws a KeyError. How do I fix it?",
+                "How would I write a program in {t} that suggests {x}?", "Write code to plot {x} with matplotlib.",
+            )).format(t=lang, x=noun)
+        elif u < 0.8:
+            text = pick(("Explain {kw} in {t}.", "What is {kw} in {t}?", "what does {kw} do in {t}",
+                         "Explain the difference between {a1} and {a2}.", "Explain {a1} with {t} code.",
+                         "What's the difference between {a1} and {a2} in {t}?",
+                         "Why does my {t} program print None?", "How does {kw} work in {t}? Show code.",
+                         "Can you explain this {t} error: {err}", "What does the {sym} operator mean in {t}?")).format(
+                kw=pick(_KEYWORDS), t=lang, a1=pick(_ALGOS), a2=pick(_ALGOS), sym=pick(("=>", "::", "?.", "**", "%", "&&", "<<", "|>")),
+                err=pick(("TypeError: 'NoneType' object is not subscriptable", "undefined is not a function",
+                          "segmentation fault", "NullPointerException", "IndexError: list index out of range")))
+        else:
+            text = pick((
+                "Write me a {t} program that {p}.", "Implement {a1} in {t} and add comments.",
+                "Make a small {t} tool that {p}.", "Write a {t} CLI with one subcommand that {p}.",
+                "Can you create a {t} script that {p}?", "Show me how to code a program in {t} that {p}.",
+            )).format(t=lang, a1=pick(_ALGOS), p=pick((
+                "renames photos by their date", "prints a multiplication table", "validates a postcode",
+                "counts the words in a text file", "merges two sorted lists", "downloads a web page",
+                "checks which ports are open", "resizes images in a folder", "watches a folder for new files",
+                "turns a CSV into a chart")))
+        if rng.random() < 0.15:
+            text = text[:1].lower() + text[1:]
+        add(k, "code", text, "code")
+    return out
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -979,6 +1382,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_augment:
         rows += augment(rows, args.data, random.Random(0)) + short_prompts(rows, args.data, random.Random(1))
         rows += request_prompts(rows, args.data, random.Random(2))
+        rows += everyday_prompts(rows, random.Random(3))
     by_split = {s: [r for r in rows if r["split"] == s] for s in ("train", "val", "test", "ood", "short_test")}
     heldout = load_heldout(args.heldout)
     seen = {_norm(r["text"]) for r in by_split["train"] + by_split["val"]}
