@@ -60,6 +60,10 @@ def run(args) -> int:
           "(decode time per token, off / speculating; > 1 is faster)")
     print(format_table(data.get("requests", []), data.get("windows", [])))
     guard = data.get("guard") or {}
+    control = data.get("control", "off")
+    if control != "off":  # the hedge: switchback windows compare the policy with a fixed plan, not with off
+        print(f"switchback control plan: {control} (windows' ratio = policy / {control}; a guarded load bucket runs "
+              f"{control}): {', '.join(guard.get('buckets', [])) or 'none guarded'}")
     if guard.get("strata") or guard.get("buckets"):
         print(f"guard: off in {len(guard.get('strata', []))} strata and {len(guard.get('buckets', []))} load "
               f"buckets (engaged {guard.get('engaged', 0)}x, released {guard.get('released', 0)}x)")

@@ -166,3 +166,27 @@ def test_config_reload_keeps_the_experiment_evidence():
     assert proxy.policy.requests is book and proxy.policy.holdout.share == 0.1
     proxy.apply_config(parse_config({"policy": {"kind": "static"}, "pools": pools}))
     assert not hasattr(proxy.policy, "requests")
+
+
+async def test_hedge_serves_the_control_plan_where_the_policy_is_measured_slower():
+    """switchback.control "ngram:4" against a policy that never drafts (off): the control windows run lookup, the
+    upstream decodes 10x faster with it, so the policy is measured slower and the guard hands the load bucket to
+    the plan; the report, the gauge and `adaptspec report` name it."""
+    policy = {"kind": "static", "proposer": "none", "gamma": 0,
+              "switchback": {"control": "ngram:4", "share": 0.25, "window_s": 0.6, "washout_s": 0.05,
+                             "min_windows": 2, "first_look": 4}}
+    async with stack(policy) as (url, session):
+        proposers = [(await _stream(session, url))["x-adaptspec-proposer"] for _ in range(60)]
+        assert {"none", "ngram"} <= set(proposers)  # both regimes ran
+        async with session.get(url + "/adaptspec/report") as r:
+            rep = await r.json()
+        assert rep["control"] == "ngram:4" and rep["guard"]["buckets"] == ["1"]
+        # guarded: the plan runs in all but a quarter of the windows, as reason "guard" (before: "switchback")
+        reasons = {c["reason"] for c in rep["changed"]}
+        assert {"switchback", "guard"} <= reasons
+        async with session.get(url + "/metrics") as r:
+            text = await r.text()
+        assert metric(text, "adaptspec_hedge_serving_control", load_bucket="1", control="ngram:4") == 1
+        rc, out, err = await _cli("--url", url)
+        assert rc == 0, err
+        assert "switchback control plan: ngram:4" in out and "1" in out.split("control plan")[1]
