@@ -13,6 +13,11 @@ exact (for additive profiles; a roofline's max() is taken at the mean context), 
 any per-request policy from above. At larger batches it is a greedy at admission, not the joint optimum:
 it accounts for what a plan costs the co-batched requests (the shared draft passes), which a request's own
 goodput alone does not.
+
+`OracleStep` (`oracle-step`) is the per-step hindsight bound: each request runs the batch-1 optimal per-step
+plan over the offered proposers its trace has runs for (bench/stepwise.py `step_bound_plan`: a dynamic program
+over output positions on the truth step-time model). At batch 1 it bounds every per-step and per-request plan
+from above (the per-request oracle's plan is one of the per-step plans); in a batch it is replayed as it is.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adaptspec.bench.stepwise import StepPlan, step_bound_plan
 from adaptspec.bench.traces import TraceRequest
 from adaptspec.control.types import Decision, WorkerState
 from adaptspec.errors import ConfigError
@@ -114,3 +120,32 @@ class Oracle:
         return Decision(worker.name, p, g, req.content_class, self.name,
                         f"oracle: {p} g={g} E={e:.2f} at batch={len(live.requests) + 1}",
                         expected_speedup=score / off if off else 1.0)
+
+
+class OracleStep(Oracle):
+    """`oracle-step`: a request gets the per-step plan that is optimal for it at batch 1, knowing its trace."""
+
+    name = "oracle-step"
+
+    def __init__(self, cost: object, max_gamma: int = 8) -> None:
+        super().__init__(cost, max_gamma)
+        self._plans: dict[tuple[int, tuple[str, ...], int], StepPlan] = {}
+
+    def sources(self, req: TraceRequest, worker: WorkerState) -> tuple[str, ...]:
+        return tuple(p for p in worker.proposers if p in req.accept_runs)
+
+    def step_plan(self, req: TraceRequest, worker: WorkerState, bound: int) -> StepPlan:
+        """The plan the simulator replays for `req` (memoised per request object)."""
+        srcs = self.sources(req, worker)
+        key = (id(req), srcs, bound)
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plans[key] = step_bound_plan(req, srcs, min(bound, self.max_gamma), self.cost)[0]
+        return got
+
+    def hindsight(self, req: TraceRequest, worker: WorkerState, live: LiveBatch) -> Decision:
+        bound = min(self.max_gamma, worker.max_gamma, req.max_k)
+        if req.output_tokens <= 1 or not self.sources(req, worker) or bound <= 0:
+            return Decision(worker.name, "none", 0, req.content_class, self.name, "oracle-step: nothing to draft")
+        return Decision(worker.name, "hybrid", bound, req.content_class, self.name,
+                        "oracle-step: the batch-1 optimal per-step plan (hindsight)")

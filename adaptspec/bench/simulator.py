@@ -42,7 +42,8 @@ from typing import Protocol
 
 import numpy as np
 
-from adaptspec.bench.oracle import LiveBatch, Oracle
+from adaptspec.bench.oracle import LiveBatch, Oracle, OracleStep
+from adaptspec.bench.stepwise import HybridRule, StepPlan, hybrid_plan
 from adaptspec.bench.trace_predict import TracePredictor
 from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
@@ -84,9 +85,11 @@ class ProfileCost:
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        # no hybrid: the simulated workloads have no acceptance model for a lookup / model mix
+        # no hybrid option here: the synthetic workloads have no acceptance model for a lookup / model mix; on
+        # trace replay "hybrid" is a per-step plan of its parts (`hybrid_head`), priced per step by them
         self._drafts = {p: profile.draft(p) for p in PROPOSERS[1:] if profile.offers(p)
                         and profile.draft(p).kind != "hybrid"}
+        self.hybrid_head = _hybrid_head(profile, self._drafts)
 
     def verify_time(self, tokens: int, kv_tokens: int) -> float:
         return self.profile.target.time(tokens, kv_tokens)
@@ -102,6 +105,16 @@ class ProfileCost:
         reach = np.cumsum(np.bincount(gammas)[::-1])[::-1][1:]  # reach[k-1] = #(gamma >= k)
         return sum(cost.time(1, int(b), kv_tokens * b / n, self.profile.target) for b in reach)
 
+    def hybrid_option(self):
+        """The hybrid's DraftCost: the profile's hybrid option, or one implied by its parts (n-gram lookup and
+        `hybrid_head`); None when the profile lacks a part. What the replay's per-step pricing averages to:
+        `DraftCost.time(..., lookup_rate=the share of its steps that use lookup)`."""
+        from adaptspec.control.profiles import implied_hybrid
+
+        if self.hybrid_head is None:
+            return None
+        return implied_hybrid(self.profile, self.hybrid_head).draft("hybrid")
+
     def worker(self, max_gamma: int = 8, name: str = "sim0", profile: str | None = None) -> WorkerState:
         """The simulated worker; `profile` is what its policy prices with (a name or path; default this one)."""
         return WorkerState(name=name, proposers=tuple(self._drafts), max_gamma=max_gamma,
@@ -113,6 +126,19 @@ class ProfileCost:
             return {}
         option = self.profile.resolve("draft")
         return {"draft": "draft-small" if "1b" in option.lower() or "small" in option.lower() else "draft"}
+
+
+def _hybrid_head(profile: Profile, drafts: dict) -> str | None:
+    """The trace proposer a hybrid drafts with where lookup does not: the profile's hybrid option's model part
+    when it has one, else EAGLE, else the draft model (the reference worker's choice); None without n-gram."""
+    if "ngram" not in drafts:
+        return None
+    for cost in profile.drafts.values():
+        if cost.kind == "hybrid" and cost.parts:
+            for p in ("eagle", "draft"):
+                if p in drafts and profile.resolve(p) == cost.parts[1]:
+                    return p
+    return next((p for p in ("eagle", "draft") if p in drafts), None)
 
 
 @dataclass
@@ -273,9 +299,11 @@ def replay_accepts(runs: np.ndarray, slots: np.ndarray, pos: np.ndarray, gamma: 
     return out
 
 
-def _offering(w: WorkerState, req: TraceRequest) -> WorkerState:
-    """The worker as offered to a traced request: only the proposers its trace has runs for."""
-    offered = tuple(p for p in w.proposers if p in req.accept_runs)
+def _offering(w: WorkerState, req: TraceRequest, head: str | None = None) -> WorkerState:
+    """The worker as offered to a traced request: only the proposers its trace has runs for ("hybrid" when it
+    has both of its parts: n-gram and the hybrid's `head`)."""
+    offered = tuple(p for p in w.proposers if p in req.accept_runs
+                    or (p == "hybrid" and head is not None and "ngram" in req.accept_runs and head in req.accept_runs))
     return w if offered == w.proposers else dataclasses.replace(w, proposers=offered)
 
 
@@ -298,6 +326,7 @@ def simulate(
     on_finish: Callable[[object, int, float, int, float | None], None] | None = None,
     predictor: TracePredictor | None = None,
     engine_control: Callable[[float, int], tuple[int | None, float]] | None = None,
+    hybrid_rule: HybridRule | None = None,
 ) -> SimResult:
     """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
 
@@ -323,7 +352,14 @@ def simulate(
 
     `predictor`: per-request acceptance prediction on trace replays (bench/trace_predict.py): each traced
     request with a prompt is decided on its own predicted alphas and teaches the predictor when it finishes.
+
+    `hybrid_rule`: the causal per-step rule of a traced request planned with proposer "hybrid" (bench/stepwise.py;
+    default `HybridRule()`): lookup while its match holds, the head (`cost.hybrid_head`) with the request's gamma
+    elsewhere, each step priced in the group of the source it drafts with (and the lookup's every step). A
+    hybrid request teaches the (worker, "hybrid", class) key as the proxy counts the worker's report: per-position
+    tried / accepted, and its lookup steps as the propose rate's numerator over its drafting steps.
     """
+    rule = hybrid_rule or HybridRule()
     truth = truth or AlphaModel()
     replay = workload if isinstance(workload, TraceWorkload) else None
     hindsight = getattr(policy, "hindsight", None)
@@ -341,6 +377,9 @@ def simulate(
     G = max(1, min(config.max_gamma, base_worker.max_gamma))
     # the gamma a traced request's n-gram runs are walked at when it ran without lookup (0: none are walked)
     shadow_k = min(SHADOW_K, G) if config.shadow and "ngram" in base_worker.proposers else 0
+    hyb_head = getattr(cost, "hybrid_head", None) or next((p for p in ("eagle", "draft")
+                                                           if p in base_worker.proposers), None)
+    step_plan = getattr(policy, "step_plan", None) if hindsight is not None else None
 
     closed = config.clients is not None
     n_warm, n_meas = config.n_warmup, config.n_measured
@@ -390,6 +429,13 @@ def simulate(
     # tried_per_position), for exact conditional rates as the proxy counts them from usage.speculative
     pos_try = np.zeros((slots, G), dtype=np.int64)
     scheduled = np.zeros(slots, dtype=bool)
+    # per-step plans (trace replay of "hybrid" and oracle-step, bench/stepwise.py)
+    stepwise = np.zeros(slots, dtype=bool)
+    lookup_always = np.zeros(slots, dtype=bool)
+    plans: list[StepPlan | None] = [None] * slots
+    lookup_steps = np.zeros(slots, dtype=np.int64)  # a per-step plan's drafting steps by source
+    head_steps = np.zeros(slots, dtype=np.int64)
+    m_lookup = m_head = m_plan_steps = m_plans = 0
     tele = _Telemetry(counters) if telemetry is not None or calibrator is not None else None
     step_costs = calibrator.costs() if calibrator is not None else None
     next_report = t0 + telemetry_interval_s
@@ -443,7 +489,7 @@ def simulate(
             state = _with_load(base_worker, n_active, len(waiting), traffic, step_costs)
             req = replay.request(r) if replay is not None else None
             if req is not None:
-                state = _offering(state, req)
+                state = _offering(state, req, hyb_head)
             feats_of[s] = None
             if hindsight is not None:
                 on = np.flatnonzero(active)
@@ -458,7 +504,17 @@ def simulate(
             g = min(d.max_k, G) if d.proposer != "none" else 0
             decisions[s] = d
             p = d.proposer if g > 0 else "none"
-            if req is not None and g:
+            plan = None
+            if req is not None and g and p == "hybrid":
+                if step_plan is not None:
+                    plan = step_plan(req, state, G)
+                elif hyb_head is not None:
+                    plan = hybrid_plan(req, hyb_head, g, G, rule)
+            plans[s] = plan
+            stepwise[s] = plan is not None
+            lookup_always[s] = plan is not None and plan.lookup_always
+            lookup_steps[s] = head_steps[s] = 0
+            if req is not None and g and plan is None:
                 runs[s] = 1  # a proposer the trace lacks for this request never gets a draft accepted
                 got = req.accept_runs.get(p)
                 if got is not None:
@@ -475,7 +531,7 @@ def simulate(
                 caps[s] = np.minimum(g, cap)
             step_gamma[s] = 0
             alpha[s] = 0.0
-            if g:
+            if g and plan is None:  # the synthetic workloads' acceptance (a per-step plan reads its trace)
                 alpha[s, :g] = truth.curve(p, cname, g)
             prefill_left[s] = wl_prompt[r]
             ctx[s] = 0
@@ -495,89 +551,176 @@ def simulate(
         n_dec = len(dec_idx)
         g_dec = caps[dec_idx, min(n_active, slots)]  # this step's gamma: k capped by the running batch
         engine_until = math.inf
+        engine_cap = None
         if engine_control is not None:  # the worker-wide cap (engine-side switch), applied to running requests
             engine_cap, engine_until = engine_control(t0 + t, tokens_total)
             if engine_cap is not None:
                 g_dec = np.minimum(g_dec, engine_cap)
-        decode_tokens = int(g_dec.sum()) + n_dec
-        budget = max(0, config.max_batched_tokens - decode_tokens)
-        chunks: list[tuple[int, int]] = []
-        for s in prefilling:
-            if budget <= 0:
-                break
-            take = int(min(prefill_left[s], budget))
-            chunks.append((s, take))
-            budget -= take
-        prefill_tokens = sum(c for _, c in chunks)
-        step_tokens = decode_tokens + prefill_tokens
-        kv0 = int(ctx.sum()) + prefill_tokens  # ctx is 0 on free slots
-
-        # A decode-only batch stays the same until its first completion (or, open loop, the next arrival):
-        # draw that span's acceptance at once; the coins are keyed by (request, its step), so a span of H
-        # steps gives exactly what H single steps would.
-        H = 1
-        if fast and not chunks and n_dec:
-            H = max(1, min(int(out_left[dec_idx].min()), _SPAN_ELEMENTS // (n_dec * G)))
-        acc = np.zeros((n_dec, H), dtype=np.int64)
-        spec = g_dec > 0
-        if spec.any():
-            si, g_si = dec_idx[spec], g_dec[spec]
-            if replay is not None:
-                acc[spec] = replay_accepts(runs, si, gen[si], g_si, H)
-            else:
-                u = _uniforms(config.seed, rid[si], nstep[si], H, G)  # [n_spec, H, G]
-                acc[spec] = accept_counts(u, alpha[si][:, None, :], g_si[:, None])
-        cum = np.cumsum(acc + 1, axis=1)  # [n_dec, H] tokens emitted by the end of each step
-        ol = out_left[dec_idx]
-        if n_dec:
+        if replay is not None and n_dec and stepwise[dec_idx].any():
+            # per-step plans in the batch (bench/stepwise.py): each step's sources and lengths vary per request
+            sw_rows = [int(r) for r in np.flatnonzero(stepwise[dec_idx])]
+            dl0 = g_dec.copy()
+            for r in sw_rows:
+                sr_ = int(dec_idx[r])
+                dl0[r] = plans[sr_].step(int(gen[sr_]), int(g_dec[r]), engine_cap)[1]
+            decode_tokens = int(dl0.sum()) + n_dec
+            budget = max(0, config.max_batched_tokens - decode_tokens)
+            chunks = []
+            for s in prefilling:
+                if budget <= 0:
+                    break
+                take = int(min(prefill_left[s], budget))
+                chunks.append((s, take))
+                budget -= take
+            prefill_tokens = sum(c for _, c in chunks)
+            kv0 = int(ctx.sum()) + prefill_tokens
+            H = 1
+            if fast and not chunks:
+                H = max(1, min(int(out_left[dec_idx].min()), _SPAN_ELEMENTS // (n_dec * G)))
+            acc = np.zeros((n_dec, H), dtype=np.int64)
+            dl = np.repeat(g_dec[:, None], H, axis=1)  # drafted tokens per request and step
+            sr = np.repeat(np.where(g_dec > 0, prop[dec_idx], 0)[:, None], H, axis=1)  # their proposer
+            plain = np.flatnonzero(~stepwise[dec_idx] & (g_dec > 0))
+            if len(plain):
+                acc[plain] = replay_accepts(runs, dec_idx[plain], gen[dec_idx[plain]], g_dec[plain], H)
+            for r in sw_rows:
+                sr_ = int(dec_idx[r])
+                plan, pos, gc = plans[sr_], int(gen[sr_]), int(g_dec[r])
+                for j in range(H):
+                    src_, d_, e_ = plan.step(pos, gc, engine_cap)
+                    sr[r, j], dl[r, j], acc[r, j] = src_, d_, e_ - 1
+                    pos += e_
+            la = lookup_always[dec_idx]  # the hybrid's lookup runs at every step
+            cum = np.cumsum(acc + 1, axis=1)
+            ol = out_left[dec_idx]
             fin = (cum >= ol[:, None]).any(axis=0)
             h = int(np.argmax(fin)) + 1 if fin.any() else H
-        else:
-            h = 1
-        prev_tot = (cum - acc - 1).sum(axis=0) if n_dec else np.zeros(1, dtype=np.int64)
-        drafting = []
-        for pname in ("ngram", "draft", "eagle"):
-            m = (prop[dec_idx] == _PROPOSER_INDEX[pname]) & spec
-            if m.any():
-                drafting.append((pname, g_dec[m], int(ctx[dec_idx[m]].sum()), (cum[m] - acc[m] - 1).sum(axis=0)))
-        next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
-        if config.ramp:  # a span stops at the ramp's next step, like at an arrival
-            next_arrival = min(next_arrival, config.next_phase(t))
-        next_arrival = min(next_arrival, engine_until - t0)  # and at the engine controller's next look
-        for j in range(h):
-            dt = 0.0
-            verify = cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))
-            for pname, gs, kvp, prev in drafting:
-                dt += cost.draft_time(pname, gs, kvp + int(prev[j]), verify_s=verify)
-            dt += verify
-            if tele is not None:
-                tele.step(dt, step_tokens, kv0 + int(prev_tot[j]), drafting, n_active)
-            running_area += dt * n_active
-            t += dt
-            steps += 1
-            if j < h - 1 and (t >= next_arrival or (tele is not None and t0 + t >= next_report)):
-                h = j + 1  # stop the span at the arrival / the telemetry report (same coins either way)
-                break
-
-        # apply the h steps: acceptance per token, emitted = accepted + 1 (the last one capped by max_tokens)
-        emitted_step = 0
-        if n_dec:
+            prev = cum - acc - 1  # [n_dec, H] tokens each request emitted in the span before step j
+            prev_tot = prev.sum(axis=0)
+            ctx_dec = ctx[dec_idx]
+            next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
+            if config.ramp:
+                next_arrival = min(next_arrival, config.next_phase(t))
+            next_arrival = min(next_arrival, engine_until - t0)
+            for j in range(h):
+                step_tokens = int(dl[:, j].sum()) + n_dec + prefill_tokens
+                kv_j = kv0 + int(prev_tot[j])
+                verify = cost.verify_time(step_tokens, kv_j)
+                dt = verify
+                drafting = []
+                for pname in ("ngram", "draft", "eagle"):
+                    mine = (sr[:, j] == _PROPOSER_INDEX[pname]) & (dl[:, j] > 0)
+                    m = mine | la if pname == "ngram" else mine
+                    if m.any():
+                        gs = np.where(mine[m], dl[m, j], 0)
+                        kvp = int(ctx_dec[m].sum() + prev[m, j].sum())
+                        drafting.append((pname, gs, kvp, None))
+                        dt += cost.draft_time(pname, gs, kvp, verify_s=verify)
+                if tele is not None:
+                    tele.step(dt, step_tokens, kv_j, drafting, n_active)
+                running_area += dt * n_active
+                t += dt
+                steps += 1
+                if j < h - 1 and (t >= next_arrival or (tele is not None and t0 + t >= next_report)):
+                    h = j + 1
+                    break
             emitted = np.minimum(cum[:, h - 1], ol)
-            acc_h = acc[:, :h]
-            if spec.any():
-                kk = np.arange(G)
-                pos_drf[si] += h * (kk[None, :] < g_si[:, None])
-                pos_acc[si] += (acc_h[spec][:, :, None] > kk[None, None, :]).sum(axis=1)
-                pos_try[si] += ((acc_h[spec][:, :, None] >= kk[None, None, :])
-                                & (kk[None, None, :] < g_si[:, None, None])).sum(axis=1)
-            d_tok[dec_idx] += g_dec * h
+            acc_h, dl_h, sr_h = acc[:, :h], dl[:, :h], sr[:, :h]
+            kk = np.arange(G)
+            reach = kk[None, None, :] < dl_h[:, :, None]  # [n_dec, h, G] draft position k was drafted
+            pos_drf[dec_idx] += reach.sum(axis=1)
+            pos_acc[dec_idx] += (acc_h[:, :, None] > kk[None, None, :]).sum(axis=1)
+            pos_try[dec_idx] += ((acc_h[:, :, None] >= kk[None, None, :]) & reach).sum(axis=1)
+            d_tok[dec_idx] += dl_h.sum(axis=1)
             a_tok[dec_idx] += acc_h.sum(axis=1)
             nstep[dec_idx] += h
-            step_gamma[dec_idx, g_dec] += h
+            np.add.at(step_gamma, (np.repeat(dec_idx, h), dl_h.ravel()), 1)
+            lookup_steps[dec_idx] += ((sr_h == _PROPOSER_INDEX["ngram"]) & (dl_h > 0)).sum(axis=1)
+            head_steps[dec_idx] += ((sr_h != _PROPOSER_INDEX["ngram"]) & (dl_h > 0)).sum(axis=1)
             gen[dec_idx] += emitted
             ctx[dec_idx] += emitted
             out_left[dec_idx] -= emitted
-            emitted_step += int(emitted.sum())
+            emitted_step = int(emitted.sum())
+        else:
+            decode_tokens = int(g_dec.sum()) + n_dec
+            budget = max(0, config.max_batched_tokens - decode_tokens)
+            chunks: list[tuple[int, int]] = []
+            for s in prefilling:
+                if budget <= 0:
+                    break
+                take = int(min(prefill_left[s], budget))
+                chunks.append((s, take))
+                budget -= take
+            prefill_tokens = sum(c for _, c in chunks)
+            step_tokens = decode_tokens + prefill_tokens
+            kv0 = int(ctx.sum()) + prefill_tokens  # ctx is 0 on free slots
+
+            # A decode-only batch stays the same until its first completion (or, open loop, the next arrival):
+            # draw that span's acceptance at once; the coins are keyed by (request, its step), so a span of H
+            # steps gives exactly what H single steps would.
+            H = 1
+            if fast and not chunks and n_dec:
+                H = max(1, min(int(out_left[dec_idx].min()), _SPAN_ELEMENTS // (n_dec * G)))
+            acc = np.zeros((n_dec, H), dtype=np.int64)
+            spec = g_dec > 0
+            if spec.any():
+                si, g_si = dec_idx[spec], g_dec[spec]
+                if replay is not None:
+                    acc[spec] = replay_accepts(runs, si, gen[si], g_si, H)
+                else:
+                    u = _uniforms(config.seed, rid[si], nstep[si], H, G)  # [n_spec, H, G]
+                    acc[spec] = accept_counts(u, alpha[si][:, None, :], g_si[:, None])
+            cum = np.cumsum(acc + 1, axis=1)  # [n_dec, H] tokens emitted by the end of each step
+            ol = out_left[dec_idx]
+            if n_dec:
+                fin = (cum >= ol[:, None]).any(axis=0)
+                h = int(np.argmax(fin)) + 1 if fin.any() else H
+            else:
+                h = 1
+            prev_tot = (cum - acc - 1).sum(axis=0) if n_dec else np.zeros(1, dtype=np.int64)
+            drafting = []
+            for pname in ("ngram", "draft", "eagle"):
+                m = (prop[dec_idx] == _PROPOSER_INDEX[pname]) & spec
+                if m.any():
+                    drafting.append((pname, g_dec[m], int(ctx[dec_idx[m]].sum()), (cum[m] - acc[m] - 1).sum(axis=0)))
+            next_arrival = float(open_arrivals[n_arrived]) if not closed and n_arrived < n_pool else math.inf
+            if config.ramp:  # a span stops at the ramp's next step, like at an arrival
+                next_arrival = min(next_arrival, config.next_phase(t))
+            next_arrival = min(next_arrival, engine_until - t0)  # and at the engine controller's next look
+            for j in range(h):
+                dt = 0.0
+                verify = cost.verify_time(step_tokens, kv0 + int(prev_tot[j]))
+                for pname, gs, kvp, prev in drafting:
+                    dt += cost.draft_time(pname, gs, kvp + int(prev[j]), verify_s=verify)
+                dt += verify
+                if tele is not None:
+                    tele.step(dt, step_tokens, kv0 + int(prev_tot[j]), drafting, n_active)
+                running_area += dt * n_active
+                t += dt
+                steps += 1
+                if j < h - 1 and (t >= next_arrival or (tele is not None and t0 + t >= next_report)):
+                    h = j + 1  # stop the span at the arrival / the telemetry report (same coins either way)
+                    break
+
+            # apply the h steps: acceptance per token, emitted = accepted + 1 (the last one capped by max_tokens)
+            emitted_step = 0
+            if n_dec:
+                emitted = np.minimum(cum[:, h - 1], ol)
+                acc_h = acc[:, :h]
+                if spec.any():
+                    kk = np.arange(G)
+                    pos_drf[si] += h * (kk[None, :] < g_si[:, None])
+                    pos_acc[si] += (acc_h[spec][:, :, None] > kk[None, None, :]).sum(axis=1)
+                    pos_try[si] += ((acc_h[spec][:, :, None] >= kk[None, None, :])
+                                    & (kk[None, None, :] < g_si[:, None, None])).sum(axis=1)
+                d_tok[dec_idx] += g_dec * h
+                a_tok[dec_idx] += acc_h.sum(axis=1)
+                nstep[dec_idx] += h
+                step_gamma[dec_idx, g_dec] += h
+                gen[dec_idx] += emitted
+                ctx[dec_idx] += emitted
+                out_left[dec_idx] -= emitted
+                emitted_step += int(emitted.sum())
         finished = [int(x) for x in dec_idx[out_left[dec_idx] <= 0]] if n_dec else []
         # prefill progress; completing prefill emits the first token
         for s, take in chunks:
@@ -612,7 +755,14 @@ def simulate(
                 predictor.observe(feats_of[s], pname, cname, alphas.get(base_worker.name, pname, cname),
                                   int(d_tok[s]), int(a_tok[s]), int(nstep[s]), int(pos_drf[s, 0]),
                                   [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]])
-            if observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
+            if stepwise[s]:
+                if observe is not None and lookup_always[s] and step_plan is None and d_tok[s] > 0:
+                    # the worker's hybrid report: tried / accepted per position, lookup steps of drafting steps
+                    tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
+                    alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried,
+                                          got, draft_tokens=float(d_tok[s]), now=t0 + t, steps=tried[0],
+                                          drafts=float(min(lookup_steps[s], tried[0])))
+            elif observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
                 tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
                 alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried, got,
                                       draft_tokens=float(d_tok[s]), now=t0 + t)
@@ -621,7 +771,7 @@ def simulate(
                 observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
                         per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
                         num_drafts=int(pos_drf[s, 0]))
-            if observe is not None and pname != "ngram" and shadow_k and replay is not None:
+            if observe is not None and pname != "ngram" and not stepwise[s] and shadow_k and replay is not None:
                 _observe_shadow(replay.request(int(rid[s])), int(gen[s]), shadow_k, alphas, base_worker.name,
                                 cname, t0 + t, predictor, feats_of[s])
             if on_finish is not None:
@@ -638,6 +788,11 @@ def simulate(
                 acc_total += int(a_tok[s])
                 decode_steps_total += int(nstep[s])
                 gamma_steps += step_gamma[s]
+                if stepwise[s]:
+                    m_plans += 1
+                    m_lookup += int(lookup_steps[s])
+                    m_head += int(head_steps[s])
+                    m_plan_steps += int(nstep[s])
             active[s] = False
             ctx[s] = 0
             n_active -= 1
@@ -668,7 +823,12 @@ def simulate(
         sim_time_s=t,
         counters=tele.snapshot() if tele is not None else None,
         extra={"mean_step_gamma": draft_total / decode_steps_total if decode_steps_total else 0.0,
-               "steps_by_gamma": {str(g): int(n) for g, n in enumerate(gamma_steps) if n}},
+               "steps_by_gamma": {str(g): int(n) for g, n in enumerate(gamma_steps) if n},
+               # per-step plans (hybrid, oracle-step): the share of their decode steps that drafted with lookup /
+               # with the head (the rest drafted nothing), over the measured requests that ran one
+               "hybrid_requests": m_plans,
+               "hybrid_lookup_steps_share": m_lookup / m_plan_steps if m_plan_steps else None,
+               "hybrid_head_steps_share": m_head / m_plan_steps if m_plan_steps else None},
     )
 
 
@@ -750,6 +910,7 @@ class PolicySpec:
     policy: object  # adaptspec.control.config.PolicyConfig (None for the oracle)
     estimator: object | None = None  # adaptspec.control.config.EstimatorConfig
     hindsight: bool = False  # the bench-only oracle (adaptspec.bench.oracle), needs a trace
+    stepwise: bool = False  # with hindsight: `oracle-step`, the per-step hindsight bound (bench/stepwise.py)
     predict: bool | None = None  # per-request acceptance prediction on traces (None: the estimator's `predict`)
 
     def predicting(self) -> bool:
@@ -762,7 +923,9 @@ class PolicySpec:
 
 def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
     """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `adaptive-schedule` (goodput
-    with per-request gamma schedules), `bandit` (= `explore`), `oracle` (hindsight, trace replay only).
+    with per-request gamma schedules), `bandit` (= `explore`), `oracle` (hindsight, trace replay only),
+    `oracle-step` (per-step hindsight bound, trace replay only). `static:hybrid:<g>` replays the causal per-step
+    hybrid (bench/stepwise.py) on traces; the worker must offer "hybrid" (`proposers`).
     On traces with prompts `adaptive` predicts per request as `estimator.predict` says (default on);
     `adaptive+predict` / `adaptive-class` force the prediction on / off (class-level alphas only)."""
     from adaptspec.control.config import (
@@ -796,8 +959,10 @@ def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
         return PolicySpec(s, BanditPolicy(kind="bandit", default_profile=profile, seed=seed))
     if s == "oracle":
         return PolicySpec(s, None, hindsight=True)
+    if s == "oracle-step":
+        return PolicySpec(s, None, hindsight=True, stepwise=True)
     raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, adaptive+predict, "
-                      "adaptive-class, adaptive-schedule, bandit, oracle "
+                      "adaptive-class, adaptive-schedule, bandit, oracle, oracle-step "
                       "(or --policy-file)", key="--policies", value=s)
 
 
@@ -828,6 +993,7 @@ def sweep(
     telemetry: Callable[[float, StepCounters], None] | None = None,
     calibrate: bool = True,
     shadow: bool = True,
+    hybrid_rule: HybridRule | None = None,
 ) -> list[dict]:
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
@@ -843,6 +1009,9 @@ def sweep(
     points like the AlphaTable (fresh at each point with `warm_start=False`). Each row then has a
     `calibration` entry (`calibration_summary`). False: the policies price with the belief alone.
     `shadow`: traced requests served without n-gram lookup teach its keys (`SimConfig.shadow`).
+    `proposers`: what the simulated worker offers (default: the profile's options, never "hybrid"); "hybrid" is
+    offered only when named here, on trace replay, with a truth profile that has n-gram and a head (its parts),
+    and then to the requests whose trace has runs for both. `hybrid_rule`: its per-step rule (`simulate`).
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
@@ -856,20 +1025,28 @@ def sweep(
     cost = ProfileCost(load_profile(truth_name))
     worker = cost.worker(max_gamma=max_gamma, profile=profile)
     if proposers is not None:
-        bad = [p for p in proposers if p not in worker.proposers]
+        if "hybrid" in proposers and (cost.hybrid_head is None or not isinstance(workload, TraceWorkload)):
+            raise ConfigError("'hybrid' is replayed per step from acceptance traces (--trace), with a profile that "
+                              "offers ngram and a model head (eagle or draft)", key="--proposers", value="hybrid")
+        bad = [p for p in proposers if p not in worker.proposers and p != "hybrid"]
         if bad:
             raise ConfigError(f"profile {truth_name!r} offers {list(worker.proposers)}", key="--proposers",
                               value=bad)
         worker = _with_proposers(worker, tuple(proposers))
     if any(s.hindsight for s in specs) and not isinstance(workload, TraceWorkload):
         raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies", value="oracle")
+    for spec in specs:
+        if getattr(spec.policy, "proposer", None) == "hybrid" and "hybrid" not in worker.proposers:
+            raise ConfigError("a hybrid policy needs the worker to offer it: add hybrid to --proposers (with --trace)",
+                              key="--policies", value=spec.name)
     truth = AlphaModel(aliases=cost.truth_aliases())
     rows = []
     with progress_bar(len(specs) * len(loads), "simulate", progress) as bar:
         for spec in specs:
             clock = _SimClock()  # the estimator's time-based forgetting runs on simulated seconds
             alphas = AlphaTable.from_config(spec.estimator or EstimatorConfig(), clock=clock)
-            oracle = Oracle(cost, max_gamma) if spec.hindsight else None  # stateless: one per sweep
+            oracle = ((OracleStep if spec.stepwise else Oracle)(cost, max_gamma)
+                      if spec.hindsight else None)  # memoised per request: one per sweep
             predicting = not spec.hindsight and isinstance(workload, TraceWorkload) and spec.predicting()
             predictor = TracePredictor() if predicting else None  # learns on, point to point, like the table
             counters = None
@@ -888,7 +1065,7 @@ def sweep(
                     predictor = TracePredictor() if predicting else None
                 res = simulate(policy, cost, workload, cfg, truth=truth, alphas=alphas, worker=worker,
                                on_step=clock.set, t0=clock.t, telemetry=telemetry, counters=counters,
-                               calibrator=calibrator, predictor=predictor)
+                               calibrator=calibrator, predictor=predictor, hybrid_rule=hybrid_rule)
                 point = res.counters.since(counters or StepCounters()) if res.counters is not None else None
                 counters = res.counters
                 row = {"policy": spec.name, kind: value, "profile": profile, "workload": workload.name,

@@ -11,7 +11,9 @@ Policies: `off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (the goodp
 prompts it predicts each request's acceptance as `estimator.predict` says, default on; `adaptive+predict` /
 `adaptive-class` force that on / off), `bandit` (the
 exploring one), `oracle` (per-request hindsight optimum; needs `--trace`), plus any policy YAML via
-`--policy-file` (named after the file). `--trace FILE` (repeatable; `--trace-order shuffle` by default) replays measured
+`--policy-file` (named after the file); `oracle-step` (the per-step hindsight bound, `--trace`) and
+`static:hybrid:<g>` (the causal per-step hybrid of lookup and the head, `--trace` and `--proposers ...,hybrid`;
+rule: `--hybrid-rule`, adaptspec/bench/stepwise.py). `--trace FILE` (repeatable; `--trace-order shuffle` by default) replays measured
 acceptance, classes and lengths from acceptance traces (format: adaptspec/bench/traces.py) instead of the
 synthetic `--workload`. `--profile` is what the policies believe, `--truth-profile` what the simulated
 engine costs (default: the same); both take a built-in name or a YAML path. As in the proxy, the policies
@@ -57,6 +59,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-gamma", type=int, default=8)
     p.add_argument("--proposers", help="proposers the simulated worker offers (default: all of the profile's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hybrid-rule", metavar="K=V,...",
+                   help="the per-step hybrid's causal rule on traces (adaptspec/bench/stepwise.py HybridRule): "
+                        "min_match, multiplier, lookup_cap, window; e.g. min_match=2,multiplier=2 (default: its "
+                        "defaults)")
     p.add_argument("--cold-start", action="store_true",
                    help="alpha estimates (and the step-time fit) from the priors at every point (default: carried "
                         "over from the policy's previous point, like a proxy that has been serving)")
@@ -87,6 +93,21 @@ def _loads(args) -> list[tuple[str, float]]:
     return [("concurrency", v) for v in vals]
 
 
+def _hybrid_rule(text: str):
+    import dataclasses
+
+    from adaptspec.bench.stepwise import HybridRule
+
+    fields = {f.name: f.type for f in dataclasses.fields(HybridRule)}
+    kw: dict = {}
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        key, _, value = part.partition("=")
+        if key not in fields or not value:
+            raise ValueError(f"--hybrid-rule: expected K=V with K one of {', '.join(fields)}, got {part!r}")
+        kw[key] = float(value) if key == "multiplier" else (None if value == "none" else int(value))
+    return HybridRule(**kw)
+
+
 def run(args) -> int:
     from adaptspec.bench import report
     from adaptspec.bench.simulator import parse_policy, policy_from_file, sweep
@@ -112,11 +133,12 @@ def run(args) -> int:
         if not specs:
             raise ValueError("no policies given")
         proposers = [p.strip() for p in args.proposers.split(",")] if args.proposers else None
+        hybrid_rule = _hybrid_rule(args.hybrid_rule) if args.hybrid_rule else None
         rows = sweep(specs, args.profile, workload, loads, truth_profile=args.truth_profile, seed=args.seed,
                      requests=args.requests,
                      warmup=args.warmup, max_batch=args.max_batch, max_gamma=args.max_gamma,
                      proposers=proposers, progress=not args.no_progress, warm_start=not args.cold_start,
-                     calibrate=not args.no_calibration, shadow=not args.no_shadow)
+                     calibrate=not args.no_calibration, shadow=not args.no_shadow, hybrid_rule=hybrid_rule)
     except (ConfigError, ValueError) as exc:
         print(f"adaptspec simulate: error: {exc}", file=sys.stderr)
         return 2
