@@ -66,6 +66,24 @@ of it the fit asks for contrast (`CalibratedCosts.probe`): the policy then admit
 evidence is there (a share p of probes alone gives contrast sqrt(p / (1 - p)): 1/8 needs 7 x `probe_steps` steps).
 It reads no residuals: a misspecified worker's standard errors are small and wrong.
 
+Calls and passes. A model proposer's cost per call (a drafting step, whatever its passes: a head priced per step),
+per pass (each of its gamma sequential passes: a draft model, a head priced per pass) and per drafted token are told
+apart only by windows whose passes per call differ (call vs pass) and whose batches differ (pass vs token: at batch
+1 a pass drafts one token). They are identified in the order pass, call, token: a cost the windows cannot separate
+from an earlier one keeps the profile's value, and what the profile does not explain lands on the per-pass cost.
+So a right profile is kept whatever the split (its per-call head: the pass fits ~0 on the rest), and a wrong one is
+corrected where the error is cheapest to find out: a head priced per call at gamma 8 that really costs per pass,
+or a draft cost that grows at batch 1, are priced per pass, which makes the shorter drafts and larger batches the
+policy has not run yet cheaper rather than dearer. An option priced too cheaply gets run and measured; one priced
+too dearly never would be (a fit that put a head's per-step cost on drafted tokens priced it 8x too high at batch
+32, and the policy stopped drafting with it). And when the fitted price of what a proposer ran differs from the
+profile's by more than `split_tol` (25%) while its three costs are not all identified, the policy probes what the
+windows lack (control/calibration_probe.py `GammaProbe`): a share of the proposer's requests at half the gamma while
+calls and passes are not told apart (`CalibratedCosts.split_probe`), and at load a share of the requests it planned
+otherwise with the proposer at gamma 2 while passes and tokens are not (`token_probe`: several requests drafting in
+one call), until the windows separate the costs. A wrong
+prior for a cost the windows cannot separate is kept only until then: the probes are what corrects it.
+
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
 coefficients held at the prior).
@@ -208,6 +226,13 @@ class CalibratedCosts:
     drafted_contrast: float = math.nan
     contrast_steps: float = math.nan  # steps x drafted_contrast^2: steps' worth of full contrast
     probe: bool = False
+    # model proposers whose per-call / per-pass split the windows cannot tell (each call ran the same passes)
+    # while the profile's price of what they ran is off: the policy then drafts a share of their requests at
+    # another gamma (control/calibration_probe.py `GammaProbe`), module doc "Calls and passes"
+    split_probe: tuple[str, ...] = ()
+    # ... whose per-pass / per-token split they cannot tell (one request a call): probed at load with requests the
+    # policy planned otherwise drafting with it (several requests a call)
+    token_probe: tuple[str, ...] = ()
 
     @property
     def target(self) -> StepTimeModel:
@@ -252,6 +277,7 @@ class StepCalibrator:
     min_spread: float = 0.05
     weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
     probe_steps: float = 0.0  # ask for probes while contrast_steps is below this (0: never; opt in, e.g. 300)
+    split_tol: float = 0.25  # a profile whose price of a proposer's calls is off by more: its split is in doubt
     proposers: tuple[str, ...] = MODEL_PROPOSERS
     names: tuple[str, ...] = field(init=False)
     theta0: np.ndarray = field(init=False)
@@ -352,9 +378,10 @@ class StepCalibrator:
             return free
         g = self._s / n  # per-step second moments
         free[0] = True
-        # a proposer's costs that the profile prices come first: a zero-prior cost (per call of a head priced
-        # per pass, or per pass of one priced per drafting step) collinear with them stays at zero
-        order = [1, 2] + sorted(range(3, d), key=lambda j: ((j - 3) // 3, self.theta0[j] <= 0, j))
+        # per proposer: per pass, then per call, then per drafted token (module doc, "Calls and passes"): a cost
+        # the data cannot separate from one before it keeps the prior's value, and what the prior does not explain
+        # lands on the earlier one, which prices the unexplored side (shorter drafts, larger batches) cheaper
+        order = [1, 2] + [3 + 3 * i + k for i in range(len(self.proposers)) for k in (1, 0, 2)]
         for j in order:
             gjj = g[j, j]
             if gjj <= 0:
@@ -422,9 +449,10 @@ class StepCalibrator:
         and per-token costs (passes and drafted tokens grow together at a fixed gamma)."""
         out = [np.array([1, 2])]
         for i in range(len(self.proposers)):
-            g = np.arange(3 + 3 * i, 6 + 3 * i)
-            g = g[self.theta0[g] > 0]  # the costs the profile prices (per call and token, or per pass and token)
-            if len(g) == 2:
+            # per pass and per token, where the profile prices both (a draft model, a head priced per pass); a head
+            # priced per call and token is not tied: what its prior does not explain goes to the per-pass cost
+            g = np.array([4 + 3 * i, 5 + 3 * i])
+            if (self.theta0[g] > 0).all():
                 out.append(g)
         return out
 
@@ -467,6 +495,26 @@ class StepCalibrator:
         resid = max(float(g[3, 3] - g[:3, 3] @ b), 0.0)
         explained = float(g[3, 3]) - resid
         return math.inf if explained <= 0 else math.sqrt(resid / explained)
+
+    def _split_probe(self, free: np.ndarray, theta: np.ndarray) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(proposers whose per-call and per-pass costs are not both identified, those whose per-pass and per-token
+        costs are not), among the model proposers that ran and whose fitted cost of what they ran differs from the
+        profile's by more than `split_tol` (module doc, "Calls and passes")."""
+        calls, tokens = [], []
+        totals = self._s[0]  # [d]: each regressor summed over the windows (S[0, j] = sum x_j, discounted)
+        for i, p in enumerate(self.proposers):
+            jc, jp, jt = 3 + 3 * i, 4 + 3 * i, 5 + 3 * i
+            if totals[jc] <= 0 or totals[jp] <= 0 or (free[jc] and free[jp] and free[jt]):
+                continue
+            ran = totals[[jc, jp, jt]]
+            fitted, prior = float(theta[[jc, jp, jt]] @ ran), float(self.theta0[[jc, jp, jt]] @ ran)
+            if abs(fitted - prior) <= self.split_tol * max(prior, 1e-300):
+                continue
+            if not (free[jc] and free[jp]):
+                calls.append(p)
+            if not (free[jp] and free[jt]):
+                tokens.append(p)
+        return tuple(calls), tuple(tokens)
 
     def required_steps(self) -> float:
         """Engine steps of evidence the fit needs before it is trusted: `min_steps`, or fewer the worse the
@@ -514,6 +562,7 @@ class StepCalibrator:
 
     def _fit(self) -> CalibratedCosts:
         free = self._identified()
+        ident = free.copy()  # what the windows identify on their own (a tie fits a group at the prior's ratios)
         n = self.steps
         theta, errors, sigma, cov = self._solve(free)
         tied = self._ties(free, theta, errors, cov)
@@ -538,6 +587,7 @@ class StepCalibrator:
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         contrast = self.drafted_contrast()
         evidence = n * contrast * contrast if math.isfinite(contrast) else math.nan
+        split = self._split_probe(ident & free, theta) if n >= self.min_steps * _MIN_EVIDENCE else ((), ())
         return CalibratedCosts(
             coefficients=dict(zip(self.names, (float(t) for t in theta), strict=True)),
             errors=dict(zip(self.names, (float(e) for e in errors), strict=True)),
@@ -549,4 +599,5 @@ class StepCalibrator:
             fit_mse=float(self._err[0] / self._err_windows) if self._err_windows > 0 else math.nan,
             prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,
             tied=tuple(self.names[j] for g in tied for j in g), drafted_contrast=contrast, contrast_steps=evidence,
-            probe=bool(math.isfinite(contrast) and evidence < self.probe_steps))
+            probe=bool(math.isfinite(contrast) and evidence < self.probe_steps),
+            split_probe=split[0], token_probe=split[1])

@@ -22,11 +22,10 @@ from adaptspec.control.types import Decision, WorkerState
 
 
 @dataclass
-class ContrastProbe:
+class _Blocks:
     """Per worker: admissions left in the current probe block, and admissions until the next one."""
 
-    every: int = 8  # one block of probes in this many (a share of 1/every of the close admissions while asked)
-    near: float = 1.3  # close: expected speedup within [1/near, near]
+    every: int = 8  # one block of probes in this many (a share of 1/every of the candidate admissions)
     _left: dict[str, int] = field(default_factory=dict)
     _gap: dict[str, int] = field(default_factory=dict)
     made: dict[str, int] = field(default_factory=dict)  # probes made per worker
@@ -36,15 +35,9 @@ class ContrastProbe:
         """Probes made, all workers."""
         return sum(self.made.values())
 
-    def __post_init__(self) -> None:
-        if self.every < 2 or self.near <= 1.0:
-            raise ValueError(f"every must be >= 2 and near > 1, got {self.every}, {self.near}")
-
-    def due(self, w: WorkerState) -> bool:
-        """Whether this admission to `w` is a probe (advances w's block counters when its fit asks)."""
-        costs = w.step_costs
-        if costs is None or not costs.probe or not w.per_request:  # a fixed pool's speculation is not per request
-            return False
+    def _tick(self, w: WorkerState) -> bool:
+        """Whether this candidate admission to `w` is a probe (advances w's block counters). A block is one
+        batch's worth of admissions (the running batch + 1), the gap (every - 1) blocks."""
         block = max(1, round(w.load + 1.0))
         if w.name not in self._gap:  # the gap first: at most 1/every of the admissions, however few there are
             self._left[w.name] = 0
@@ -62,6 +55,22 @@ class ContrastProbe:
         self._gap[w.name] = (self.every - 1) * block
         return True
 
+
+@dataclass
+class ContrastProbe(_Blocks):
+    near: float = 1.3  # close: expected speedup within [1/near, near]
+
+    def __post_init__(self) -> None:
+        if self.every < 2 or self.near <= 1.0:
+            raise ValueError(f"every must be >= 2 and near > 1, got {self.every}, {self.near}")
+
+    def due(self, w: WorkerState) -> bool:
+        """Whether this admission to `w` is a probe (advances w's block counters when its fit asks)."""
+        costs = w.step_costs
+        if costs is None or not costs.probe or not w.per_request:  # a fixed pool's speculation is not per request
+            return False
+        return self._tick(w)
+
     def apply(self, d: Decision, w: WorkerState, missed_proposer: str | None, missed_gamma: int,
               missed_speedup: float = 0.0) -> Decision:
         """`d` toggled when this admission is a probe: drafting -> plain; plain -> the missed plan, if any.
@@ -78,3 +87,33 @@ class ContrastProbe:
         self.made[w.name] = self.made.get(w.name, 0) + 1
         return replace(d, proposer=missed_proposer, gamma=missed_gamma,
                        reason=f"{d.reason} [calibration probe: {missed_proposer} g={missed_gamma}]")
+
+
+@dataclass
+class GammaProbe(_Blocks):
+    """Probes while a worker's fit cannot split a model proposer's costs per call, per pass and per drafted token
+    and the profile's price of what it ran is off (control/calibration.py "Calls and passes"): in one block of a
+    batch's worth of admissions in every `every`, a request planned with that proposer drafts gamma // 2 while calls
+    and passes are not told apart (`CalibratedCosts.split_probe`: other passes per call), and at load one planned
+    otherwise drafts with it at gamma 2 while passes and tokens are not (`token_probe`: several requests per call);
+    none once the fit can tell. Either way the probe's cost is bounded by the
+    block share; an option the fit prices too dearly would otherwise never be run again to show it is not."""
+
+    probe_gamma: int = 2
+
+    def apply(self, d: Decision, w: WorkerState) -> Decision:
+        costs = w.step_costs
+        if costs is None or not w.per_request or not (costs.split_probe or costs.token_probe):
+            return d
+        if d.proposer in costs.split_probe:
+            if d.gamma < 2 or not self._tick(w):
+                return d
+            g = d.gamma // 2
+            self.made[w.name] = self.made.get(w.name, 0) + 1
+            return replace(d, gamma=g, schedule=None, reason=f"{d.reason} [calibration probe: {d.proposer} g={g}]")
+        names = [p for p in costs.token_probe if p in w.proposers and p != d.proposer]
+        if not names or w.load < 1.0 or not self._tick(w):
+            return d
+        p, g = names[0], min(self.probe_gamma, w.max_gamma)
+        self.made[w.name] = self.made.get(w.name, 0) + 1
+        return replace(d, proposer=p, gamma=g, schedule=None, reason=f"{d.reason} [calibration probe: {p} g={g}]")

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from adaptspec.control import costmodel
-from adaptspec.control.calibration_probe import ContrastProbe
+from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
 from adaptspec.control.config import BanditPolicy, GoodputPolicy, PolicyConfig, StaticPolicy, ThresholdPolicy
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, levels, max_cap
@@ -275,6 +275,7 @@ class _CostModelPolicy:
         self.margin, self.max_gamma, self.tie_tolerance = margin, max_gamma, tie_tolerance
         self._probe_rng = random.Random(0)
         self.contrast_probe = ContrastProbe()  # calibration probes while a worker's fit asks (issue 11)
+        self.gamma_probe = GammaProbe()  # ... and while it cannot split a model proposer's call and pass costs
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
@@ -588,9 +589,10 @@ class _CostModelPolicy:
             if sched is not None:
                 reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
         d = Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched)
-        return self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
-                                         missed.gamma if missed is not None else 0,
-                                         missed.speedup if missed is not None else 0.0)
+        d = self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
+                                      missed.gamma if missed is not None else 0,
+                                      missed.speedup if missed is not None else 0.0)
+        return self.gamma_probe.apply(d, w)
 
     def request_schedule(self, w: WorkerState, content_class: str, alphas: AlphaSource, plan: costmodel.Plan
                          ) -> tuple[str, Schedule | None]:

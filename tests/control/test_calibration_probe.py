@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from adaptspec.control.calibration import StepCalibrator
-from adaptspec.control.calibration_probe import ContrastProbe
+from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
 from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy
@@ -184,3 +184,40 @@ def test_a_fit_whose_target_is_priced_at_nothing_is_not_trusted():
     assert c.steps >= cal.min_steps and not c.fitted["draft_pass_s"]  # enough steps; passes held at the prior
     assert c.coefficients["overhead_s"] == c.coefficients["compute_s_per_token"] == 0.0
     assert not c.trusted
+
+
+def test_gamma_probe_halves_a_block_of_drafts_while_the_fit_cannot_split_calls_from_passes():
+    """`split_probe` names a proposer: one batch-sized block of its admissions in every 8 drafts gamma // 2; other
+    proposers, gamma 1, and fits that ask nothing are left alone."""
+    from dataclasses import replace
+
+    costs = calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs()
+    asking = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=replace(costs, split_probe=("draft",)))
+    quiet = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=costs)
+    probe = GammaProbe(every=8)
+    d = Decision("w0", "draft", 8, "code", "goodput", "goodput: draft g=8", 2.0)
+    got = [probe.apply(d, asking).gamma for _ in range(32)]
+    assert [i for i, g in enumerate(got) if g == 4] == [7, 15, 23, 31] and set(got) == {4, 8}
+    assert probe.probes == 4
+    other = GammaProbe(every=2)
+    lookup = replace(d, proposer="ngram")
+    assert all(other.apply(lookup, asking) == lookup for _ in range(8))  # not the named proposer
+    assert all(other.apply(replace(d, gamma=1), asking).gamma == 1 for _ in range(8))
+    assert all(GammaProbe(every=2).apply(d, quiet) == d for _ in range(8))
+
+
+def test_token_probe_drafts_a_block_of_other_plans_with_the_proposer_at_load():
+    """`token_probe` names a proposer: at load (3 running: blocks of 4), one block in every 8 of the admissions
+    planned otherwise drafts with it at gamma 2; at batch 1 there is nothing to learn about tokens per pass."""
+    from dataclasses import replace
+
+    costs = replace(calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs(), token_probe=("draft",))
+    loaded = WorkerState("w0", proposers=("ngram", "draft"), running=3.0, step_costs=costs)
+    probe = GammaProbe(every=8)
+    off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
+    got = [probe.apply(off, loaded) for _ in range(64)]
+    probed = [i for i, d in enumerate(got) if d.proposer == "draft"]
+    assert probed == [i for i in range(64) if i % 32 >= 28] and all(got[i].gamma == 2 for i in probed)
+    assert "calibration probe: draft g=2" in got[probed[0]].reason
+    idle = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=costs)
+    assert all(GammaProbe(every=2).apply(off, idle) == off for _ in range(8))
