@@ -57,7 +57,7 @@ def profile_path(name: str) -> str:
 
 def run_case(case: tuple) -> tuple[tuple, list[dict], float]:
     """One (seed, family, profile): the statics + oracle + adaptive (warm), then adaptive (cold). Slim rows."""
-    seed, family, profile, n, conc, statics = case
+    seed, family, profile, n, conc, statics, oracle_n = case
     t0 = time.monotonic()
     prof = profile_path(profile)
     reqs = standin_traces.make(family, n, seed)
@@ -71,6 +71,13 @@ def run_case(case: tuple) -> tuple[tuple, list[dict], float]:
             r = json.loads(json.dumps({k: r[k] for k in KEEP if k in r}, default=float))
             r["concurrency"] = int(r["concurrency"])
             r.update(profile=profile, family=family, start=start)
+            rows.append(r)
+    if oracle_n:  # issue 31 measures adaptive / oracle at the lowest level on >= 400 requests: a point of its own
+        specs = [parse_policy(p, prof, seed) for p in ("adaptive", "oracle")]
+        for r in sweep(specs, prof, wl, loads[:1], seed=seed, proposers=PROPOSERS, progress=False,
+                       max_gamma=MAX_GAMMA, requests=oracle_n, calibrate=True):
+            r = json.loads(json.dumps({k: r[k] for k in KEEP if k in r}, default=float))
+            r.update(concurrency=int(r["concurrency"]), profile=profile, family=family, start="long")
             rows.append(r)
     return case, rows, time.monotonic() - t0
 
@@ -87,7 +94,7 @@ def cells(rows: list[dict], profiles: list[str] | None = None) -> list[dict]:
     by: dict = {}
     for r in rows:
         key = (r["profile"], r["family"], r["seed"], r["concurrency"])
-        name = "adaptive-cold" if r["start"] == "cold" else r["policy"]
+        name = {"cold": "adaptive-cold", "long": f"{r['policy']}-long"}.get(r["start"], r["policy"])
         by.setdefault(key, {})[name] = r
     prof_order = profiles or sorted({k[0] for k in by})
     fam_order = [*FAMILIES, *sorted({k[1] for k in by} - set(FAMILIES))]
@@ -100,6 +107,7 @@ def cells(rows: list[dict], profiles: list[str] | None = None) -> list[dict]:
     for (profile, family, seed, c), got in sorted(by.items(), key=lambda kv: order(kv[0])):
         tps = {p: float(r["output_tokens_per_s"]) for p, r in got.items()}
         statics = {p: v for p, v in tps.items() if p == "off" or p.startswith("static:")}
+        long = tps["adaptive-long"] / tps["oracle-long"] if tps.get("oracle-long") else None
         best = max(statics, key=statics.get)
         ad, cold = tps["adaptive"], tps["adaptive-cold"]
         cell = {"profile": profile, "family": family, "seed": seed, "concurrency": c,
@@ -108,6 +116,8 @@ def cells(rows: list[dict], profiles: list[str] | None = None) -> list[dict]:
                 "adaptive_over_best_static": ad / statics[best],
                 "warm_over_cold": ad / cold if cold > 0 else float("nan"),
                 "adaptive_over_oracle": ad / tps["oracle"] if tps.get("oracle") else None,
+                "adaptive_over_oracle_long": long, "oracle_requests": got["oracle-long"].get("requests")
+                if long is not None else None,
                 "adaptive_ran": mix_text(got["adaptive"]), "adaptive_cold_ran": mix_text(got["adaptive-cold"]),
                 "best_static_ran": mix_text(got[best])}
         if "oracle" in got:
@@ -124,6 +134,8 @@ def acceptance(cl: list[dict]) -> dict:
         "warm_over_cold": (TARGET_COLD, cl),
         "adaptive_over_oracle": (TARGET_ORACLE, [x for x in cl if x["concurrency"] == c1
                                                  and x["adaptive_over_oracle"] is not None]),
+        "adaptive_over_oracle_long": (TARGET_ORACLE, [x for x in cl if x["concurrency"] == c1
+                                                      and x.get("adaptive_over_oracle_long") is not None]),
     }
     out = {}
     for key, (target, pool) in checks.items():
@@ -133,14 +145,16 @@ def acceptance(cl: list[dict]) -> dict:
                     "under": [{k: x[k] for k in ("profile", "family", "seed", "concurrency", key, "best_static",
                                                  "adaptive_ran", "adaptive_cold_ran", "best_static_ran",
                                                  "oracle_ran") if k in x} for x in under]}
-        if key == "adaptive_over_oracle":
+        if key.startswith("adaptive_over_oracle"):
             out[key]["concurrency"] = c1
     return out
 
 
 LABELS = {"adaptive_over_best_static": "adaptive (warm) / best static, every concurrency",
           "warm_over_cold": "warm / cold-start adaptive, every concurrency",
-          "adaptive_over_oracle": "adaptive / per-request hindsight oracle at c={c}"}
+          "adaptive_over_oracle": "adaptive / per-request hindsight oracle at c={c} (the default window)",
+          "adaptive_over_oracle_long": "adaptive / per-request hindsight oracle at c={c} on --oracle-requests "
+                                       "(issue 31's measure)"}
 
 
 def acceptance_text(acc: dict) -> list[str]:
@@ -192,14 +206,15 @@ def markdown(cl: list[dict], acc: dict, meta: dict) -> str:
              f"{','.join(map(str, conc))} (lowest first; warm = learning carried over point to point, cold = "
              "`--cold-start`; at the first point both start from the priors, so W/C there is 1 by construction); default "
              "windows (`max(64, 6c)` measured completions after `max(32, 2c)` discarded: the c=1 oracle ratio is on "
-             "64 requests); calibration on; max gamma "
+             "64 requests; `long`: adaptive and the oracle once more at c=1 on `--oracle-requests`); calibration on; "
+             "max gamma "
              f"{MAX_GAMMA}. Statics: {', '.join(meta['statics'])}.", "",
              f"Per column: adaptive (warm) / best static (`A/S`), warm / cold adaptive (`W/C`), adaptive / "
              f"oracle at c={c1} (`A/O`). **Bold**: under target ({TARGET_STATIC}, {TARGET_COLD}, {TARGET_ORACLE}).",
              "",
              "| profile | family | seed | " + " | ".join(f"A/S c={c}" for c in conc) + " | "
-             + " | ".join(f"W/C c={c}" for c in conc) + f" | A/O c={c1} |",
-             "|---|---|---:|" + "---:|" * (2 * len(conc) + 1)]
+             + " | ".join(f"W/C c={c}" for c in conc) + f" | A/O c={c1} | A/O c={c1}, long |",
+             "|---|---|---:|" + "---:|" * (2 * len(conc) + 2)]
     by: dict = {}
     for x in cl:
         by.setdefault((x["profile"], x["family"], x["seed"]), {})[x["concurrency"]] = x
@@ -207,8 +222,9 @@ def markdown(cl: list[dict], acc: dict, meta: dict) -> str:
         a_s = [_fmt(row[c]["adaptive_over_best_static"] if c in row else None, TARGET_STATIC) for c in conc]
         w_c = [_fmt(row[c]["warm_over_cold"] if c in row else None, TARGET_COLD) for c in conc]
         a_o = _fmt(row[c1]["adaptive_over_oracle"] if c1 in row else None, TARGET_ORACLE)
+        a_l = _fmt(row[c1].get("adaptive_over_oracle_long") if c1 in row else None, TARGET_ORACLE)
         lines.append(f"| {profile} | {family} | {seed} | " + " | ".join(a_s) + " | " + " | ".join(w_c)
-                     + f" | {a_o} |")
+                     + f" | {a_o} | {a_l} |")
     lines += ["", *acceptance_text(acc)]
     return "\n".join(lines) + "\n"
 
@@ -246,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--statics", default=",".join(STATICS), help="the static policies (incl. off)")
     ap.add_argument("--n", type=int, default=600, help="requests per stand-in trace (default 600)")
     ap.add_argument("--jobs", type=int, default=1, help="(seed, family, profile) cases in parallel processes")
+    ap.add_argument("--oracle-requests", type=int, default=400,
+                    help="adaptive and the oracle once more at the lowest concurrency on this many measured requests "
+                         "(issue 31: >= 400; 0: skip)")
     ap.add_argument("--json", default=None, help="write the cells and the acceptance block as JSON")
     ap.add_argument("--md", default=None, help="write the markdown summary")
     ap.add_argument("--render", default=None, help="only re-render the summary of an earlier --json file")
@@ -269,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--statics: {s!r} is not off or static:<proposer>:<gamma>")
         if s.startswith("static:") and int(s.rsplit(":", 1)[1]) > MAX_GAMMA:
             ap.error(f"--statics: {s!r} exceeds max gamma {MAX_GAMMA}")
-    work = [(seed, fam, prof, args.n, tuple(conc), statics) for seed in seeds for fam in families
-            for prof in profiles]
+    work = [(seed, fam, prof, args.n, tuple(conc), statics, args.oracle_requests) for seed in seeds
+            for fam in families for prof in profiles]
     rows: list[dict] = []
     commit = _commit()
     t0 = time.monotonic()

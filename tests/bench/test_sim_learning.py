@@ -23,7 +23,7 @@ def test_tiny_scope_writes_cells_and_acceptance(tmp_path, capsys, monkeypatch):
     mod = _load(monkeypatch)
     md, js = tmp_path / "s.md", tmp_path / "s.json"
     rc = mod.main(["--seeds", "0", "--families", "short", "--n", "120", "--concurrency", "1,8",
-                   "--profiles", "standin-8b-eagle-heavy", "--md", str(md), "--json", str(js)])
+                   "--profiles", "standin-8b-eagle-heavy", "--oracle-requests", "80", "--md", str(md), "--json", str(js)])
     assert rc == 0
     out = capsys.readouterr().out
     assert "[1/1] standin-8b-eagle-heavy short seed=0" in out  # one progress line per case
@@ -43,9 +43,13 @@ def test_tiny_scope_writes_cells_and_acceptance(tmp_path, capsys, monkeypatch):
     assert cells[0]["warm_over_cold"] == 1.0
 
     acc = data["acceptance"]
-    assert set(acc) == {"adaptive_over_best_static", "warm_over_cold", "adaptive_over_oracle"}
+    assert set(acc) == {"adaptive_over_best_static", "warm_over_cold", "adaptive_over_oracle",
+                        "adaptive_over_oracle_long"}
+    assert cells[0]["oracle_requests"] == 80 and cells[0]["adaptive_over_oracle_long"] > 0
+    assert cells[1]["adaptive_over_oracle_long"] is None  # only at the lowest level
     assert acc["adaptive_over_best_static"]["cells"] == 2 and acc["warm_over_cold"]["cells"] == 2
     assert acc["adaptive_over_oracle"]["cells"] == 1 and acc["adaptive_over_oracle"]["concurrency"] == 1
+    assert acc["adaptive_over_oracle_long"]["cells"] == 1
     for a in acc.values():
         assert a["min"] is not None and isinstance(a["under"], list)
 
@@ -53,7 +57,7 @@ def test_tiny_scope_writes_cells_and_acceptance(tmp_path, capsys, monkeypatch):
     assert "| standin-8b-eagle-heavy | short | 0 |" in text
     assert "A/S c=1" in text and "W/C c=8" in text and "A/O c=1" in text
     assert "## Acceptance" in text
-    assert text.count("target >= ") == 3
+    assert text.count("target >= ") == 4
     assert text in out  # printed too
 
     # --render re-draws the same summary from the --json file, without simulating
