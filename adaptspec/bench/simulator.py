@@ -43,7 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from adaptspec.bench.oracle import LiveBatch, Oracle, OracleStep
-from adaptspec.bench.stepwise import HybridRule, StepPlan, hybrid_plan
+from adaptspec.bench.stepwise import HybridRule, StepPlan, hybrid_plan, walk_hybrid
 from adaptspec.bench.trace_predict import TracePredictor
 from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
@@ -380,6 +380,9 @@ def simulate(
     hyb_head = getattr(cost, "hybrid_head", None) or next((p for p in ("eagle", "draft")
                                                            if p in base_worker.proposers), None)
     step_plan = getattr(policy, "step_plan", None) if hindsight is not None else None
+    # the per-step hybrid's rule walked along every other traced request's n-gram runs teaches its key (what its
+    # lookup steps would have been: the lookup is scored on every request, as the n-gram shadow is)
+    shadow_hybrid = config.shadow and "hybrid" in base_worker.proposers and hyb_head is not None
 
     closed = config.clients is not None
     n_warm, n_meas = config.n_warmup, config.n_measured
@@ -435,6 +438,14 @@ def simulate(
     plans: list[StepPlan | None] = [None] * slots
     lookup_steps = np.zeros(slots, dtype=np.int64)  # a per-step plan's drafting steps by source
     head_steps = np.zeros(slots, dtype=np.int64)
+    # a hybrid's lookup steps apart (what its key counts): tried / accepted per position, drafted tokens, and the
+    # output positions its head steps covered
+    lk_try = np.zeros((slots, G), dtype=np.int64)
+    lk_acc = np.zeros((slots, G), dtype=np.int64)
+    lk_tok = np.zeros(slots, dtype=np.int64)
+    hd_try = np.zeros((slots, G), dtype=np.int64)  # ... and its head steps'
+    hd_acc = np.zeros((slots, G), dtype=np.int64)
+    head_pos = np.zeros(slots, dtype=np.int64)
     m_lookup = m_head = m_plan_steps = m_plans = 0
     tele = _Telemetry(counters) if telemetry is not None or calibrator is not None else None
     step_costs = calibrator.costs() if calibrator is not None else None
@@ -541,6 +552,8 @@ def simulate(
             t_arr[s] = ta
             d_tok[s] = a_tok[s] = 0
             pos_acc[s] = pos_drf[s] = pos_try[s] = 0
+            lk_try[s] = lk_acc[s] = hd_try[s] = hd_acc[s] = 0
+            lk_tok[s] = head_pos[s] = 0
             prefilling.append(s)
 
         if n_active == 0:
@@ -635,8 +648,17 @@ def simulate(
             a_tok[dec_idx] += acc_h.sum(axis=1)
             nstep[dec_idx] += h
             np.add.at(step_gamma, (np.repeat(dec_idx, h), dl_h.ravel()), 1)
-            lookup_steps[dec_idx] += ((sr_h == _PROPOSER_INDEX["ngram"]) & (dl_h > 0)).sum(axis=1)
+            lk = (sr_h == _PROPOSER_INDEX["ngram"]) & (dl_h > 0)
+            lookup_steps[dec_idx] += lk.sum(axis=1)
             head_steps[dec_idx] += ((sr_h != _PROPOSER_INDEX["ngram"]) & (dl_h > 0)).sum(axis=1)
+            lk_acc[dec_idx] += ((acc_h[:, :, None] > kk[None, None, :]) & lk[:, :, None]).sum(axis=1)
+            # as `walk_hybrid` counts: a lookup draft accepted to its length is tried one position on
+            lk_try[dec_idx] += ((acc_h[:, :, None] >= kk[None, None, :]) & lk[:, :, None]).sum(axis=1)
+            lk_tok[dec_idx] += np.where(lk, dl_h, 0).sum(axis=1)
+            hd = ~lk[:, :, None] & reach
+            hd_acc[dec_idx] += ((acc_h[:, :, None] > kk[None, None, :]) & hd).sum(axis=1)
+            hd_try[dec_idx] += ((acc_h[:, :, None] >= kk[None, None, :]) & hd).sum(axis=1)
+            head_pos[dec_idx] += np.where(lk, 0, acc_h + 1).sum(axis=1)
             gen[dec_idx] += emitted
             ctx[dec_idx] += emitted
             out_left[dec_idx] -= emitted
@@ -757,11 +779,13 @@ def simulate(
                                   [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]])
             if stepwise[s]:
                 if observe is not None and lookup_always[s] and step_plan is None and d_tok[s] > 0:
-                    # the worker's hybrid report: tried / accepted per position, lookup steps of drafting steps
-                    tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
-                    alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried,
-                                          got, draft_tokens=float(d_tok[s]), now=t0 + t, steps=tried[0],
-                                          drafts=float(min(lookup_steps[s], tried[0])))
+                    # the hybrid's report, its lookup steps and its head steps apart: the lookup steps teach the
+                    # hybrid's key (tried / accepted per position; steps: lookup steps + the output positions
+                    # the head covered, drafts: lookup steps; the form of `_observe_stepwise`), the head steps
+                    # the head's key
+                    _observe_split(alphas, base_worker.name, pname, hyb_head, cname, t0 + t, lk_try[s], lk_acc[s],
+                                   int(lk_tok[s]), int(lookup_steps[s]), int(head_pos[s]), hd_try[s], hd_acc[s],
+                                   int(d_tok[s] - lk_tok[s]))
             elif observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
                 tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
                 alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried, got,
@@ -774,6 +798,9 @@ def simulate(
             if observe is not None and pname != "ngram" and not stepwise[s] and shadow_k and replay is not None:
                 _observe_shadow(replay.request(int(rid[s])), int(gen[s]), shadow_k, alphas, base_worker.name,
                                 cname, t0 + t, predictor, feats_of[s])
+            if observe is not None and not stepwise[s] and shadow_hybrid and replay is not None:
+                _observe_stepwise(replay.request(int(rid[s])), int(gen[s]), rule, G, alphas, base_worker.name,
+                                  cname, t0 + t)
             if on_finish is not None:
                 on_finish(decisions[s], int(rid[s]), t0 + t, int(gen[s]),
                           (t - t_first[s]) / (gen[s] - 1) if gen[s] > 1 else None)
@@ -847,6 +874,36 @@ def _observe_shadow(req: TraceRequest | None, output_tokens: int, k: int, alphas
         predictor.observe(feats, "ngram", cname, alphas.get(worker, "ngram", cname), sh.draft_tokens,
                           sh.accepted_tokens, sh.steps, sh.drafts, counts[2], counts[3])
     alphas.observe_counts(worker, "ngram", cname, *counts, now=now, **kw)
+
+
+def _observe_stepwise(req: TraceRequest | None, output_tokens: int, rule: HybridRule, bound: int, alphas,
+                      worker: str, cname: str, now: float) -> None:
+    """The per-step hybrid's lookup steps along a request that ran without it (`walk_hybrid` over its n-gram
+    runs), counted into the (worker, "hybrid", class) key."""
+    runs = req.accept_runs.get("ngram") if req is not None else None
+    if runs is None:
+        return
+    sh = walk_hybrid(runs, output_tokens, rule, min(bound, req.max_k))
+    if sh.steps <= 0:
+        return
+    counts, kw = sh.observation()
+    alphas.observe_counts(worker, "hybrid", cname, *counts, now=now, **kw)
+
+
+def _observe_split(alphas, worker: str, hybrid: str, head: str | None, cname: str, now: float,
+                   lk_try: np.ndarray, lk_acc: np.ndarray, lk_tokens: int, lk_steps: int, head_positions: int,
+                   hd_try: np.ndarray, hd_acc: np.ndarray, hd_tokens: int) -> None:
+    """A replayed hybrid request's report: its lookup steps into its own key (the form of `walk_hybrid`), its head
+    steps into the head's key."""
+    tried, got = [float(x) for x in lk_try], [float(x) for x in lk_acc]
+    if lk_steps + head_positions > 0:
+        alphas.observe_counts(worker, hybrid, cname, sum(got), sum(tried) - sum(got), tried, got,
+                              draft_tokens=float(lk_tokens), now=now, steps=float(lk_steps + head_positions),
+                              drafts=float(lk_steps))
+    tried, got = [float(x) for x in hd_try], [float(x) for x in hd_acc]
+    if head is not None and hd_tokens > 0 and tried[0] > 0:
+        alphas.observe_counts(worker, head, cname, sum(got), sum(tried) - sum(got), tried, got,
+                              draft_tokens=float(hd_tokens), now=now)
 
 
 def _report(snap: StepCounters, now: float, telemetry: Callable[[float, StepCounters], None] | None,

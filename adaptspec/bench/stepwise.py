@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from adaptspec.bench.traces import TraceRequest
+from adaptspec.control.shadow import ShadowStats, _Counts
 from adaptspec.control.types import PROPOSERS
 
 _INDEX = {p: i for i, p in enumerate(PROPOSERS)}
@@ -172,3 +173,31 @@ def mean_emitted(plan: StepPlan, gamma: int = 10**6) -> float:
     return (plan.n - 1) / steps if steps else 1.0
 
 
+
+
+def walk_hybrid(lookup_runs: Sequence[int], output_tokens: int, rule: HybridRule, bound: int) -> ShadowStats:
+    """The hybrid's lookup steps along a request's recorded n-gram runs, whatever it ran with (the rule reads
+    only lookup runs, so its lookup steps are known on every request, as the n-gram shadow is): from position
+    1, a position where `rule` looks up drafts its length L and emits min(run, L + 1) (a drafting step); every
+    other position is one the head covers (a step that drafts nothing here, one position on). `steps`: lookup
+    steps + head positions, `drafts`: lookup steps, per position tried / accepted of the lookup drafts (a draft
+    accepted to its length, shorter than `bound`, counts the next position tried and not accepted: the rates
+    then give the lookup steps' mean emitted tokens, whatever lengths the rule drafted): what a
+    replayed hybrid request reports for its lookup steps (bench/simulator.py), and what
+    `costmodel.stepwise_hybrid` prices from (the head's steps cover E_H positions each)."""
+    n = min(output_tokens, len(lookup_runs))
+    counts = _Counts(max(bound, 1))
+    if n <= 1 or bound < 1:
+        return counts.stats()
+    lengths = rule.lookup_lengths(lookup_runs[:n], bound)
+    i = 1
+    while i < n:
+        length = int(lengths[i])
+        if length > 0:
+            a = min(max(int(lookup_runs[i]), 1), length + 1) - 1
+            counts.step(length, a, bound)  # a draft run to its length stops there: tried, not accepted
+            i += a + 1
+        else:
+            counts.step(0, 0, 0)
+            i += 1
+    return counts.stats()

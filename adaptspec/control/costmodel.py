@@ -312,6 +312,9 @@ class DraftCost:
     model_cost: float = 0.0
     model_call_cost: float = 0.0
     call_s: float = 0.0  # kind "draft": seconds per step in which the model drafts at all
+    # kind "hybrid": the per-step rule of trace replay (bench/stepwise.py HybridRule), priced by `stepwise_hybrid`
+    # (lookup steps and head steps apart), not the worker's lookup-first rule
+    stepwise: bool = False
 
     @property
     def per_step(self) -> bool:
@@ -419,6 +422,9 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     if gamma <= 0 or proposer == "none":
         return Plan("none", 0, 0.0, 1.0, 0.0, base, base, 1.0 / base, 1.0, batch)
     cost = profile.draft(proposer)
+    if cost.kind == "hybrid" and cost.stepwise:
+        return stepwise_hybrid(profile, proposer, alpha, fallback_alpha, gamma, batch, propose_rate, rho, chunk,
+                               summarise)
     pi = _clip01(propose_rate)
     e = expected_tokens_any(alpha, gamma)
     if cost.kind == "hybrid":
@@ -437,6 +443,50 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
     verify = step_time_with_prefill(profile.target, batch * (1.0 + drafting * gamma), kv, batch * rho * e, chunk)
     goodput = e / (draft + verify)
     a = scalar_alpha(alpha, gamma) if summarise or isinstance(alpha, (int, float)) else 0.0
+    return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)
+
+
+def stepwise_hybrid(profile: Profile, proposer: str, lookup_alpha: AlphaLike, head_alpha: AlphaLike | None,
+                    gamma: int, batch: float, lookup_density: float, prefill_ratio: float = 0.0,
+                    prefill_chunk: float = 0.0, summarise: bool = True) -> Plan:
+    """A per-step hybrid (`DraftCost.stepwise`: bench/stepwise.py's rule) at head gamma `gamma`: lookup steps
+    and head steps priced apart.
+
+    Evidence (what the simulator counts into the hybrid's key, from the hybrid's own requests and from the rule
+    walked along every other request's n-gram runs): `lookup_density` q = lookup steps / (lookup steps + output
+    positions the head covered) (the key's propose rate), `lookup_alpha` = the conditional rates of the lookup
+    steps per position (a draft accepted to its length counts as stopped there, so E_L over them is the lookup
+    steps' mean emitted tokens; their drafts are priced at the number of positions known, the rule's cap: the
+    cautious side), and `head_alpha` the head's own (its key's) rates (None: `lookup_alpha`). Per head step the head emits
+    E_H = E(head_alpha, gamma), so the share of steps that look up is
+
+        pi = q / (q + (1 - q) / E_H)
+
+    and a step emits E = pi * E_L + (1 - pi) * E_H (E_L = 1 + a1 + a1 a2 + ... over the lookup rates),
+    verifies 1 + pi * L + (1 - pi) * gamma tokens per request (L: the lookup drafts' length), pays the lookup
+    every step and the head's gamma passes when some request of the batch drafts with the head
+    (`DraftCost.time` at lookup rate pi)."""
+    batch = max(float(batch), 1.0)
+    kv = batch * profile.context_tokens
+    rho, chunk = max(float(prefill_ratio), 0.0), max(float(prefill_chunk), 0.0)
+    base = step_time_with_prefill(profile.target, batch, kv, batch * rho, chunk)
+    if gamma <= 0:
+        return Plan("none", 0, 0.0, 1.0, 0.0, base, base, 1.0 / base, 1.0, batch)
+    cost = profile.draft(proposer)
+    head = lookup_alpha if head_alpha is None else head_alpha
+    e_head = expected_tokens_any(head, gamma)
+    if isinstance(lookup_alpha, (int, float)):
+        length, e_lookup = gamma, expected_tokens(float(lookup_alpha), gamma)
+    else:
+        length, e_lookup = len(lookup_alpha), expected_tokens_per_position(lookup_alpha)
+    q = _clip01(lookup_density)
+    pi = q / (q + (1.0 - q) / e_head) if q > 0.0 else 0.0
+    e = pi * e_lookup + (1.0 - pi) * e_head
+    verify = step_time_with_prefill(profile.target, batch * (1.0 + pi * length + (1.0 - pi) * gamma), kv,
+                                    batch * rho * e, chunk)
+    draft = cost.time(gamma, batch, kv, profile.target, verify_s=verify, lookup_rate=pi, fallback_tokens=gamma)
+    goodput = e / (draft + verify)
+    a = scalar_alpha(head, gamma) if summarise or isinstance(head, (int, float)) else 0.0
     return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)
 
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 from adaptspec.control import costmodel
 from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
 from adaptspec.control.config import BanditPolicy, GoodputPolicy, PolicyConfig, StaticPolicy, ThresholdPolicy
-from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.profiles import Profile, implied_hybrid, load_profile
 from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, levels, max_cap
 from adaptspec.control.types import AlphaEstimate, AlphaSource, Decision, WorkerState
 from adaptspec.errors import ConfigError, UpstreamError
@@ -58,17 +58,26 @@ def _healthy(workers: Sequence[WorkerState]) -> list[WorkerState]:
     return ws
 
 
-def estimate(alphas: AlphaSource, worker: str, proposer: str, content_class: str) -> AlphaEstimate:
+def estimate(alphas: AlphaSource, worker: str, proposer: str, content_class: str,
+             stepwise: bool = False) -> AlphaEstimate:
     """The key's estimate; for a hybrid without evidence of its own, with the lookup hit rate of the worker's
     n-gram key for the class when that has evidence (the same lookup on the same text; otherwise the hybrid's
     cautious prior, 0: its model drafts every step). Without it a hybrid would be priced as its model plus a
-    lookup that never hits, lose to its parts, and never be tried."""
+    lookup that never hits, lose to its parts, and never be tried. Not for a per-step hybrid (`stepwise`): its
+    key counts the rule's lookup steps (the n-gram key's hit rate over every step is no measure of them), from
+    its own requests and the rule walked along every other request's n-gram runs (bench/simulator.py)."""
     est = alphas.get(worker, proposer, content_class)
-    if proposer == "hybrid" and est.n <= 0:
+    if proposer == "hybrid" and est.n <= 0 and not stepwise:
         lookup = alphas.get(worker, "ngram", content_class)
         if lookup.n > 0:
             return replace(est, propose_rate=lookup.propose_rate)
     return est
+
+
+def _head_of(w: WorkerState, prof: Profile) -> str | None:
+    """The model head a per-step hybrid drafts with where its lookup does not (trace replay's choice,
+    bench/simulator.py `hybrid_head`): the worker's eagle, else its draft model."""
+    return next((p for p in ("eagle", "draft") if p in w.proposers and prof.offers(p)), None)
 
 
 def _least_loaded(workers: Sequence[WorkerState]) -> WorkerState:
@@ -135,42 +144,48 @@ class PlanCache:
         self._goodputs: dict[tuple, tuple[float, ...]] = {}
 
     def best(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
-             max_gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
+             max_gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL,
+             head: costmodel.AlphaLike | None = None) -> costmodel.Plan:
         """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0); `rate`: the propose rate,
-        `prefill`: the worker's (prompt tokens per generated token, prompt tokens per request)."""
+        `prefill`: the worker's (prompt tokens per generated token, prompt tokens per request); `head`: a
+        per-step hybrid's head alpha (`costmodel.stepwise_hybrid`)."""
         a, b, r, f = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate), _prefill_bucket(prefill)
-        key = (profile.name, proposer, b, a, max_gamma, None, r, f)
+        h = None if head is None else _alpha_bucket(head)
+        key = (profile.name, proposer, b, a, max_gamma, None, r, f, h)
         plan = self._plans.get(key)
         if plan is None:
             if max_gamma <= 0:
                 plan = costmodel.evaluate(profile, "none", 0.0, 0, b, prefill_ratio=f[0], prefill_chunk=f[1])
             else:
                 plan = costmodel.best_gamma(profile, proposer, a, b, max_gamma, propose_rate=r, prefill_ratio=f[0],
-                                            prefill_chunk=f[1])
+                                            prefill_chunk=f[1], fallback_alpha=h)
             self._store(key, plan)
         return plan
 
     def at(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float,
-           gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> costmodel.Plan:
+           gamma: int, rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL,
+           head: costmodel.AlphaLike | None = None) -> costmodel.Plan:
         """The plan of a fixed (proposer, gamma)."""
         a, b, r, f = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate), _prefill_bucket(prefill)
-        key = (profile.name, proposer, b, a, None, gamma, r, f)
+        h = None if head is None else _alpha_bucket(head)
+        key = (profile.name, proposer, b, a, None, gamma, r, f, h)
         plan = self._plans.get(key)
         if plan is None:
             plan = costmodel.evaluate(profile, proposer, a, gamma, b, propose_rate=r, prefill_ratio=f[0],
-                                      prefill_chunk=f[1])
+                                      prefill_chunk=f[1], fallback_alpha=h)
             self._store(key, plan)
         return plan
 
     def goodputs(self, profile: Profile, proposer: str, alpha: costmodel.AlphaLike, batch: float, max_gamma: int,
-                 rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL) -> tuple[float, ...]:
+                 rate: float = 1.0, prefill: tuple[float, float] = _NO_PREFILL,
+                 head: costmodel.AlphaLike | None = None) -> tuple[float, ...]:
         """`at(...).goodput` for gamma = 1..max_gamma under one key (a batch-wide gamma search over a class mix
         at every level of a schedule would otherwise bucket its arguments once per gamma)."""
         a, b, r, f = _alpha_bucket(alpha), _batch_bucket(batch), _rate_bucket(rate), _prefill_bucket(prefill)
-        key = (profile.name, proposer, b, a, max_gamma, "goodputs", r, f)
+        key = (profile.name, proposer, b, a, max_gamma, "goodputs", r, f, None if head is None else _alpha_bucket(head))
         got = self._goodputs.get(key)
         if got is None:
-            got = tuple(self.at(profile, proposer, alpha, batch, g, rate, prefill).goodput
+            got = tuple(self.at(profile, proposer, alpha, batch, g, rate, prefill, head).goodput
                         for g in range(1, max_gamma + 1))
             if len(self._goodputs) >= self.max_entries:
                 self._goodputs.clear()
@@ -291,6 +306,7 @@ class _CostModelPolicy:
         self._levels: dict[tuple, tuple[dict[int, int], int]] = {}  # see _level_gammas
         self._groups: dict[tuple, dict[str, tuple[str, ...]]] = {}  # see pass_groups
         self._sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]] = {}  # see sunk_passes
+        self._implied: dict[tuple, tuple[Profile, Profile]] = {}  # see _stepwise
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -308,15 +324,49 @@ class _CostModelPolicy:
         fitted from its telemetry once they are trusted (one resolved Profile per fit fingerprint)."""
         prof = self.profile(w.profile)
         costs = w.step_costs
-        if costs is None or not costs.trusted:
-            return prof
-        key = (prof.name, costs.key)
-        fitted = self._calibrated.get(key)
-        if fitted is None:
-            if len(self._calibrated) >= 4096:
-                self._calibrated.clear()
-            fitted = self._calibrated[key] = costs.apply(prof)
-        return fitted
+        if costs is not None and costs.trusted:
+            key = (prof.name, costs.key)
+            fitted = self._calibrated.get(key)
+            if fitted is None:
+                if len(self._calibrated) >= 4096:
+                    self._calibrated.clear()
+                fitted = self._calibrated[key] = costs.apply(prof)
+            prof = fitted
+        if "hybrid" in w.proposers and not prof.offers("hybrid"):
+            prof = self._stepwise(w, prof)
+        return prof
+
+    def _stepwise(self, w: WorkerState, prof: Profile) -> Profile:
+        """`prof` with the per-step hybrid the worker offers and the profile lacks (`profiles.implied_hybrid`,
+        `stepwise`: priced as the replayed rule, its lookup steps and its head's steps apart); memoised."""
+        key = (id(prof), w.proposers)
+        hit = self._implied.get(key)
+        if hit is None or hit[0] is not prof:
+            head = _head_of(w, prof)
+            implied = implied_hybrid(prof, head, stepwise=True) if head is not None else prof
+            if len(self._implied) >= 4096:
+                self._implied.clear()
+            hit = self._implied[key] = (prof, implied)
+        return hit[1]
+
+    def head_alpha(self, w: WorkerState, prof: Profile, proposer: str, content_class: str, alphas: AlphaSource,
+                   mean: bool = False) -> costmodel.AlphaLike | None:
+        """A per-step hybrid's head alpha for the class (its head's own key, as planned: `alpha`, or the
+        posterior mean with `mean`); None for every other proposer."""
+        cost = prof.draft(proposer) if prof.offers(proposer) else None
+        if cost is None or cost.kind != "hybrid" or not cost.stepwise:
+            return None
+        head = _head_of(w, prof)
+        if head is None:
+            return None
+        est = self.hopeful(estimate(alphas, w.name, head, content_class), alphas, w.name, head, content_class)
+        return est.priced if mean else self.alpha(est)[0]
+
+    def _estimate(self, w: WorkerState, prof: Profile, alphas: AlphaSource, proposer: str,
+                  content_class: str) -> AlphaEstimate:
+        """`estimate`, told whether `proposer` is a per-step hybrid."""
+        stepwise = proposer == "hybrid" and prof.offers(proposer) and prof.draft(proposer).stepwise
+        return estimate(alphas, w.name, proposer, content_class, stepwise)
 
     def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
         """The alpha to plan with, and how to show it."""
@@ -367,9 +417,10 @@ class _CostModelPolicy:
         for p in w.proposers:
             if p == "none" or bound <= 0 or not prof.offers(p):
                 continue
-            est = self.hopeful(estimate(alphas, w.name, p, content_class), alphas, w.name, p, content_class)
+            est = self.hopeful(self._estimate(w, prof, alphas, p, content_class), alphas, w.name, p, content_class)
             a, shown_p = self.alpha(est)
             rate = est.propose_rate
+            head = self.head_alpha(w, prof, p, content_class, alphas)
             if rate < 0.995:
                 shown_p = f"{shown_p} pi={rate:.2f}"
             if w.load >= 1 and prof.shared_gamma(p):
@@ -377,13 +428,13 @@ class _CostModelPolicy:
                 # row to the longest draft: one gamma per worker
                 g = self.batch_gamma(w, prof, p, alphas, batch, bound, content_class=content_class)
                 if g:
-                    plan = self.cache.at(prof, p, a, batch, g, rate, rho)
+                    plan = self.cache.at(prof, p, a, batch, g, rate, rho, head)
                 elif prof.draft(p).kind != "ngram":  # not worth its passes for this worker's batch
                     continue
                 else:  # lookup the mix does not want: a request whose own estimate says otherwise pads alone
-                    plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
+                    plan = self.cache.best(prof, p, a, batch, bound, rate, rho, head)
             else:
-                plan = self.cache.best(prof, p, a, batch, bound, rate, rho)
+                plan = self.cache.best(prof, p, a, batch, bound, rate, rho, head)
             if sunk_s:
                 plan = _paying(plan, sunk_s - sunk.get(self.pass_groups(w, prof)[p], 0.0))
             if plan.goodput < self.margin * off_goodput:
@@ -396,7 +447,7 @@ class _CostModelPolicy:
             if self.explore > 0 and est.n < self.explore_below and (w.load < 1 or not prof.shared_gamma(p)):
                 # a request-local probe (no passes shared with a batch): plan it at a posterior draw
                 drawn = posterior_draw(self._probe_rng, est)
-                plan = self.cache.best(prof, p, drawn, batch, bound, rate, rho)
+                plan = self.cache.best(prof, p, drawn, batch, bound, rate, rho, head)
                 if sunk_s:
                     plan = _paying(plan, sunk_s)  # not in a pass group: it waits for them all
                 if dream is None or plan.goodput > dream[0].goodput:
@@ -494,13 +545,18 @@ class _CostModelPolicy:
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
         total = sum(mix.values())
-        ests = {(p, c): self.hopeful(estimate(alphas, w.name, p, c), alphas, w.name, p, c)
+        ests = {(p, c): self.hopeful(self._estimate(w, prof, alphas, p, c), alphas, w.name, p, c)
                 for p in group for c in mix}
-        curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho)
+        heads = {(p, c): self.head_alpha(w, prof, p, c, alphas, mean=True) for p in group for c in mix}
+        curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho, heads[pc])
                  for pc, e in ests.items()}
         # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
         # (draft models and heads run theirs whatever the rate)
         mix_rate = {p: sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total for p in group}
+        # ... a per-step hybrid's rate counts its lookup steps per output position: its head passes run at the
+        # share of steps the head drafts, given the head's acceptance (the mix's commonest class's)
+        common = mix.most_common(1)[0][0]
+        stand = {p: heads[(p, common)] for p in group}
         cheap = [q for q in w.proposers if q not in ("none", *group) and prof.offers(q)
                  and prof.draft(q).kind == "ngram"]
         alt: dict[str, costmodel.Plan] = {}  # each class's best plan without the group's passes
@@ -517,11 +573,12 @@ class _CostModelPolicy:
                 g = max(range(1, bound + 1),
                         key=lambda g: sum(n * max(curve[(p, c)][g - 1] for p in subset) for c, n in mix.items()))
                 # the step pays the longest of the subset's passes
-                pass_s = max(self.cache.at(prof, p, 0.5, batch, g, mix_rate[p], rho).draft_time_s for p in subset)
+                pass_s = max(self.cache.at(prof, p, 0.5, batch, g, mix_rate[p], rho, stand[p]).draft_time_s
+                             for p in subset)
                 value, users = 0.0, 0
                 for c, n in mix.items():
                     mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
-                                             rho).goodput for p in subset)
+                                             rho, heads[(p, c)]).goodput for p in subset)
                     a = alt[c]
                     # what the class's requests will do (`options` compares the plans without the passes) and
                     # what that is worth with the passes in the step: an alternative still pays them
@@ -536,7 +593,7 @@ class _CostModelPolicy:
         # what the kept passes cost a request that does not draft with them: the passes of the share of the
         # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
         rows = max(1.0, share * batch)
-        sunk_s = max((self.cache.at(prof, p, 0.5, rows, g, mix_rate[p], rho).draft_time_s for p in kept),
+        sunk_s = max((self.cache.at(prof, p, 0.5, rows, g, mix_rate[p], rho, stand[p]).draft_time_s for p in kept),
                      default=0.0) if share > 0 else 0.0
         return {p: g if p in kept else 0 for p in group}, sunk_s
 
@@ -608,11 +665,12 @@ class _CostModelPolicy:
             proposer = plan.proposer
         else:
             def alone(p: str) -> float:
-                est = estimate(alphas, w.name, p, content_class)
-                return self.cache.best(prof, p, self.alpha(est)[0], 1.0, bound, est.propose_rate, rho).goodput
+                est = self._estimate(w, prof, alphas, p, content_class)
+                return self.cache.best(prof, p, self.alpha(est)[0], 1.0, bound, est.propose_rate, rho,
+                                       self.head_alpha(w, prof, p, content_class, alphas)).goodput
             proposer = max(offered, key=alone)
-        rows = self.schedule_for(w, prof, proposer, estimate(alphas, w.name, proposer, content_class), alphas,
-                                 bound)
+        rows = self.schedule_for(w, prof, proposer, self._estimate(w, prof, alphas, proposer, content_class), alphas,
+                                 bound, self.head_alpha(w, prof, proposer, content_class, alphas))
         # at the load it is admitted at, the request runs exactly the admission plan (a steady load then
         # sees no change); the other levels follow the cost model
         here = next((i for i, (b, _) in enumerate(rows) if b >= w.load + 1.0), len(rows) - 1)
@@ -623,16 +681,17 @@ class _CostModelPolicy:
         return proposer, sched
 
     def schedule_for(self, w: WorkerState, prof: Profile, proposer: str, est: AlphaEstimate, alphas: AlphaSource,
-                     bound: int) -> Schedule:
+                     bound: int, head: costmodel.AlphaLike | None = None) -> Schedule:
         """The best gamma (0 unless it beats off by the margin) at every batch level of control/schedule.py
         (one row per level, uncompressed),
         cached per (worker, profile, proposer, alpha / rate / prefill buckets, bound, class-mix version).
-        A draft model / head takes the batch-wide gamma of `batch_gamma` at each level."""
+        A draft model / head takes the batch-wide gamma of `batch_gamma` at each level (and so does a per-step
+        hybrid's head, `head` its alpha)."""
         a, _ = self.alpha(est)
         rate, rho = est.propose_rate, (w.prefill_ratio, w.prompt_tokens)
         shared = prof.shared_gamma(proposer)
         key = (w.name, prof.name, proposer, _alpha_bucket(a), _rate_bucket(rate), _prefill_bucket(rho), bound,
-               self._mix_version.get(w.name, 0) if shared else None)
+               self._mix_version.get(w.name, 0) if shared else None, None if head is None else _alpha_bucket(head))
         hit = self._schedules.get(key)
         if hit is not None:
             return hit
@@ -641,9 +700,9 @@ class _CostModelPolicy:
         for b in levels():
             if shared and b >= 2:
                 g = common[b]
-                step = self.cache.at(prof, proposer, a, float(b), g, rate, rho) if g else None
+                step = self.cache.at(prof, proposer, a, float(b), g, rate, rho, head) if g else None
             else:
-                step = self.cache.best(prof, proposer, a, float(b), bound, rate, rho)
+                step = self.cache.best(prof, proposer, a, float(b), bound, rate, rho, head)
             rows.append((b, step.gamma if step is not None and step.speedup >= self.margin else 0))
         rows.append((ANY_BATCH, rows[-1][1]))
         sched = tuple(rows)

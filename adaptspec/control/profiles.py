@@ -257,16 +257,17 @@ def compose_hybrids(drafts: dict[str, DraftCost]) -> dict[str, DraftCost]:
             for name, d in drafts.items()}
 
 
-def implied_hybrid(profile: Profile, head: str, name: str = "hybrid") -> Profile:
+def implied_hybrid(profile: Profile, head: str, name: str = "hybrid", stepwise: bool = False) -> Profile:
     """`profile` with a hybrid option `name` of n-gram lookup and `head` (a draft / eagle proposer) when it has none
     (a profile's own hybrid option is kept): what trace replay prices a per-step hybrid with when only its parts
-    are in the profile. `profile` unchanged when it lacks a part."""
+    are in the profile. `profile` unchanged when it lacks a part. `stepwise`: priced as the per-step rule
+    (`costmodel.stepwise_hybrid`: what the policy plans a replayed hybrid with)."""
     if profile.offers(name) or not (profile.offers("ngram") and profile.offers(head)):
         return profile
     if profile.draft("ngram").kind != "ngram" or profile.draft(head).kind not in ("draft", "eagle"):
         return profile
     drafts = dict(profile.drafts)
-    drafts[name] = DraftCost("hybrid", parts=(profile.resolve("ngram"), profile.resolve(head)))
+    drafts[name] = DraftCost("hybrid", parts=(profile.resolve("ngram"), profile.resolve(head)), stepwise=stepwise)
     return replace(profile, drafts=compose_hybrids(drafts))
 
 
