@@ -577,14 +577,7 @@ def simulate(
                 sr_ = int(dec_idx[r])
                 dl0[r] = plans[sr_].step(int(gen[sr_]), int(g_dec[r]), engine_cap)[1]
             decode_tokens = int(dl0.sum()) + n_dec
-            budget = max(0, config.max_batched_tokens - decode_tokens)
-            chunks = []
-            for s in prefilling:
-                if budget <= 0:
-                    break
-                take = int(min(prefill_left[s], budget))
-                chunks.append((s, take))
-                budget -= take
+            chunks = _prefill_chunks(prefilling, prefill_left, config.max_batched_tokens - decode_tokens)
             prefill_tokens = sum(c for _, c in chunks)
             kv0 = int(ctx.sum()) + prefill_tokens
             H = 1
@@ -665,14 +658,7 @@ def simulate(
             emitted_step = int(emitted.sum())
         else:
             decode_tokens = int(g_dec.sum()) + n_dec
-            budget = max(0, config.max_batched_tokens - decode_tokens)
-            chunks: list[tuple[int, int]] = []
-            for s in prefilling:
-                if budget <= 0:
-                    break
-                take = int(min(prefill_left[s], budget))
-                chunks.append((s, take))
-                budget -= take
+            chunks = _prefill_chunks(prefilling, prefill_left, config.max_batched_tokens - decode_tokens)
             prefill_tokens = sum(c for _, c in chunks)
             step_tokens = decode_tokens + prefill_tokens
             kv0 = int(ctx.sum()) + prefill_tokens  # ctx is 0 on free slots
@@ -914,6 +900,20 @@ def _report(snap: StepCounters, now: float, telemetry: Callable[[float, StepCoun
     if calibrator is not None and calibrator.update(snap):
         return calibrator.costs()
     return costs
+
+
+def _prefill_chunks(prefilling, prefill_left, budget: int) -> list[tuple[int, int]]:
+    """(slot, tokens) of the prompts prefilled this step, in admission order, within the step's token budget left
+    after its decode rows (chunked prefill)."""
+    chunks: list[tuple[int, int]] = []
+    budget = max(0, budget)
+    for s in prefilling:
+        if budget <= 0:
+            break
+        take = int(min(prefill_left[s], budget))
+        chunks.append((s, take))
+        budget -= take
+    return chunks
 
 
 class _Telemetry:
