@@ -51,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="proposer 'hybrid': the price of drafting at all at a lookup miss (the model call, and a "
                         "step that verifies a draft instead of decoding one token) as a share of a target step, "
                         "in [0, 4) (default: the engine's, 0: not weighed)")
+    p.add_argument("--hybrid-min-match", type=int, default=None, metavar="M",
+                   help="proposer 'hybrid': draft with n-gram lookup once its drafts predicted M emitted tokens in a "
+                        "row (the match in progress), with the model elsewhere (default: 2; 0: lookup whenever it "
+                        "finds the n-gram, the model only where it finds none)")
     p.set_defaults(func=run)
 
 
@@ -132,7 +136,9 @@ def build_engine(args: argparse.Namespace):
         opts["max_batch"] = args.max_batch
     if args.max_model_len is not None:
         opts["max_model_len"] = args.max_model_len
-    for name in ("hybrid_model_cost", "hybrid_call_cost"):
+    if getattr(args, "hybrid_min_match", None) is not None and args.hybrid_min_match < 0:
+        raise SystemExit(f"--hybrid-min-match must be >= 0, got {args.hybrid_min_match}")
+    for name in ("hybrid_model_cost", "hybrid_call_cost", "hybrid_min_match"):
         if getattr(args, name, None) is not None:
             opts[name] = getattr(args, name)
     eagle = Path(args.eagle) if getattr(args, "eagle", None) else None

@@ -53,6 +53,8 @@ API (docs/INTERFACES.md, "Worker"):
 - `hybrid_model_cost` (default `HYBRID_MODEL_COST`), `hybrid_call_cost` (default `HYBRID_CALL_COST`): a hybrid's
   price of one more model-drafted token and of drafting at all at a lookup miss, as shares of a step; its model
   part drafts only as far as its drafts are likely to pay those (proposers/hybrid.py); model cost 0: always k.
+  `hybrid_min_match` (default 2): the hybrid drafts with lookup once its drafts predicted this many emitted tokens
+  in a row (the match in progress, proposers/hybrid.py); 0: lookup whenever it finds the n-gram (lookup first).
 - Threads: `num_threads=None` (the default) runs the step thread with 1 torch intra-op thread; pass N to
   use N, or 0 to keep whatever torch is set to.
 - Stop: the request's `stop_token_ids` (default: the tokenizer's EOS ids unless `ignore_eos`); the stop
@@ -89,6 +91,7 @@ from adaptspec.worker.proposers import (
     ProposeInput,
     SamplingParams,
 )
+from adaptspec.worker.proposers.hybrid import HYBRID_MIN_MATCH
 from adaptspec.worker.sampling import logits_to_probs
 from adaptspec.worker.tokenizer import Tokenizer
 from adaptspec.worker.verify import verify_drafts
@@ -267,7 +270,8 @@ class Engine:
                  default_speculation: dict | tuple | None = None, max_speculative_tokens: int = 16,
                  max_prefill_tokens: int = 2048, num_threads: int | None = None,
                  ngram_min_n: int = 2, ngram_max_n: int = 4, eagle_head: EagleHead | None = None,
-                 hybrid_model_cost: float = HYBRID_MODEL_COST, hybrid_call_cost: float = HYBRID_CALL_COST):
+                 hybrid_model_cost: float = HYBRID_MODEL_COST, hybrid_call_cost: float = HYBRID_CALL_COST,
+                 hybrid_min_match: int = HYBRID_MIN_MATCH):
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template = tokenizer.chat_template
@@ -294,9 +298,10 @@ class Engine:
         if eagle_head is not None:
             self._proposers["eagle"] = EagleProposer(eagle_head, model)
         model_proposer = self._proposers.get("eagle") or self._proposers.get("draft")
-        if model_proposer is not None:  # n-gram lookup first, the model where lookup finds nothing
+        if model_proposer is not None:  # per step: lookup inside a match in progress, the model elsewhere
             self._proposers["hybrid"] = HybridProposer(self._proposers["ngram"], model_proposer,
-                                                       hybrid_model_cost, call_cost=hybrid_call_cost)
+                                                       hybrid_model_cost, call_cost=hybrid_call_cost,
+                                                       min_match=hybrid_min_match)
         self.proposers = tuple(self._proposers)
         # the n-gram proposer's (min_n, max_n), to score its lookup after the fact on requests that ran with another
         # proposer or none (control/shadow.py; the server reports it as usage.speculative.shadow)
@@ -646,6 +651,12 @@ class Engine:
         except Exception:  # one broken consumer must not take the others' outputs down
             log.exception("output sink of request %s raised", s.req.request_id)
 
+    def _hard_room(self, s: _Seq) -> int:
+        """The most tokens a draft for `s` may have this step whatever its gamma: max_tokens, the context and the
+        engine's draft bound (a hybrid's lookup part drafts past gamma inside a long match)."""
+        return max(0, min(self.max_speculative_tokens, s.req.max_tokens - s.generated - 1,
+                          self.max_model_len - len(s.tokens) - 1))
+
     def _compute(self, batch: list[_Seq]) -> tuple[list[int], list[list[int]]]:
         """Propose, forward and verify `batch` without committing: -> (k per request, emitted tokens per
         request, -1 padded)."""
@@ -659,7 +670,8 @@ class Engine:
                 groups.setdefault(s.proposer, []).append(i)
         def inputs(proposer, idx: list[int]) -> list[ProposeInput]:
             return [ProposeInput(batch[i].req.request_id, batch[i].tokens, batch[i].room, batch[i].sampling,
-                                 batch[i].hidden if proposer.needs_hidden_states else None) for i in idx]
+                                 batch[i].hidden if proposer.needs_hidden_states else None,
+                                 room=self._hard_room(batch[i])) for i in idx]
 
         hybrid = self._proposers.get("hybrid")
         if "hybrid" in groups and hybrid.model.name in groups:
@@ -775,7 +787,9 @@ class Engine:
                     # counts as tried and not accepted, so that the per-position rates price the truncation
                     # (the cost model takes every draft as long as gamma); a model's draft is conditional on
                     # its length, which it chose (a hybrid's model part: costmodel.hybrid_step)
-                    reached = min(s.room if s.source == "ngram" else k, accepted + 1)
+                    # (a hybrid chooses its lookup draft's length too: the match it follows)
+                    plain_lookup = s.source == "ngram" and s.proposer != "hybrid"
+                    reached = min(s.room if plain_lookup else k, accepted + 1)
                     if len(s.pos_tried) < max(k, reached):
                         grow = max(k, reached) - len(s.pos_tried)
                         s.pos_tried += [0] * grow

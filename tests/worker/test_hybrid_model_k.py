@@ -26,7 +26,8 @@ HID = torch.randn(32, generator=torch.Generator().manual_seed(0))
 
 def _hybrid(cost: float) -> HybridProposer:
     target = random_target()
-    return HybridProposer(NgramProposer(2, 4), EagleProposer(random_head(target), target), cost)
+    # lookup first (min_match 0): a request whose n-gram repeats is never the model's turn here
+    return HybridProposer(NgramProposer(2, 4), EagleProposer(random_head(target), target), cost, min_match=0)
 
 
 def _survival(stats: list[tuple[int, int]], pooled: list[tuple[int, int]], k: int, weight: float = 4.0

@@ -8,7 +8,8 @@ request id, and drafts for a whole batch at once:
     proposer.remove(request_id)                       # finished, aborted or switched proposer
 
 `ProposeInput.token_ids` is the request's whole committed sequence (prompt + generated); the proposer
-drafts up to `k` tokens that would follow it. A `Draft` carries the tokens and, for proposers that sample
+drafts up to `k` tokens that would follow it (`room`, when set, is the hard bound a proposer that chooses its
+own length may use instead). A `Draft` carries the tokens and, for proposers that sample
 (draft model, EAGLE head), the probabilities `[len(tokens), V]` they were sampled from; `probs=None` means
 point-mass drafts (the verifier then accepts x with probability p_target(x)). A proposer may return fewer
 than `k` tokens (even none): the engine verifies what it gets. A proposer made of others (hybrid) names, in
@@ -48,6 +49,10 @@ class ProposeInput:
     k: int  # how many tokens to draft (>= 1)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     hidden: torch.Tensor | None = None  # [h] target hidden state (EAGLE-style proposers only)
+    # the most tokens the engine could verify for this request this step (max_tokens, the context and the
+    # engine's draft bound); 0: `k`. A proposer whose draft length follows its own evidence (the hybrid's lookup
+    # part, as long as its match) may draft past `k` up to it.
+    room: int = 0
 
 
 @dataclass(slots=True)

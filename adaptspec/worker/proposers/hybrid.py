@@ -1,10 +1,23 @@
-"""Hybrid proposer: n-gram prompt lookup first, a model proposer (EAGLE head or draft model) where lookup fails.
+"""Hybrid proposer: n-gram prompt lookup and a model proposer (EAGLE head or draft model), chosen at every step.
 
-Per request and per step: if the request's own text has an earlier occurrence of its suffix n-gram
-(`NgramProposer`), the tokens that followed it are the draft (point masses, `probs=None`: free to propose,
-and on copy-heavy text usually long runs); otherwise the model proposer drafts, with its own sampled
-distribution as the draft probs. Each step's draft comes wholly from one source, so the verifier sees
-either point masses or the model's distributions — exact either way (the engine batches both kinds).
+**Which source drafts a step** (issue 32; the same causal rule as trace replay's `HybridRule`,
+adaptspec/bench/stepwise.py). The lookup runs at every step, drafting or not, and each of its drafts is kept
+as a shadow: the next step checks it against the tokens the target emitted since, so the hybrid knows the
+*match in progress* m, the number of tokens up to the last one emitted that the lookup's successive drafts
+predicted in a row (0 after one it did not; at most `window`). That is suffix decoding's signal: inside a
+copied stretch every lookup draft holds and m grows; where the text departs from what it copies, m drops to 0.
+The rule, from emitted tokens only:
+
+- m >= `min_match` and the lookup has a draft: **lookup**, drafting L = min(cap, max(k, floor(multiplier * m)
+  + 1)) tokens: the controller's gamma k, longer as the match grows (suffix decoding's draft length), up to
+  cap = ceil(lookup_factor * k) and the step's room bound (k says what the batch affords; a match that long
+  is worth a few more verified positions);
+- otherwise **the model**, with the k its recent acceptance pays for (below); if that is no token and the
+  lookup has a draft, the lookup with L as above.
+
+`min_match=0` is the lookup-first hybrid (lookup whenever it finds the suffix n-gram). Each step's draft comes
+wholly from one source, so the verifier sees either point masses or the model's distributions: exact either
+way (the engine batches both kinds), and the choice depends only on tokens already committed.
 
 The model part drafts only as far as it pays. A lookup draft costs nothing to propose, but each model token
 costs a model pass and a verified position: on a CPU-bound target (a 5-token verify pass ~2x a 1-token
@@ -42,6 +55,7 @@ k tokens, for the measurements and tests.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from adaptspec.worker.proposers.base import Draft, ProposeInput, Proposer
@@ -49,33 +63,50 @@ from adaptspec.worker.proposers.ngram import NgramProposer
 
 __all__ = ["HybridProposer"]
 
+# The per-step rule's defaults (module doc), trace replay's `HybridRule` defaults: lookup once 2 tokens in a row
+# were predicted by it, drafting max(k, 2m + 1) (at most 2k), the match looked back on up to 32 tokens.
+HYBRID_MIN_MATCH = 2
+HYBRID_MATCH_MULTIPLIER = 2.0
+HYBRID_LOOKUP_FACTOR = 2.0
+HYBRID_MATCH_WINDOW = 32
+
 
 class HybridProposer:
     name = "hybrid"
 
     def __init__(self, ngram: NgramProposer, model: Proposer, model_cost: float = 0.0, prior_weight: float = 4.0,
-                 explore_every: int = 8, call_cost: float = 0.0):
+                 explore_every: int = 8, call_cost: float = 0.0, *, min_match: int = HYBRID_MIN_MATCH,
+                 multiplier: float = HYBRID_MATCH_MULTIPLIER, lookup_factor: float = HYBRID_LOOKUP_FACTOR,
+                 window: int = HYBRID_MATCH_WINDOW):
         if not 0.0 <= model_cost < 1.0:
             raise ValueError(f"model_cost must be in [0, 1), got {model_cost}")
         if not 0.0 <= call_cost < 4.0:
             raise ValueError(f"call_cost must be in [0, 4), got {call_cost}")
-        self.call_cost = call_cost
         if prior_weight <= 0:
             raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
-        self.ngram, self.model = ngram, model
         if explore_every < 1:
             raise ValueError(f"explore_every must be >= 1, got {explore_every}")
+        if min_match < 0 or window < max(min_match, 1) or not multiplier > 0 or not lookup_factor >= 1.0:
+            raise ValueError(f"bad hybrid rule min_match={min_match} multiplier={multiplier} "
+                             f"lookup_factor={lookup_factor} window={window}: need 0 <= min_match <= window, "
+                             "window >= 1, multiplier > 0 and lookup_factor >= 1")
+        self.call_cost = call_cost
+        self.ngram, self.model = ngram, model
         self.model_cost, self.prior_weight, self.explore_every = model_cost, prior_weight, explore_every
+        self.min_match, self.multiplier, self.lookup_factor, self.window = min_match, multiplier, lookup_factor, window
         self.needs_hidden_states = model.needs_hidden_states
         self.drafts_by_source = {"ngram": 0, model.name: 0}  # steps each source drafted (>= 1 token)
         self.tokens_by_source = {"ngram": 0, model.name: 0}  # tokens each source drafted
-        self.model_declined = 0  # lookup misses where no model token was worth drafting
-        self.model_shortened = 0  # lookup misses where the model drafted, fewer tokens than k
+        self.model_declined = 0  # model turns where no model token was worth drafting
+        self.model_shortened = 0  # model turns where the model drafted, fewer tokens than k
         # per position j of model drafts: [tried, accepted], per request and pooled over all requests
         self._stats: dict[str, list[list[int]]] = {}
         self._pooled: list[list[int]] = []
         self._declined: dict[str, int] = {}  # request -> misses its model declined in a row
         self._declined_all = 0  # misses declined in a row over all requests (short requests explore too)
+        # request -> (committed length when the lookup last drafted, that draft): checked at the next step
+        self._shadow: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._match: dict[str, int] = {}  # request -> the match in progress m
 
     def add(self, request_id: str) -> None:
         self.model.add(request_id)
@@ -83,8 +114,34 @@ class HybridProposer:
 
     def remove(self, request_id: str) -> None:
         self.model.remove(request_id)
-        self._stats.pop(request_id, None)
-        self._declined.pop(request_id, None)
+        for state in (self._stats, self._declined, self._shadow, self._match):
+            state.pop(request_id, None)
+
+    def match(self, item: ProposeInput) -> int:
+        """The match in progress m for this request after the tokens committed since its last step (module doc):
+        the last lookup draft checked against them; m grows by the tokens it predicted if it predicted every
+        one it covered, else m is 0."""
+        rid, seq = item.request_id, item.token_ids
+        shadow = self._shadow.get(rid)
+        m = self._match.get(rid, 0)
+        if shadow is not None and len(seq) > shadow[0]:
+            start, draft = shadow
+            emitted = seq[start:start + len(draft)]
+            held = 0
+            while held < len(emitted) and emitted[held] == draft[held]:
+                held += 1
+            m = min(m + held, self.window) if held and held == len(emitted) else 0
+            self._match[rid] = m
+        return m
+
+    def lookup_cap(self, item: ProposeInput) -> int:
+        """The longest lookup draft this step: the room bound and max(k, ceil(lookup_factor * k))."""
+        want = max(item.k, math.ceil(self.lookup_factor * item.k))
+        return min(want, item.room) if item.room else item.k
+
+    def lookup_len(self, m: int, item: ProposeInput) -> int:
+        """A lookup draft's length at match m: k, longer as the match grows, at most the cap."""
+        return min(self.lookup_cap(item), max(item.k, int(self.multiplier * m) + 1))
 
     def model_k(self, request_id: str, k: int) -> int:
         """How many tokens the model part drafts for this request now: the longest j <= k whose estimated
@@ -134,19 +191,28 @@ class HybridProposer:
         return self.settle(batch, out, asked, self.model.propose(inputs) if inputs else [])
 
     def plan(self, batch: list[ProposeInput]) -> tuple[list[Draft], list[int], list[ProposeInput]]:
-        """The lookup part of `propose`: (the drafts so far, the indices whose misses the model drafts for, and
-        their model inputs, each with the k it pays for). The engine may run those inputs in one call with the
-        requests that ask the same model directly (one set of batched passes); `settle` takes the drafts."""
-        out = self.ngram.propose(batch)
-        for d in out:
-            d.source = "ngram"
-        misses = [i for i, d in enumerate(out) if not d.token_ids]
-        ks = {i: self.model_k(batch[i].request_id, batch[i].k) for i in misses}
+        """The lookup part of `propose`: (the drafts so far, the indices the model drafts for, and their model
+        inputs, each with the k it pays for). The engine may run those inputs in one call with the requests that
+        ask the same model directly (one set of batched passes); `settle` takes the drafts."""
+        found = self.ngram.propose([replace(it, k=self.lookup_cap(it)) for it in batch])
+        out: list[Draft] = []
+        turns: dict[int, int] = {}  # index -> the match in progress where the model has the turn
+        for i, (it, d) in enumerate(zip(batch, found, strict=True)):
+            m = self.match(it)
+            self._shadow[it.request_id] = (len(it.token_ids), tuple(d.token_ids))
+            if d.token_ids and m >= self.min_match:
+                out.append(Draft(d.token_ids[:self.lookup_len(m, it)], source="ngram"))
+            else:
+                out.append(Draft([], source="ngram"))
+                turns[i] = m
+        ks = {i: self.model_k(batch[i].request_id, batch[i].k) for i in turns}
         for i, k in ks.items():
             rid = batch[i].request_id
             self._declined[rid] = 0 if k else self._declined.get(rid, 0) + 1
             self._declined_all = 0 if k else self._declined_all + 1
-        asked = [i for i in misses if ks[i] > 0]
+            if not k and found[i].token_ids:  # the model is not worth asking: a short lookup draft instead
+                out[i] = Draft(found[i].token_ids[:self.lookup_len(turns[i], batch[i])], source="ngram")
+        asked = [i for i in turns if ks[i] > 0]
         self.model_shortened += sum(1 for i in asked if ks[i] < batch[i].k)
         return out, asked, [replace(batch[i], k=ks[i]) for i in asked]
 
