@@ -1,6 +1,6 @@
 """The reference worker's target forward at 128 running requests: what drafting rows cost it.
 
-    python docs/results/padded-attention.py
+    python benchmarks/padded_attention.py
 
 One `TinyLlama.forward` over 128 requests (contexts 60-250 tokens, 1 torch thread), median of 5: every row
 decoding one token, then the same batch with some rows verifying 4 drafted tokens. Attention runs as one padded
@@ -25,7 +25,7 @@ ROWS = 128
 
 def main() -> None:
     torch.set_num_threads(1)
-    model = TinyLlama.from_pretrained(str(Path(__file__).resolve().parents[2] / "adaptspec" / "assets" / "tiny-target"))
+    model = TinyLlama.from_pretrained(str(Path(__file__).resolve().parents[1] / "adaptspec" / "assets" / "tiny-target"))
     cache = model.new_cache(max_slots=ROWS, max_len=512)
     rng = random.Random(0)
     ctx = [rng.randint(60, 250) for _ in range(ROWS)]

@@ -14,7 +14,7 @@ What a profile needs are the RATIOS pass_s / step_s: on a loaded machine every t
 much less; the medians over the windows (and their quartiles, for the spread) are reported, with the
 `overhead_s` each proposer gets in a profile whose batch-1 step is `--profile`'s.
 
-    PYTHONPATH=. nice -n 19 .venv/bin/python scripts/fit_proposer_costs.py --rounds 2 --json out.json
+    PYTHONPATH=. nice -n 19 .venv/bin/python benchmarks/fit_proposer_costs.py --rounds 2 --json out.json
 """
 
 from __future__ import annotations

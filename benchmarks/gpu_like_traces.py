@@ -10,7 +10,7 @@ down here as round numbers before any sweep was run (nothing is fitted to a figu
   chat, translation: near-zero hits). In a copying request the output alternates between copied spans
   (geometric length) where the lookup drafts right until the span ends, and novel spans where it misses.
 
-    python scripts/gpu_like_traces.py --kind mixed --n 400 --seed 0 --out /tmp/gpu-mixed.jsonl
+    python benchmarks/gpu_like_traces.py --kind mixed --n 400 --seed 0 --out /tmp/gpu-mixed.jsonl
 
 Kinds: `mixed` (a general assistant fleet) and `copyheavy` (RAG / editing: mostly summarize, code, structured).
 Lengths come from the simulator's class length model (adaptspec/bench/workloads.py CLASS_SPECS), not its

@@ -11,8 +11,8 @@ its ratio is about what schedules can add there with perfect estimates.
 As in `adaptspec simulate`, the policies calibrate the step-time model online (the profile is the prior);
 `--no-calibration` prices with the profile alone (then the belief is the truth).
 
-    python scripts/sim_schedules.py --out docs/results/sim-schedules   # writes .json, .md, .png
-    python scripts/sim_schedules.py --no-calibration --out docs/results/sim-schedules-nocal
+    python benchmarks/sim_schedules.py --out results/sim-schedules   # writes .json, .md, .png
+    python benchmarks/sim_schedules.py --no-calibration --out results/sim-schedules-nocal
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="docs/results/sim-schedules", help="path prefix of .json / .md / .png")
+    ap.add_argument("--out", default="results/sim-schedules", help="path prefix of .json / .md / .png")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-calibration", action="store_true", help="price with the profile alone")
     args = ap.parse_args()
-    command = ("python scripts/sim_schedules.py" + (f" --seed {args.seed}" if args.seed else "")
+    command = ("python benchmarks/sim_schedules.py" + (f" --seed {args.seed}" if args.seed else "")
                + (" --no-calibration" if args.no_calibration else "") + f" --out {args.out}")
     results = run(args.seed, not args.no_calibration)
     v = verdict(results)

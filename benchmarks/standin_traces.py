@@ -16,8 +16,8 @@ hits by luck (per-request rate, short runs). The head has a per-request per-toke
 mean, +0.10 inside copied stretches, mild decay with depth). The `prompt` is templated by class and is weakly
 informative: copying requests usually (not always) carry a passage / code to work on, others sometimes do.
 
-    python scripts/standin_traces.py --family fleet --n 600 --seed 0 --out /tmp/fleet-0.jsonl [--stats]
-    python scripts/standin_traces.py --family nocopy --stats          # statistics only
+    python benchmarks/standin_traces.py --family fleet --n 600 --seed 0 --out /tmp/fleet-0.jsonl [--stats]
+    python benchmarks/standin_traces.py --family nocopy --stats          # statistics only
 """
 
 from __future__ import annotations

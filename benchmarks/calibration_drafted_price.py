@@ -6,7 +6,7 @@ step, over the idle-box windows of 2026-12-02 00:47 (calibration-cpu-tiny-worker
 1/8/16/32 clients, draft k=2/4 and n-gram k=4 at 1 and 32 clients): with every window, i.e. speculation varied at
 a fixed batch, and with the no-speculation windows alone, i.e. traffic whose batched and KV tokens grow together.
 
-    python docs/results/calibration-drafted-price.py
+    python benchmarks/calibration_drafted_price.py
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def fit(windows: list[dict], cols: tuple[str, ...]) -> np.ndarray:
 
 
 def main() -> None:
-    windows = json.loads((HERE / "calibration-cpu-tiny-worker-quiet.json").read_text())["windows"]
+    windows = json.loads((HERE / "results" / "cpu-tiny-profile" / "calibration-cpu-tiny-worker-quiet.json").read_text())["windows"]
     fits = {"every window (speculation varied at fixed batches)": (fit(windows, COLS), COLS),
             "no-speculation windows only": (fit([w for w in windows if w["speculation"] == "none"], COLS[:2]),
                                             COLS[:2])}

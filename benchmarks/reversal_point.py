@@ -9,7 +9,7 @@ From a `bench compare` run's step telemetry (rows with `engine`), per concurrenc
 - lookup's acceptance per drafted token from the same windows: emitted tokens per request-step
   e = output tokens / s x step time / requests per step, acceptance (e - 1) / drafted per request-step.
 
-    python docs/results/reversal-point.py RUN.json [RUN.json ...] [--labels a,b] [--md OUT.md] [--plot OUT.png]
+    python benchmarks/reversal_point.py RUN.json [RUN.json ...] [--labels a,b] [--md OUT.md] [--plot OUT.png]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How much of n-gram lookup's per-position evidence is truncation (drafts shorter than gamma) on the tiny pair.
 
-    python docs/results/ngram-truncation.py [N]      # N prompts of the shipped set (default 120), ~10 s
+    python benchmarks/ngram_truncation.py [N]      # N prompts of the shipped set (default 120), ~10 s
 
 The tiny target's greedy outputs (64 tokens) of the shipped prompts, walked with the reference worker's lookup
 (latest match, n 2-4) at every gamma k: per class, the tokens a drafting step really emits at k ("walked"), and
@@ -25,7 +25,7 @@ from adaptspec.worker.engine import Engine
 from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.tokenizer import Tokenizer
 
-ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
+ASSETS = Path(__file__).resolve().parents[1] / "adaptspec" / "assets"
 
 
 def walk(reqs, k: int):

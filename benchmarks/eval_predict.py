@@ -15,7 +15,7 @@ requests:
 Split: a seeded half / half shuffle (train, test), and prequential (each request predicted before it is
 learned from, in a seeded order; the class-mean baseline is then a running mean).
 
-    PYTHONPATH=. python scripts/eval_predict.py --trace benchmarks/traces/tiny-shipped.jsonl \\
+    PYTHONPATH=. python benchmarks/eval_predict.py --trace benchmarks/traces/tiny-shipped.jsonl \\
         --trace benchmarks/traces/tiny-extra.jsonl [--gamma 8] [--seeds 0,1,2,3,4]
 """
 

@@ -1,8 +1,8 @@
 """Per-class recall of the content classifier on held-out, request-shaped prompts.
 
-    .venv/bin/python scripts/classifier_recall.py                       # the shipped artifact, the committed set
-    .venv/bin/python scripts/classifier_recall.py --artifact DIR --show-errors
-    .venv/bin/python scripts/classifier_recall.py --shared ../shared/data  # + the local-only non-commercial sets
+    .venv/bin/python benchmarks/classifier_recall.py                       # the shipped artifact, the committed set
+    .venv/bin/python benchmarks/classifier_recall.py --artifact DIR --show-errors
+    .venv/bin/python benchmarks/classifier_recall.py --shared ../shared/data  # + the local-only non-commercial sets
 
 The committed set, tests/data/classifier_heldout.jsonl (fields: label, source, text), has two parts:
 - the "hand" part, prompts written for this evaluation (issue 31, part 4). `source == "hand"`: ~40-48 per class,

@@ -4,7 +4,7 @@ side by side, no speculation, rounds interleaved (ABBA). Per window: the CPU sec
 far less than wall time.
 
     git archive 02b79ff | tar -x -C /tmp/old        # the old tree
-    python docs/results/calibration-cpu-tiny-ab.py /tmp/old . --json docs/results/calibration-cpu-tiny-ab.json
+    python benchmarks/calibration_cpu_tiny_ab.py /tmp/old . --json benchmarks/results/cpu-tiny-profile/calibration-cpu-tiny-ab.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure_step_time import _free_port, _get, _thread_cpu, wait_healthy  # noqa: E402
 
 

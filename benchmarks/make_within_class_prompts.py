@@ -11,7 +11,7 @@ Each line: {"category", "kind", "prompt", "reference"}; `reference` is the sourc
 returned whole for edits, MBPP's solution, the article's highlights, TruthfulQA's answers). Deterministic
 (first rows, no sampling).
 
-    python scripts/make_within_class_prompts.py --data ../shared/data --per-kind 30 --out /tmp/within.jsonl \\
+    python benchmarks/make_within_class_prompts.py --data ../shared/data --per-kind 30 --out /tmp/within.jsonl \\
         --trace benchmarks/traces/reference-within-class.jsonl
     adaptspec trace record --prompts /tmp/within.jsonl --out benchmarks/traces/tiny-within-class.jsonl \\
         --max-k 8 --max-tokens 128

@@ -5,7 +5,7 @@ clients on it, each with its own vllm_xargs draft length, in three rotated modes
 (client 0 k = 4, the others 0), `all` (every k = 4). Per mode it prints the engine's step telemetry over its
 windows (adaptspec:engine_* counters): mean step ms, batched tokens, drafted tokens per step, output tokens/s.
 
-    python docs/results/vllm-step-probe.py --clients 16 --window 15 --rounds 2
+    python benchmarks/vllm_step_probe.py --clients 16 --window 15 --rounds 2
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Record a worker's step counters during a benchmark, and replay them offline through the online step-time fit.
 
-    python docs/results/vllm-calibration-replay.py scrape http://127.0.0.1:PORT steps.jsonl   # Ctrl-C to stop
-    python docs/results/vllm-calibration-replay.py replay steps.jsonl [--profile cpu-tiny] [--every 100]
+    python benchmarks/vllm_calibration_replay.py scrape http://127.0.0.1:PORT steps.jsonl   # Ctrl-C to stop
+    python benchmarks/vllm_calibration_replay.py replay steps.jsonl [--profile cpu-tiny] [--every 100]
 
 `scrape` reads the worker's `adaptspec:engine_*_total` counters every `--interval` seconds (what the proxy
 scrapes) and appends them as JSON lines; `replay` feeds them in order to `StepCalibrator` with the profile

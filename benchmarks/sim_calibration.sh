@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Online step-time calibration in the simulator under a wrong belief (issue 11): every run behind
-# docs/results/sim-calibration.{json,md,png}. Run from the repository root: bash docs/results/sim-calibration.sh
+# docs/results/sim-calibration.md. Run from the repository root: bash benchmarks/sim_calibration.sh
 # Each scenario runs `adaptive` four times on the same seed and requests: belief wrong / right (= the truth),
 # with online calibration (the default) and without (--no-calibration).
 set -euo pipefail
-OUT=${OUT:-docs/results}
+OUT=${OUT:-results/sim-calibration}   # raw outputs (git-ignored); the write-up is docs/results/sim-calibration.md
+mkdir -p "$OUT"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 PY=${PY:-python}

@@ -5,7 +5,7 @@ ratio tokens/s(policy) / tokens/s(reference) is a paired sample; the table gives
 tokens/s over all rounds, the ratio of those totals, and the min / median / max of the per-round ratios (a
 ratio whose per-round range excludes 1.0 is outside the run's spread).
 
-    python scripts/compare_ratios.py c1-mixed.json --reference static:ngram:4 [--reference static:hybrid:4]
+    python benchmarks/compare_ratios.py c1-mixed.json --reference static:ngram:4 [--reference static:hybrid:4]
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Learning harness of issue 31 item 5: does adaptive's learning ever make it worse than a fixed plan, or than knowing nothing?
 
-For each seed, each stand-in trace family (scripts/standin_traces.py, generated in-process, trace seed = sweep
+For each seed, each stand-in trace family (benchmarks/standin_traces.py, generated in-process, trace seed = sweep
 seed) and each stand-in profile (benchmarks/profiles/*.yaml), run the policies as a user's sweep runs them:
 `adaptspec simulate --trace <family> --profile <profile> --proposers ngram,eagle --concurrency 1,8,32,128` with
 the default windows and calibration on, the lowest concurrency first and the learning carried over from point
 to point (warm start, the default), and adaptive once more with `--cold-start` (the priors at every point).
 The statics and the oracle do not learn, so they run once per case; only adaptive runs twice.
 
-    nice -n 10 python scripts/sim_learning.py --jobs 2 --md docs/results/sim-learning.md [--json cells.json]
+    nice -n 10 python benchmarks/sim_learning.py --jobs 2 --md docs/results/sim-learning.md [--json cells.json]
 
 Per (profile, family, seed) and concurrency: adaptive (warm) / the best static, warm / cold adaptive, and
 adaptive / the per-request hindsight oracle at c=1. The acceptance block checks issue 31's targets:
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - t0
     cl = cells(rows, profiles)
     acc = acceptance(cl)
-    command = "python scripts/sim_learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/sim_learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command, "commit": commit, "elapsed_s": elapsed, "jobs": args.jobs, "seeds": seeds,
             "families": families, "profiles": profiles, "n": args.n, "concurrency": conc, "statics": list(statics),
             "proposers": list(PROPOSERS), "max_gamma": MAX_GAMMA}

@@ -1,11 +1,11 @@
 """Robustness sweep of issue 10's trace-replay target: adaptive >= 0.97x the best static at EVERY concurrency.
 
-Every shipped trace (benchmarks/traces/*.jsonl) and synthetic GPU-like traces (scripts/gpu_like_traces.py,
+Every shipped trace (benchmarks/traces/*.jsonl) and synthetic GPU-like traces (benchmarks/gpu_like_traces.py,
 seeded), each with its matching profiles, x concurrency x seeds, as `adaptspec simulate --trace` runs them
 (calibration on, as a user would run it). Prints adaptive / best static (and adaptive / oracle) per cell and
 lists every cell under the tolerance.
 
-    nice -n 19 python scripts/sim_robustness.py --seeds 0,1 --json docs/results/sim-robustness.json \
+    nice -n 19 python benchmarks/sim_robustness.py --seeds 0,1 --json results/sim-robustness.json \
         --md docs/results/sim-robustness.md
 
 Cases:
@@ -14,7 +14,7 @@ Cases:
   traces carry no eagle runs, so an eagle step emits one token).
 - `gpu/<trace>@<profile>`: the tiny traces made GPU-like (their draft-model runs replayed as an EAGLE head's)
   on `h100-llama3-8b-measured` and `h200-llama3-70b`, proposers ngram, eagle.
-- `synth-<kind>@<profile>`: scripts/gpu_like_traces.py traces (400 requests, trace seed = sweep seed).
+- `synth-<kind>@<profile>`: benchmarks/gpu_like_traces.py traces (400 requests, trace seed = sweep seed).
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     for x in misses:
         sys.stdout.write(f"  MISS {x['case']} seed={x['seed']} c={x['concurrency']}: adaptive {x['adaptive']:.0f} "
                          f"vs {x['best_static']} {x['best_static_tps']:.0f} = {x['ratio']:.3f}\n")
-    command = "python scripts/sim_robustness.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/sim_robustness.py " + " ".join(argv if argv is not None else sys.argv[1:])
     return _write(args, command, seeds, conc, cl, rows)
 
 

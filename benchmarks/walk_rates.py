@@ -7,7 +7,7 @@ can take), the per-position counts go into an `AlphaTable`, and its estimate pri
 and with the walk-corrected rates (`priced`, `alpha.walk_rates`). Truth: the tokens per step of the walk at g
 over the same requests. Prints the error of each, in percent, and a summary table.
 
-    python docs/results/walk-rates.py [--json OUT]
+    python benchmarks/walk_rates.py [--json OUT]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from adaptspec.bench.traces import load_traces
 from adaptspec.control.alpha import AlphaTable
 from adaptspec.control.costmodel import expected_tokens_any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TRACES = sorted((ROOT / "benchmarks" / "traces").glob("*.jsonl"))
 DEPTHS = (2, 3, 4, 5, 8)
 GAMMAS = range(1, 9)

@@ -1,9 +1,9 @@
 """Measurement only (docs/results/calibration.md, "The drafted token's price"): with this directory first on
 PYTHONPATH, every StepCalibrator is built with probe_steps = $PROBE_STEPS (0: no calibration probes), so that
-`adaptspec simulate` and docs/results/sim-calibration.sh run without probes on the same code:
+`adaptspec simulate` and benchmarks/sim_calibration.sh run without probes on the same code:
 
-    OUT=/tmp/noprobes PY="env PROBE_STEPS=0 PYTHONPATH=docs/results/calibration-probes-off:$PWD python" \
-        bash docs/results/sim-calibration.sh
+    OUT=/tmp/noprobes PY="env PROBE_STEPS=0 PYTHONPATH=benchmarks/calibration_probes_off:$PWD python" \
+        bash benchmarks/sim_calibration.sh
 """
 
 import os
