@@ -2,7 +2,7 @@
 reference worker learns the worker's step model from its telemetry.
 
     python benchmarks/measure_calibration.py [--profile h200-llama3-70b] [--concurrency 1,4,16,32]
-                                          [--duration 12] [--json docs/results/calibration.json]
+                                          [--duration 12] [--json results/calibration.json]
 
 Starts `adaptspec worker` (1 thread) and `adaptspec serve` (goodput policy, the pool's profile = --profile),
 drives `adaptspec bench` through the proxy at each concurrency in turn, and reads the worker's own step

@@ -19,7 +19,7 @@ thread's CPU seconds per step are not (much), so both are reported:
     .venv/bin/python benchmarks/measure_step_time.py --worker --concurrency 1,8,16,32 --duration 10 \
         --json out.json
 
-Profile (`--profile FORWARDS.json WORKER.json PROPOSERS.json`, the last from scripts/fit_proposer_costs.py):
+Profile (`--profile FORWARDS.json WORKER.json PROPOSERS.json`, the last from benchmarks/fit_proposer_costs.py):
 the end-to-end step model from the three runs, on the engine thread's CPU time. A model proposer's pass is its
 measured share of a batch-1 step (fit_proposer_costs: propose time per pass over the `none` step of the same
 prompt) times the worker's batch-1 `none` step; the draft model's is split into the bare draft forward's
@@ -272,7 +272,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64, help="--worker: tokens per request")
     ap.add_argument("--profile", nargs=3, metavar=("FORWARDS_JSON", "WORKER_JSON", "PROPOSERS_JSON"),
                     help="fit the end-to-end profile from a --cpu-time --fit run, a --worker run and a "
-                         "scripts/fit_proposer_costs.py --json run")
+                         "benchmarks/fit_proposer_costs.py --json run")
     args = ap.parse_args()
     if args.cpu_time and args.threads != 1:
         ap.error("--cpu-time needs --threads 1")

@@ -24,7 +24,7 @@ advice with personal context, JSON / YAML / CSV / table / schema requests and to
 how-to code questions, short math, translation and summary requests worded in several languages, short RAG
 contexts. Slots come from permissive rows and word lists; the rows never repeat a held-out eval prompt
 (tests/data/classifier_heldout.jsonl, `--heldout`): training stops if one does, and that set's per-class
-recall is recorded in meta.json (scripts/classifier_recall.py prints the table).
+recall is recorded in meta.json (benchmarks/classifier_recall.py prints the table).
 
 Everyday general-assistant prompts (train and validation only, `everyday_prompts`, seeded, word lists written for
 this file): how-to / why / explain questions on cooking, home repair, health, travel, science, finance, learning,

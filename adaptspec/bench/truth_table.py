@@ -6,7 +6,7 @@ does not beat plain decoding): the schedule an omniscient per-step controller wo
 `schedule=False` it applies the same table at admission only (the cap at the batch the request joins, fixed
 for the request's life). The ratio of the two on a load pattern is about what in-flight schedules can add
 there with perfect estimates; it prices each class as if the whole batch ran its plan, with the profile's
-context length, so it is a reference, not a strict bound. Used by scripts/sim_schedules.py.
+context length, so it is a reference, not a strict bound. Used by benchmarks/sim_schedules.py.
 
     table = TruthTable(profile, AlphaModel(), ("ngram", "eagle"), schedule=True)
     simulate(table, ProfileCost(profile), workload, config, truth=AlphaModel())

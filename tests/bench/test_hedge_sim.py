@@ -17,7 +17,7 @@ from adaptspec.bench.traces import TraceWorkload
 from adaptspec.control.config import HoldoutConfig, SwitchbackConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import standin_traces  # noqa: E402  (the stand-in trace generator, a script)
 
 PROFILES = ROOT / "benchmarks" / "profiles"

@@ -1,4 +1,4 @@
-"""Plumbing of scripts/sim_learning.py (issue 31 item 5) on a tiny scope: cells and the acceptance block exist.
+"""Plumbing of benchmarks/sim_learning.py (issue 31 item 5) on a tiny scope: cells and the acceptance block exist.
 
 No threshold assertions on the results: the full-scope numbers live in docs/results/sim-learning.md."""
 
@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _load(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # the script imports its sibling standin_traces
-    spec = importlib.util.spec_from_file_location("sim_learning", REPO / "scripts" / "sim_learning.py")
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # the script imports its sibling standin_traces
+    spec = importlib.util.spec_from_file_location("sim_learning", REPO / "benchmarks" / "sim_learning.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""Stand-in trace families (scripts/standin_traces.py): the fleet family hits issue 31's bands, every family loads."""
+"""Stand-in trace families (benchmarks/standin_traces.py): the fleet family hits issue 31's bands, every family loads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from adaptspec.bench.traces import dump, load_traces
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "standin_traces.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "standin_traces.py"
 _spec = importlib.util.spec_from_file_location("standin_traces", _PATH)
 standin = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(standin)

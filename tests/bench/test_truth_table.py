@@ -1,4 +1,4 @@
-"""The truth-table reference of scripts/sim_schedules.py: its caps are the cost model's best gamma for the true
+"""The truth-table reference of benchmarks/sim_schedules.py: its caps are the cost model's best gamma for the true
 acceptance at every level, and at a steady load its schedule and its admission-only form run the same steps."""
 
 from __future__ import annotations

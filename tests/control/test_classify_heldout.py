@@ -1,8 +1,8 @@
 """The content classifier on held-out, request-shaped prompts (issue 31, part 4): every class >= 0.85 recall.
 
 tests/data/classifier_heldout.jsonl: prompts written for this evaluation (`source` "hand" / "handwritten-2") and rows of
-../shared/data that the training script never trains on (see scripts/classifier_recall.py for the sources and
-their licences). Print the table with: .venv/bin/python scripts/classifier_recall.py [--show-errors]
+../shared/data that the training script never trains on (see benchmarks/classifier_recall.py for the sources and
+their licences). Print the table with: .venv/bin/python benchmarks/classifier_recall.py [--show-errors]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ MIN_RECALL = 0.85
 
 
 def _load_recall_script():
-    spec = importlib.util.spec_from_file_location("classifier_recall", REPO / "scripts" / "classifier_recall.py")
+    spec = importlib.util.spec_from_file_location("classifier_recall", REPO / "benchmarks" / "classifier_recall.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

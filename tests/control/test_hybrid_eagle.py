@@ -69,8 +69,8 @@ def test_a_hybrid_always_drafts_its_propose_rate_only_prices_it():
 
 
 def test_eagle_head_pass_is_the_measured_share_of_a_batch_1_step():
-    # scripts/fit_proposer_costs.py: a head pass is 0.227 of the worker's batch-1 `none` step, 7.96 ms measured
-    # (docs/results/calibration-cpu-tiny-{proposers,worker}.json; cpu-tiny's header)
+    # benchmarks/fit_proposer_costs.py: a head pass is 0.227 of the worker's batch-1 `none` step, 7.96 ms measured
+    # (benchmarks/results/cpu-tiny-profile/calibration-cpu-tiny-{proposers,worker}.json; cpu-tiny's header)
     assert TINY.draft("eagle").time(1, 1, TINY.context_tokens, TINY.target) == pytest.approx(0.227 * 0.00796, rel=0.03)
 
 

@@ -28,17 +28,17 @@ def test_cpu_tiny_is_measured_and_fits_its_anchor_points():
     p = load_profile("cpu-tiny")
     assert not p.provisional
     assert p.target.additive
-    # the worker's `none` steps (engine-thread CPU, docs/results/calibration-cpu-tiny-worker.json): batched and
+    # the worker's `none` steps (engine-thread CPU, benchmarks/results/cpu-tiny-profile/calibration-cpu-tiny-worker.json): batched and
     # KV tokens per step -> ms per step at 1/8/16/32 clients; the profile's header says -4..+7%
     for batched, kv, ms in ((4.5, 187, 8.00), (23.1, 1071, 17.80), (38.3, 1800, 28.29), (82.3, 3984, 57.42)):
         assert p.target.time(batched, kv) == pytest.approx(ms / 1e3, rel=0.1)
     # the worker's wall counters on the idle box at 128/256 clients without speculation
-    # (docs/results/cpu-compare-128-256-run3.json; KV = context_tokens x requests per step)
+    # (benchmarks/results/cpu-tiny-profile/cpu-compare-128-256-run3.json; KV = context_tokens x requests per step)
     for batched, requests, ms in ((293.7, 85.9, 169.8), (587.5, 163.9, 343.6)):
         assert p.target.time(batched, requests * p.context_tokens) == pytest.approx(ms / 1e3, rel=0.15)
     # drafted tokens are not free at high batch on a CPU: 64 x 5 tokens cost > 2x 64 x 1
     assert p.target.time(320, 64 * p.context_tokens) > 2.0 * p.target.time(64, 64 * p.context_tokens)
-    # a draft-model pass ~0.315 of the batch-1 step, an EAGLE head pass ~0.227 (scripts/fit_proposer_costs.py)
+    # a draft-model pass ~0.315 of the batch-1 step, an EAGLE head pass ~0.227 (benchmarks/fit_proposer_costs.py)
     assert p.draft("draft").time(1, 1, p.context_tokens, p.target) / 0.00796 == pytest.approx(0.315, rel=0.05)
     assert p.draft("eagle").time(1, 1, p.context_tokens, p.target) / 0.00796 == pytest.approx(0.227, rel=0.05)
 

@@ -1,4 +1,4 @@
-"""Two rules of the goodput policy found by the robustness sweep (scripts/sim_robustness.py).
+"""Two rules of the goodput policy found by the robustness sweep (benchmarks/sim_robustness.py).
 
 1. A draft model's passes are paid by the whole step: the goodput policy keeps the model for a worker's batch
 only when the batch's class mix is worth more with it than without it.
