@@ -65,6 +65,15 @@ def test_per_step_rule_follows_the_match_in_progress():
     seq += [3, 9]  # the draft failed at its second token: the match is gone, the head's turn
     fourth = step(seq)
     assert fourth.probs is not None and hybrid.match(ProposeInput("r", seq, 3)) == 0
+    # every shadow draft was scored in its match bucket, censored at what its step emitted: bucket 0 (the first
+    # step) held 2 of 2, bucket 2 all 6 of its shadow (5 drafted, the bonus as it said), bucket 3+ held 1, missed 1
+    assert hybrid._lookup_stats[0] == [[1, 1], [1, 1]]
+    assert hybrid._lookup_stats[2] == [[1, 1]] * 6 and hybrid._lookup_stats[3] == [[1, 1], [1, 0]]
+    # the model's turn weighs both sources: S = (a + 1) / (t + 2) per position, L the longest S_L >= 0.1
+    length, worth = hybrid._lookup_worth(0, [1] * 6)
+    s1, s2 = 2 / 3, 4 / 9
+    curve = [s1, s2, s2 / 2, s2 / 4]  # positions 3, 4 unseen: 1/2 each; 5th: s2 / 8 < 0.1
+    assert length == 4 and worth == pytest.approx((1 + sum(curve)) / (1 + 4 * 0.1))
     assert hybrid.drafts_by_source == {"ngram": 2, "eagle": 2}
     hybrid.remove("r")
     assert "r" not in hybrid._match and "r" not in hybrid._shadow

@@ -12,12 +12,17 @@ The rule, from emitted tokens only:
   + 1)) tokens: the controller's gamma k, longer as the match grows (suffix decoding's draft length), up to
   cap = ceil(lookup_factor * k) and the step's room bound (k says what the batch affords; a match that long
   is worth a few more verified positions);
-- otherwise **the model**, with the k its recent acceptance pays for (below); if that is no token and the
-  lookup has a draft, the lookup with L as above.
+- otherwise the source whose draft is worth more now, priced per step: a lookup draft of L tokens emits
+  E_L = 1 + S_1 + ... + S_L tokens for 1 + L * `position_cost` of a step (a verified position), the model's
+  draft of j tokens (the j its recent acceptance pays for, below) E_j for 1 + j * `model_cost`; the larger of
+  E / cost wins (none when neither drafts). The lookup's S_i are learned per match bucket (m = 0, 1, 2, 3+)
+  from its shadow drafts, every step, whichever source drafted (a point-mass draft token is accepted exactly
+  when the target emits it, so the emitted tokens are its verdict; censored at what the step emitted): free
+  evidence, so neither source can be locked out. L is the longest with S_L >= `position_cost`, at most the cap.
 
-`min_match=0` is the lookup-first hybrid (lookup whenever it finds the suffix n-gram). Each step's draft comes
-wholly from one source, so the verifier sees either point masses or the model's distributions: exact either
-way (the engine batches both kinds), and the choice depends only on tokens already committed.
+`min_match=0` is lookup first (lookup whenever it finds the suffix n-gram, L as in the first case). Each step's
+draft comes wholly from one source, so the verifier sees either point masses or the model's distributions:
+exact either way (the engine batches both kinds), and the choice depends only on tokens already committed.
 
 The model part drafts only as far as it pays. A lookup draft costs nothing to propose, but each model token
 costs a model pass and a verified position: on a CPU-bound target (a 5-token verify pass ~2x a 1-token
@@ -69,6 +74,10 @@ HYBRID_MIN_MATCH = 2
 HYBRID_MATCH_MULTIPLIER = 2.0
 HYBRID_LOOKUP_FACTOR = 2.0
 HYBRID_MATCH_WINDOW = 32
+# A verified lookup position as a share of a target step: the CPU reference worker's 0.49 ms per batched token
+# over its 5.1 ms step (cpu-tiny profile); a memory-bound GPU verifies a few more positions nearly for free.
+HYBRID_POSITION_COST = 0.1
+_BUCKETS = 4  # lookup evidence by match in progress: 0, 1, 2, 3+
 
 
 class HybridProposer:
@@ -77,7 +86,7 @@ class HybridProposer:
     def __init__(self, ngram: NgramProposer, model: Proposer, model_cost: float = 0.0, prior_weight: float = 4.0,
                  explore_every: int = 8, call_cost: float = 0.0, *, min_match: int = HYBRID_MIN_MATCH,
                  multiplier: float = HYBRID_MATCH_MULTIPLIER, lookup_factor: float = HYBRID_LOOKUP_FACTOR,
-                 window: int = HYBRID_MATCH_WINDOW):
+                 window: int = HYBRID_MATCH_WINDOW, position_cost: float = HYBRID_POSITION_COST):
         if not 0.0 <= model_cost < 1.0:
             raise ValueError(f"model_cost must be in [0, 1), got {model_cost}")
         if not 0.0 <= call_cost < 4.0:
@@ -90,7 +99,9 @@ class HybridProposer:
             raise ValueError(f"bad hybrid rule min_match={min_match} multiplier={multiplier} "
                              f"lookup_factor={lookup_factor} window={window}: need 0 <= min_match <= window, "
                              "window >= 1, multiplier > 0 and lookup_factor >= 1")
-        self.call_cost = call_cost
+        if not 0.0 <= position_cost < 1.0:
+            raise ValueError(f"position_cost must be in [0, 1), got {position_cost}")
+        self.call_cost, self.position_cost = call_cost, position_cost
         self.ngram, self.model = ngram, model
         self.model_cost, self.prior_weight, self.explore_every = model_cost, prior_weight, explore_every
         self.min_match, self.multiplier, self.lookup_factor, self.window = min_match, multiplier, lookup_factor, window
@@ -104,8 +115,10 @@ class HybridProposer:
         self._pooled: list[list[int]] = []
         self._declined: dict[str, int] = {}  # request -> misses its model declined in a row
         self._declined_all = 0  # misses declined in a row over all requests (short requests explore too)
-        # request -> (committed length when the lookup last drafted, that draft): checked at the next step
-        self._shadow: dict[str, tuple[int, tuple[int, ...]]] = {}
+        # request -> (committed length when the lookup last drafted, that draft, its match bucket): checked at
+        # the next step; per bucket and position of the lookup's drafts: [tried, accepted], pooled
+        self._shadow: dict[str, tuple[int, tuple[int, ...], int]] = {}
+        self._lookup_stats: list[list[list[int]]] = [[] for _ in range(_BUCKETS)]
         self._match: dict[str, int] = {}  # request -> the match in progress m
 
     def add(self, request_id: str) -> None:
@@ -120,19 +133,36 @@ class HybridProposer:
     def match(self, item: ProposeInput) -> int:
         """The match in progress m for this request after the tokens committed since its last step (module doc):
         the last lookup draft checked against them; m grows by the tokens it predicted if it predicted every
-        one it covered, else m is 0."""
+        one it covered, else m is 0. The check is also that draft's verdict, counted in its match bucket."""
         rid, seq = item.request_id, item.token_ids
         shadow = self._shadow.get(rid)
         m = self._match.get(rid, 0)
         if shadow is not None and len(seq) > shadow[0]:
-            start, draft = shadow
+            start, draft, bucket = shadow
             emitted = seq[start:start + len(draft)]
             held = 0
             while held < len(emitted) and emitted[held] == draft[held]:
                 held += 1
+            _count(self._lookup_stats[bucket], min(held + 1, len(emitted)), held)
             m = min(m + held, self.window) if held and held == len(emitted) else 0
             self._match[rid] = m
+            del self._shadow[rid]
         return m
+
+    def lookup_curve(self, m: int, n: int) -> list[float]:
+        """S_1..S_n of a lookup draft at match m: its learned chance that positions 1..j all hold (module doc)."""
+        return _curve(self._lookup_stats[min(m, _BUCKETS - 1)], n)
+
+    def head_curve(self, request_id: str, k: int) -> list[float]:
+        """S_1..S_k of the model's drafts for this request: its own counts shrunk toward the pooled ones."""
+        own = self._stats.get(request_id, [])
+        out, survive = [], 1.0
+        for j in range(k):
+            gt, ga = self._pooled[j] if j < len(self._pooled) else (0, 0)
+            t, a = own[j] if j < len(own) else (0, 0)
+            survive *= (a + self.prior_weight * (ga + 1) / (gt + 2)) / (t + self.prior_weight)
+            out.append(survive)
+        return out
 
     def lookup_cap(self, item: ProposeInput) -> int:
         """The longest lookup draft this step: the room bound and max(k, ceil(lookup_factor * k))."""
@@ -156,18 +186,12 @@ class HybridProposer:
         return min(k, 1)
 
     def _survival_k(self, request_id: str, k: int) -> int:
-        own = self._stats.get(request_id, [])
-        survive, worth, j = 1.0, 0.0, 0
-        for j in range(k):
-            gt, ga = self._pooled[j] if j < len(self._pooled) else (0, 0)
-            pooled = (ga + 1) / (gt + 2)
-            t, a = own[j] if j < len(own) else (0, 0)
-            survive *= (a + self.prior_weight * pooled) / (t + self.prior_weight)
+        worth, j = 0.0, 0
+        for survive in self.head_curve(request_id, k):
             if survive < self.model_cost:
                 break
             worth += survive - self.model_cost
-        else:
-            j = k
+            j += 1
         # the call price is weighed once the model has a verdict (pooled over requests): before that the prior
         # (1/2 per position) would never pay it, and the model would not draft until its first exploration
         tried = self._pooled[0][0] if self._pooled else 0
@@ -179,12 +203,8 @@ class HybridProposer:
         if source != self.model.name or drafted <= 0:
             return
         stats = [self._pooled] + ([self._stats[request_id]] if request_id in self._stats else [])
-        for st in stats:
-            while len(st) < drafted:
-                st.append([0, 0])
-            for j in range(min(accepted + 1, drafted)):  # tried: the accepted positions and the first miss
-                st[j][0] += 1
-                st[j][1] += j < accepted
+        for st in stats:  # tried: the accepted positions and the first miss
+            _count(st, min(accepted + 1, drafted), accepted, drafted)
 
     def propose(self, batch: list[ProposeInput]) -> list[Draft]:
         out, asked, inputs = self.plan(batch)
@@ -196,25 +216,49 @@ class HybridProposer:
         ask the same model directly (one set of batched passes); `settle` takes the drafts."""
         found = self.ngram.propose([replace(it, k=self.lookup_cap(it)) for it in batch])
         out: list[Draft] = []
-        turns: dict[int, int] = {}  # index -> the match in progress where the model has the turn
+        turns: dict[int, int] = {}  # index -> the match in progress where the rule weighs the two sources
         for i, (it, d) in enumerate(zip(batch, found, strict=True)):
             m = self.match(it)
-            self._shadow[it.request_id] = (len(it.token_ids), tuple(d.token_ids))
+            if d.token_ids:
+                self._shadow[it.request_id] = (len(it.token_ids), tuple(d.token_ids), min(m, _BUCKETS - 1))
+            else:  # the suffix n-gram is new: whatever matched before has ended
+                self._match[it.request_id] = 0
             if d.token_ids and m >= self.min_match:
                 out.append(Draft(d.token_ids[:self.lookup_len(m, it)], source="ngram"))
             else:
                 out.append(Draft([], source="ngram"))
                 turns[i] = m
         ks = {i: self.model_k(batch[i].request_id, batch[i].k) for i in turns}
-        for i, k in ks.items():
-            rid = batch[i].request_id
-            self._declined[rid] = 0 if k else self._declined.get(rid, 0) + 1
-            self._declined_all = 0 if k else self._declined_all + 1
-            if not k and found[i].token_ids:  # the model is not worth asking: a short lookup draft instead
-                out[i] = Draft(found[i].token_ids[:self.lookup_len(turns[i], batch[i])], source="ngram")
+        for i, m in turns.items():
+            it, look = batch[i], found[i].token_ids
+            length, worth = self._lookup_worth(m, look)
+            if length and worth >= self._model_worth(it.request_id, ks[i]):
+                out[i] = Draft(list(look[:length]), source="ngram")
+                ks[i] = 0
+                continue
+            rid = it.request_id
+            self._declined[rid] = 0 if ks[i] else self._declined.get(rid, 0) + 1
+            self._declined_all = 0 if ks[i] else self._declined_all + 1
         asked = [i for i in turns if ks[i] > 0]
         self.model_shortened += sum(1 for i in asked if ks[i] < batch[i].k)
         return out, asked, [replace(batch[i], k=ks[i]) for i in asked]
+
+    def _lookup_worth(self, m: int, draft: list[int]) -> tuple[int, float]:
+        """(L, tokens per step-cost) of the lookup's draft at match m: the longest L whose S_L pays a verified
+        position, E_L / (1 + L * position_cost); (0, 1.0) when none."""
+        emitted, length = 1.0, 0
+        for survive in self.lookup_curve(m, len(draft)):
+            if survive < self.position_cost:
+                break
+            emitted += survive
+            length += 1
+        return length, emitted / (1.0 + length * self.position_cost)
+
+    def _model_worth(self, request_id: str, k: int) -> float:
+        """Tokens per step-cost of the model's draft of k tokens: E_k / (1 + k * model_cost); 1.0 for none."""
+        if k <= 0:
+            return 1.0
+        return (1.0 + sum(self.head_curve(request_id, k))) / (1.0 + k * self.model_cost)
 
     def settle(self, batch: list[ProposeInput], out: list[Draft], asked: list[int],
                drafts: list[Draft]) -> list[Draft]:
@@ -230,3 +274,22 @@ class HybridProposer:
         for d in out:
             self.tokens_by_source[d.source] += len(d.token_ids)
         return out
+
+
+def _count(stats: list[list[int]], tried: int, accepted: int, drafted: int = 0) -> None:
+    """Count one draft's verdict: positions 1..tried tried, 1..accepted accepted (rows kept for 1..drafted)."""
+    while len(stats) < max(tried, drafted):
+        stats.append([0, 0])
+    for j in range(tried):
+        stats[j][0] += 1
+        stats[j][1] += j < accepted
+
+
+def _curve(stats: list[list[int]], n: int) -> list[float]:
+    """S_1..S_n from per-position [tried, accepted] counts, each position's rate with a uniform prior."""
+    out, survive = [], 1.0
+    for j in range(n):
+        t, a = stats[j] if j < len(stats) else (0, 0)
+        survive *= (a + 1) / (t + 2)
+        out.append(survive)
+    return out
