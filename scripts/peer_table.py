@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                              for p, v in sorted(r["proposer_mix"].items(), key=lambda kv: -kv[1]) if v >= 0.005)
             lines.append(f"- {r['policy']} c={int(r['concurrency'])}: {mix}, k {r['mean_gamma_speculating']:.1f}")
     text = "\n".join(lines) + "\n"
-    print(text)
+    sys.stdout.write(text)
     if args.md:
         Path(args.md).write_text(text)
     if args.json:
