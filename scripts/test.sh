@@ -5,7 +5,8 @@
 #
 # 1. redis-server and prometheus (real servers the integration tests start on loopback ports) are installed
 #    from the Debian/Ubuntu packages when missing (apt-get as root, else through sudo);
-# 2. unit tests, then integration tests (`-m integration`); the vLLM tests are scripts/ci_vllm.sh's step.
+# 2. unit tests, then integration tests (`-m integration`); the vLLM tests are scripts/ci_vllm.sh's step, the
+#    SGLang wheel check (`-m sglang`, it downloads the pinned wheel) a step of .ci/run.
 #
 # Python: ADAPTSPEC_TEST_PYTHON if set, else the active virtual environment's `python`, else ./.venv (the
 # README's venv), else `python3`. It must have the test dependencies: pip install -e '.[all]'.
@@ -51,6 +52,6 @@ run() {
 }
 had_args=$(($# > 0))
 echo "==== unit tests ($PY)"
-run -m "not integration and not vllm" -q "$@"
+run -m "not integration and not vllm and not sglang" -q "$@"
 echo "==== integration tests (real servers on loopback)"
-run -m "integration and not vllm" -q "$@"
+run -m "integration and not vllm and not sglang" -q "$@"

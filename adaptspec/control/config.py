@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS
 from adaptspec.errors import ConfigError
 
-POLICY_KINDS = ("static", "threshold", "goodput", "bandit")
+POLICY_KINDS = ("static", "threshold", "goodput", "bandit", "sglang_adaptive", "draft_len_schedule", "batch_cutoff",
+                "smartspec", "banditspec_ucb")  # the last five: peer policies (control/peers/)
 SpecProposer = Literal["ngram", "draft", "eagle", "hybrid"]
 AnyProposer = Literal["none", "ngram", "draft", "eagle", "hybrid"]
 ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
@@ -180,8 +181,18 @@ class BanditPolicy(_Experiments):
     tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)
 
 
+# the peer policies' sections (control/peers/config.py builds on _Experiments above, hence the late import)
+from adaptspec.control.peers.config import (  # noqa: E402
+    BanditSpecPolicy,
+    BatchCutoffPolicy,
+    DraftLenSchedulePolicy,
+    SglangAdaptivePolicy,
+    SmartSpecPolicy,
+)
+
 PolicyConfig = Annotated[
-    Union[StaticPolicy, ThresholdPolicy, GoodputPolicy, BanditPolicy],  # noqa: UP007
+    Union[StaticPolicy, ThresholdPolicy, GoodputPolicy, BanditPolicy,  # noqa: UP007
+          SglangAdaptivePolicy, DraftLenSchedulePolicy, BatchCutoffPolicy, SmartSpecPolicy, BanditSpecPolicy],
     Field(discriminator="kind"),
 ]
 

@@ -60,7 +60,12 @@ SGLANG_ACCEPT_LENGTH = names.SGLANG_ACCEPT_LENGTH
 SGLANG_GEN_TOKENS = names.total(names.SGLANG_GENERATION_TOKENS)
 _BY_CLASS = frozenset({BY_CLASS_DRAFTS, BY_CLASS_DRAFT_TOKENS, BY_CLASS_ACCEPTED})
 VLLM_STYLE = frozenset({VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS}) | _BY_CLASS
-SGLANG_STYLE = frozenset({SGLANG_ACCEPT_LENGTH, SGLANG_GEN_TOKENS})
+SGLANG_ACCEPT_RATE = names.SGLANG_ACCEPT_RATE
+SGLANG_NUM_STEPS = names.SGLANG_NUM_STEPS
+SGLANG_NUM_DRAFT_TOKENS = names.SGLANG_NUM_DRAFT_TOKENS
+SGLANG_VERIFY_CALLS = names.total(names.SGLANG_VERIFY_CALLS)
+SGLANG_STYLE = frozenset({SGLANG_ACCEPT_LENGTH, SGLANG_GEN_TOKENS, SGLANG_ACCEPT_RATE, SGLANG_NUM_STEPS,
+                          SGLANG_NUM_DRAFT_TOKENS, SGLANG_VERIFY_CALLS})
 SHADOW_STEPS = names.total(names.SHADOW_NGRAM_STEPS)
 SHADOW_DRAFTS = names.total(names.SHADOW_NGRAM_DRAFTS)
 SHADOW_DRAFT_TOKENS = names.total(names.SHADOW_NGRAM_DRAFT_TOKENS)
@@ -167,18 +172,49 @@ def ingest_sglang(
     gamma: int,
     now: float | None = None,
 ) -> int:
-    """SGLang exposes a mean accept length gauge: alpha solves E(alpha, gamma) = length; the weight is the
-    verification steps since the last scrape (generated tokens / length), so an idle engine adds nothing."""
-    length, tokens = None, 0.0
+    """A pool's acceptance from SGLang's speculative metrics, the best the release exports:
+
+    - draft length k: the live `sglang:spec_num_draft_tokens` - 1 (a chain drafts steps + 1 tokens) or
+      `sglang:spec_num_steps` (both follow --speculative-adaptive), else the pool's launch `gamma`;
+    - counters (sglang >= 0.5.23): `sglang:spec_verify_calls_total` counts every finished request's verify steps
+      and `sglang:generation_tokens_total` its tokens, so over a scrape window the accept length is
+      tokens / verify steps, weighted by those steps;
+    - else the interval gauges: accepted drafts per step = `sglang:spec_accept_rate` x k (accepted / proposed
+      drafts), or `sglang:spec_accept_length` - 1; the weight the verify steps since the last scrape
+      (generated tokens / accept length), so an idle engine adds nothing.
+
+    alpha then solves E(alpha, k) = 1 + accepted per step (Leviathan's form, drafts as a chain)."""
+    gauges: dict[str, float] = {}
+    tokens = verify = 0.0
+    has_verify = False
     for name, labels, value in samples:
-        if name == SGLANG_ACCEPT_LENGTH:
-            length = float(value)
+        if name in (SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE, SGLANG_NUM_STEPS, SGLANG_NUM_DRAFT_TOKENS):
+            gauges[name] = float(value)  # one engine (tp / dp ranks report the same interval): the last wins
         elif name == SGLANG_GEN_TOKENS:
             tokens += tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
-    if length is None or length < 1.0 or tokens <= 0 or gamma <= 0:
+        elif name == SGLANG_VERIFY_CALLS:
+            has_verify = True
+            verify += tracker.delta((worker, name, tuple(sorted(labels.items()))), float(value))
+    k = float(gamma)
+    if gauges.get(SGLANG_NUM_DRAFT_TOKENS, 0.0) > 1.0:
+        k = gauges[SGLANG_NUM_DRAFT_TOKENS] - 1.0
+    elif gauges.get(SGLANG_NUM_STEPS, 0.0) > 0.0:
+        k = gauges[SGLANG_NUM_STEPS]
+    if k <= 0 or tokens <= 0:
         return 0
-    a = alpha_from_accept_length(min(length, gamma + 1.0), gamma)
-    steps = tokens / length
-    table.observe_counts(worker, proposer, ANY_CLASS, steps * (length - 1.0), steps * (1.0 - a**gamma),
-                         draft_tokens=steps * gamma, now=now)
+    if has_verify:
+        if verify <= 0:
+            return 0
+        steps, accepted = verify, min(max(tokens / verify - 1.0, 0.0), k)
+    else:
+        if SGLANG_ACCEPT_RATE in gauges and gauges[SGLANG_ACCEPT_RATE] > 0.0:
+            accepted = min(gauges[SGLANG_ACCEPT_RATE], 1.0) * k
+        elif gauges.get(SGLANG_ACCEPT_LENGTH, 0.0) >= 1.0:
+            accepted = min(gauges[SGLANG_ACCEPT_LENGTH], k + 1.0) - 1.0
+        else:
+            return 0
+        steps = tokens / (1.0 + accepted)
+    a = alpha_from_accept_length(1.0 + accepted, k)
+    table.observe_counts(worker, proposer, ANY_CLASS, steps * accepted, steps * (1.0 - a**k),
+                         draft_tokens=steps * k, now=now)
     return 1

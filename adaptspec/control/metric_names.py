@@ -59,5 +59,10 @@ SGLANG_WAITING = "sglang:num_queue_reqs"
 SGLANG_KV_USAGE = "sglang:token_usage"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"  # gauge: mean tokens per verify step
 SGLANG_GENERATION_TOKENS = "sglang:generation_tokens"  # counter (base name)
+# speculation gauges of a log interval (sglang >= 0.5.23: metrics_collector.py) and the verify-step counter
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"  # gauge: accepted drafts / proposed drafts
+SGLANG_NUM_STEPS = "sglang:spec_num_steps"  # gauge: the active speculative_num_steps (moves under --speculative-adaptive)
+SGLANG_NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"  # gauge: the active speculative_num_draft_tokens
+SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls"  # counter (base name): verification steps
 
 PREFIXES = ("vllm:", "sglang:", "adaptspec:")  # every family the scraper looks at starts with one of these

@@ -836,4 +836,9 @@ def _build(cfg: PolicyConfig):
         return Goodput(cfg)
     if isinstance(cfg, BanditPolicy):
         return Bandit(cfg)
+    from adaptspec.control.peers import build_peer  # the peer policies (control/peers/)
+
+    peer = build_peer(cfg)
+    if peer is not None:
+        return peer
     raise ConfigError("unknown policy kind", key="policy.kind", value=getattr(cfg, "kind", cfg))

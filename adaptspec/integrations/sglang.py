@@ -30,6 +30,8 @@ from adaptspec.integrations._launch_common import (
 # adaptspec proposer -> SGLang --speculative-algorithm
 SGLANG_ALGORITHMS = {"eagle": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM"}
 VALID_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM")
+# the release the metric names and launch flags are checked against (integrations/sglang_seams.py, in CI)
+PINNED_SGLANG = "0.5.23"
 
 
 def sglang_commands(pool: object, *, file: str | None = None) -> list[EngineCommand]:

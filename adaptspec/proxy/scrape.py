@@ -12,7 +12,8 @@ Parses three dialects into one `WorkerSample`:
                               adaptspec:shadow_ngram_{tried,accepted}_per_pos_by_class_total
                               {content_class, regime[, position]} (feedback.py)
     SGLang                    sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage,
-                              sglang:spec_accept_length (mean tokens per verify step, a gauge)
+                              sglang:spec_verify_calls_total + sglang:generation_tokens_total (counters),
+                              sglang:spec_{accept_length,accept_rate,num_steps,num_draft_tokens} (gauges)
     step telemetry            adaptspec:engine_{steps,step_seconds,batched_tokens,kv_tokens}_total,
                               adaptspec:engine_{drafted_tokens,draft_passes}_total{proposer}
                               (control/telemetry.py; summed over other labels into one StepCounters,
