@@ -123,7 +123,7 @@ class Proxy:
         st = config.state
         if st is not None and st.backend == "redis":
             return RedisState(alphas, st.url, st.key_prefix, sync_interval_s=min(0.1, self.scrape_interval_s),
-                              metrics=self.metrics)
+                              learn_interval_s=st.learn_interval_s, metrics=self.metrics)
         return MemoryState(alphas)
 
     # -- request path ------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ class Proxy:
             mn.WORKER_PREFILL_RATIO: (("worker",), [((w.name,), w.traffic.prefill_ratio) for w in workers]),
             mn.STATE_BACKEND_UP: (("backend",), [((self.state.backend,), float(self.state.up))]),
         }
-        means, stds, rates = [], [], []
+        means, stds, rates, reports = [], [], [], []
         for w in workers:
             proposers = [p for p in w.proposers if p != "none"]
             for p in proposers:
@@ -222,10 +222,12 @@ class Proxy:
                     means.append(((w.name, p, cls), est.mean))
                     stds.append(((w.name, p, cls), est.std))
                     rates.append(((w.name, p, cls), est.propose_rate))
+                    reports.append(((w.name, p, cls), est.reports))
         labels = ("worker", "proposer", "content_class")
         out[mn.ALPHA_ESTIMATE] = (labels, means)
         out[mn.ALPHA_ESTIMATE_STD] = (labels, stds)
         out[mn.PROPOSE_RATE_ESTIMATE] = (labels, rates)
+        out[mn.ALPHA_ESTIMATE_REPORTS] = (labels, reports)
         return out
 
     # -- lifecycle ---------------------------------------------------------------------------------
