@@ -14,7 +14,9 @@ background rounds, at a cost that does not grow with the request rate:
   `{prefix}learn` (XADD; fields: replica, sequence number, the deltas as JSON); one XREAD brings the other
   replicas' entries, each applied with `AlphaTable.add_stats`. Per replica that is one write and one read per
   interval, whatever the traffic: Redis work grows with replicas x keys / interval, not with requests. A
-  replica that starts later replays the stream, which keeps `_HISTORY_S` (10 min) of entries (XADD MINID).
+  replica that starts later replays the stream, which keeps the last `_HISTORY_S` (10 min) of entries and at
+  most ~`_HISTORY_MAX` of them (XADD MAXLEN ~; XTRIM MINID ~ once a minute): a bound on Redis memory that
+  does not depend on traffic either.
 - exactly once across Redis losing its data: each entry carries (replica, seq); a reader applies a replica's
   entries in order and skips a seq it has already applied. Every replica writes a random epoch to
   `{prefix}epoch` (SET NX); finding another one (a restarted, empty Redis) it re-sends the entries it pushed in
@@ -52,6 +54,8 @@ from adaptspec.control.alpha import GREEDY, AlphaTable, regime_key
 log = logging.getLogger(__name__)
 
 _HISTORY_S = 600.0  # the learning stream keeps this much (a late replica's replay); forgetting's default scale
+_HISTORY_MAX = 10_000  # entries at most: 100 replicas' last 100 s at the default interval
+_TRIM_EVERY_S = 60.0
 _RETAIN_S = 120.0  # own entries kept to re-send after Redis lost its data
 _FORGET_ORIGIN_S = 3600.0  # a replica not heard from this long is forgotten (its sequence number)
 _READ_COUNT = 1000
@@ -178,6 +182,7 @@ class RedisState(MemoryState):
         self._applied: dict[str, tuple[int, float]] = {}  # replica -> (last seq applied, when)
         self._next_learn = 0.0
         self._next_lease = 0.0
+        self._next_trim = 0.0
         self._leases: set[str] = set()
         self._task: asyncio.Task | None = None
         self._proxy = None
@@ -281,15 +286,14 @@ class RedisState(MemoryState):
         while self._unsent:
             seq, body, taken = self._unsent[0]
             fields = {"r": self.replica, "n": seq, "x": body}
-            if self._server_ms > _HISTORY_S * 1000:
-                entry_id = await self.client.xadd(stream, fields, minid=int(self._server_ms - _HISTORY_S * 1000),
-                                                  approximate=True)
-            else:
-                entry_id = await self.client.xadd(stream, fields)
+            entry_id = await self.client.xadd(stream, fields, maxlen=_HISTORY_MAX, approximate=True)
             self._server_ms = max(self._server_ms, int(entry_id.split("-")[0]))
             self._sent.append(self._unsent.popleft())  # only once Redis has it: a failed push stays queued
         while self._sent and self._sent[0][2] < time.time() - _RETAIN_S:
             self._sent.popleft()
+        if self._server_ms and time.monotonic() >= self._next_trim:
+            self._next_trim = time.monotonic() + _TRIM_EVERY_S
+            await self.client.xtrim(stream, minid=int(self._server_ms - _HISTORY_S * 1000), approximate=True)
 
     async def _pull(self) -> None:
         stream = self.prefix + "learn"
