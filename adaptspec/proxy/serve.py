@@ -70,13 +70,16 @@ async def _main(config, host: str, port: int, config_path: str | None, watch_s: 
     names = ", ".join(f"{w.name}={w.safe_url}" for w in proxy.pools.workers.values())
     log.info("adaptspec proxy on http://%s:%d (policy %s, state %s) -> %s", host, port,
              getattr(proxy.policy, "name", "?"), proxy.state.backend, names)
+    drained = False
     try:
         sig = await signals.get()
         await drain(proxy, runner, sig, signals)
+        drained = True
     finally:
         if reloader is not None:
             await reloader.stop()
-        await runner.cleanup()  # a no-op after drain(); closes everything when it did not run
+        if not drained:  # a second cleanup would run the app's on_cleanup (proxy.stop) twice
+            await runner.cleanup()
     return 0
 
 
