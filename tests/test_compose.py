@@ -53,6 +53,12 @@ def test_two_proxy_replicas_one_host_port_each():
     assert port["target"] == 8000 and hi - lo + 1 == proxy["deploy"]["replicas"]
 
 
+def test_proxy_stop_grace_covers_its_drain():
+    seconds = int(SERVICES["proxy"]["stop_grace_period"].removesuffix("s"))
+    for config in ("adaptspec.yaml", "adaptspec-sglang.yaml"):
+        assert load_config(ROOT / "docker" / config).server.grace_period_s + 2 <= seconds
+
+
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_images_are_pinned(name):
     svc = SERVICES[name]

@@ -120,6 +120,17 @@ def test_probe_paths_are_routes_of_the_proxy(tmp_path):
     assert probes | {annotations["prometheus.io/path"]} <= routes
 
 
+def test_termination_grace_covers_the_proxy_drain(tmp_path):
+    """The kubelet SIGKILLs at terminationGracePeriodSeconds: it must outlast the proxy's own grace, and the
+    drain delay must outlast the readiness probe's failure window, so no new connection meets a closed port."""
+    cfg, _ = proxy_config(tmp_path)
+    grace = PROXY_POD["spec"]["terminationGracePeriodSeconds"]
+    assert cfg.server.grace_period_s + 2 <= grace
+    probe = PROXY_CONTAINER["readinessProbe"]
+    assert cfg.server.drain_delay_s >= probe["periodSeconds"] * probe["failureThreshold"]
+    assert "lifecycle" not in PROXY_CONTAINER  # the delay is in the process: a preStop sleep would add to it
+
+
 def test_pdb_and_hpa_target_the_proxy():
     [pdb] = of_kind("PodDisruptionBudget").values()
     assert matches(pdb["spec"]["selector"]["matchLabels"], pod_labels(PROXY))

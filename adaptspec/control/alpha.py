@@ -420,6 +420,29 @@ class AlphaTable:
         self.observe_counts(worker, proposer, cls, float(accepted_tokens), fail, draft_tokens=draft_tokens,
                             now=now, regime=regime)
 
+    def add_stats(self, worker: str, proposer: str, key_class: str, delta: Mapping, tokens: float) -> None:
+        """Add another table's counts for one key, as if they had been observed here: decay the key's history
+        by the `tokens` drafted behind `delta` and the time to its last update, then add its counts. A delta
+        that a table built from the same observations (same forgetting) arrives exactly as they would have,
+        save for the order of decay between the two tables' observations. `key_class`: the class part of the
+        key (`regime_key`). Several proxy replicas share what they learn this way (proxy/state.py)."""
+        d = KeyStats.from_dict(delta)
+        if tokens < 0 or d.s < 0 or d.f < 0:
+            raise ValueError(f"negative counts in a delta: tokens={tokens}, s={d.s}, f={d.f}")
+        key = (worker, proposer, key_class)
+        self._invalidate(key)
+        st = self._stats.get(key)
+        if st is None:
+            st = self._stats[key] = KeyStats()
+        now = d.t if d.t is not None else self.clock()
+        self._decay_to(st, now, tokens)
+        k = self.max_positions
+        st.add(d.s, d.f, d.pos_n[:k], d.pos_a[:k])
+        st.steps += d.steps
+        st.drafts += d.drafts
+        st.reports += d.reports
+        st.t = now if st.t is None else max(st.t, now)
+
     # -- queries -------------------------------------------------------------------------------------
     def _age_factor(self, st: KeyStats | None, now: float | None) -> float:
         """Discount for the time since a key's last update (1 without a seconds half-life)."""

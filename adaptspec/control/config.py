@@ -6,10 +6,10 @@
     estimator: {prior: {strength, alpha: {proposer: {class|default: alpha}}}, half_life_tokens, half_life_s,
                 max_positions, predict}
     pools:     [{name, engine, per_request, proposers, gamma, max_gamma, profile, models, workers, launch}]
-    state:     {backend: memory|redis, url, key_prefix}
+    state:     {backend: memory|redis, url, key_prefix, learn_interval_s}
     server:    {host, port, api_keys_env, max_body_bytes, scrape_interval_s, request_timeout_s,
                 allow_client_speculation, keepalive_timeout_s, body_timeout_s, first_byte_timeout_s,
-                stall_timeout_s, eject_after_failures, eject_backoff_s}
+                stall_timeout_s, eject_after_failures, eject_backoff_s, drain_delay_s, grace_period_s}
 
 Every section is optional; a file without `pools` is valid (`adaptspec serve` then starts an embedded
 worker). Any error raises `ConfigError` naming the file, the dotted key (`pools[0].engine`) and the value.
@@ -236,6 +236,9 @@ class StateConfig(_Strict):
     backend: Literal["memory", "redis"] = "memory"
     url: str = Field(default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix)://\S+$")
     key_prefix: str = "adaptspec:"
+    # replicas exchange their learning (per-key count deltas) this often: Redis work per replica is one
+    # write and one read per interval, however many requests it served (proxy/state.py)
+    learn_interval_s: float = Field(default=1.0, gt=0)
 
 
 class ServerConfig(_Strict):
@@ -256,6 +259,12 @@ class ServerConfig(_Strict):
     stall_timeout_s: float = Field(default=30.0, gt=0)
     eject_after_failures: int = Field(default=3, ge=1)  # 502/503/504 answers in a row
     eject_backoff_s: float = Field(default=2.0, gt=0)  # ejected this long, doubling per ejection in a row (32x)
+    # SIGTERM: /health/ready answers 503 at once while new connections are still accepted for drain_delay_s
+    # (a load balancer needs a few probe periods to take the replica out), then the listener closes and the
+    # requests and streams in flight get until grace_period_s after the signal (Kubernetes' default
+    # terminationGracePeriodSeconds is 30) before the process exits 0
+    drain_delay_s: float = Field(default=5.0, ge=0)
+    grace_period_s: float = Field(default=30.0, gt=0)
 
 
 class CalibrationConfig(_Strict):
@@ -373,6 +382,10 @@ def _check(cfg: Config, source: str, base_dir: Path | None = None) -> None:
             for p in pool.proposers if (pool.per_request or pool.gamma) else ():
                 if not prof.offers(p):
                     raise fail(f"profile {prof.name!r} has no cost for this proposer", f"{at}.proposers", p)
+    if cfg.server.drain_delay_s >= cfg.server.grace_period_s:
+        raise fail(f"the drain delay must be shorter than server.grace_period_s ({cfg.server.grace_period_s:g}), "
+                   "which also covers finishing the requests in flight", "server.drain_delay_s",
+                   cfg.server.drain_delay_s)
     pol = cfg.policy
     if isinstance(pol, StaticPolicy) and (pol.proposer == "none") != (pol.gamma == 0):
         raise fail("proposer 'none' goes with gamma 0, and a proposer with gamma > 0", "policy.gamma", pol.gamma)

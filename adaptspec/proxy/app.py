@@ -62,6 +62,7 @@ class Proxy:
                       exc, FALLBACK_CLASS)
             self.classify = _fallback_class
         self.started = int(time.time())
+        self.draining = False  # set on SIGTERM (serve.drain): readiness 503, responses close their connection
         self.session = None  # aiohttp: scrapes and probes
         self.h1 = H1Client()  # the generation hop (h1client.py)
         self.scraper = None
@@ -122,7 +123,7 @@ class Proxy:
         st = config.state
         if st is not None and st.backend == "redis":
             return RedisState(alphas, st.url, st.key_prefix, sync_interval_s=min(0.1, self.scrape_interval_s),
-                              metrics=self.metrics)
+                              learn_interval_s=st.learn_interval_s, metrics=self.metrics)
         return MemoryState(alphas)
 
     # -- request path ------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class Proxy:
             mn.WORKER_PREFILL_RATIO: (("worker",), [((w.name,), w.traffic.prefill_ratio) for w in workers]),
             mn.STATE_BACKEND_UP: (("backend",), [((self.state.backend,), float(self.state.up))]),
         }
-        means, stds, rates = [], [], []
+        means, stds, rates, reports = [], [], [], []
         for w in workers:
             proposers = [p for p in w.proposers if p != "none"]
             for p in proposers:
@@ -221,10 +222,12 @@ class Proxy:
                     means.append(((w.name, p, cls), est.mean))
                     stds.append(((w.name, p, cls), est.std))
                     rates.append(((w.name, p, cls), est.propose_rate))
+                    reports.append(((w.name, p, cls), est.reports))
         labels = ("worker", "proposer", "content_class")
         out[mn.ALPHA_ESTIMATE] = (labels, means)
         out[mn.ALPHA_ESTIMATE_STD] = (labels, stds)
         out[mn.PROPOSE_RATE_ESTIMATE] = (labels, rates)
+        out[mn.ALPHA_ESTIMATE_REPORTS] = (labels, reports)
         return out
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -257,6 +260,12 @@ def create_app(proxy: Proxy) -> web.Application:
     accesslog.install(app)  # request ids (echoed, forwarded, in log lines), trace context, access log
     report.add_routes(app)  # /adaptspec/report
 
+    async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        if proxy.draining:  # a client's keep-alive connection would pin it to a replica that is going away
+            response.force_close()
+
+    app.on_response_prepare.append(on_response_prepare)
+
     async def on_startup(app: web.Application) -> None:
         await proxy.start()
 
@@ -275,6 +284,11 @@ class _Runner(web.AppRunner):
         server = await super()._make_server()
         server.__class__ = JsonErrorServer  # the same server; only how it makes connection handlers changes
         return server
+
+    def set_shutdown_timeout(self, seconds: float) -> None:
+        """How long `cleanup()` waits for the handlers in flight once the listener is closed (aiohttp keeps the
+        setting private; serve.drain sets what is left of the grace period)."""
+        self._shutdown_timeout = seconds
 
 
 async def start_site(app: web.Application, host: str, port: int) -> web.AppRunner:

@@ -3,7 +3,9 @@
     GET /health/live    200 {"status": "alive"} while the process serves HTTP: a liveness probe never
                         restarts the proxy because its workers are still starting (engines load for minutes)
     GET /health/ready   200 once the config is loaded and at least one worker has answered and is healthy;
-                        503 {"status": "not_ready", "reason": ...} before and whenever none is
+                        503 {"status": "not_ready", "reason": ...} before and whenever none is, and
+                        503 {"status": "draining", ...} from SIGTERM on (serve.drain): the load balancer
+                        takes the replica out while it still accepts connections
     GET /version        {"name": "adaptspec", "version": ...}
     GET /health         unchanged (handlers.health): 200 while any worker is not marked unhealthy
 
@@ -44,6 +46,9 @@ async def version(request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
     answered: set = request.app[_ANSWERED]
+    if proxy.draining:
+        return web.json_response({"status": "draining", "reason": "shutting down: finishing requests in flight"},
+                                 status=503)
     if getattr(proxy, "config", None) is None:
         return _not_ready("config not loaded")
     workers = list(proxy.pools.workers.values())

@@ -166,6 +166,7 @@ ALPHA_ESTIMATE = "adaptspec_alpha_estimate"
 ALPHA_ESTIMATE_STD = "adaptspec_alpha_estimate_std"
 ALPHA_ESTIMATE_SAMPLED = "adaptspec_alpha_estimate_sampled"
 PROPOSE_RATE_ESTIMATE = "adaptspec_propose_rate_estimate"
+ALPHA_ESTIMATE_REPORTS = "adaptspec_alpha_estimate_reports"
 STEP_MODEL_COEFFICIENT = "adaptspec_step_model_coefficient"
 STEP_MODEL_COEFFICIENT_ERROR = "adaptspec_step_model_coefficient_error"
 STEP_MODEL_TRUSTED = "adaptspec_step_model_trusted"
@@ -188,6 +189,8 @@ GAUGE_DOCS = {
     ALPHA_ESTIMATE_SAMPLED: "Posterior mean of alpha for sampled requests (temperature > 0; "
                             "adaptspec_alpha_estimate is the greedy one)",
     PROPOSE_RATE_ESTIMATE: "Share of verification steps that had a draft (n-gram: a match was found)",
+    ALPHA_ESTIMATE_REPORTS: "Finished requests (or counter windows) behind the alpha estimate, discounted like it, "
+                            "from every replica",
     STEP_MODEL_COEFFICIENT: "Fitted step-time coefficient of the worker (seconds per step / token / pass; "
                             "control/calibration.py)",
     STEP_MODEL_COEFFICIENT_ERROR: "Standard error of the fitted coefficient (NaN: held at the prior)",

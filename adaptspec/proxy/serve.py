@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
+import time
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,10 @@ async def _main(config, host: str, port: int, config_path: str | None, watch_s: 
     # Everything built so far lives until exit: keep it out of the collector's scans (shorter GC pauses).
     gc.collect()
     gc.freeze()
-    stop = asyncio.Event()
+    signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     reloader = None
     if config_path:
         reloader = Reloader(proxy, config_path, load_config_file, poll_s=watch_s)
@@ -69,10 +70,40 @@ async def _main(config, host: str, port: int, config_path: str | None, watch_s: 
     names = ", ".join(f"{w.name}={w.safe_url}" for w in proxy.pools.workers.values())
     log.info("adaptspec proxy on http://%s:%d (policy %s, state %s) -> %s", host, port,
              getattr(proxy.policy, "name", "?"), proxy.state.backend, names)
+    drained = False
     try:
-        await stop.wait()
+        sig = await signals.get()
+        await drain(proxy, runner, sig, signals)
+        drained = True
     finally:
         if reloader is not None:
             await reloader.stop()
-        await runner.cleanup()
+        if not drained:  # a second cleanup would run the app's on_cleanup (proxy.stop) twice
+            await runner.cleanup()
     return 0
+
+
+async def drain(proxy, runner, sig: signal.Signals, signals: asyncio.Queue) -> None:
+    """Stop serving without dropping anything: readiness 503 at once; new connections still accepted for
+    `server.drain_delay_s` after SIGTERM (none after SIGINT, an interactive stop; a second signal cuts the
+    delay short); then the listener closes and what is in flight gets until `server.grace_period_s` after
+    the first signal, when anything left is cancelled."""
+    server = proxy.config.server
+    start = time.monotonic()
+    proxy.draining = True
+    delay = server.drain_delay_s if sig == signal.SIGTERM else 0.0
+    log.info("%s: draining (readiness 503; accepting new connections for %gs, then finishing what is in flight "
+             "within %gs of the signal)", sig.name, delay, server.grace_period_s)
+    if delay > 0:
+        try:
+            sig2 = await asyncio.wait_for(signals.get(), delay)
+            log.info("%s: ending the drain delay early", sig2.name)
+        except asyncio.TimeoutError:
+            pass  # the delay ran out: the usual way
+    # what runner.cleanup() waits at most for the handlers still running once the listener is closed
+    left = max(0.0, server.grace_period_s - (time.monotonic() - start))
+    runner.set_shutdown_timeout(left)
+    inflight = sum(w.inflight for w in proxy.pools.workers.values())
+    log.info("closing the listener; waiting up to %.1fs for %d upstream request(s) in flight", left, inflight)
+    await runner.cleanup()
+    log.info("drained in %.1fs", time.monotonic() - start)

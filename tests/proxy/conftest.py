@@ -192,11 +192,12 @@ class ProxyProcess:
         wait_http(self.url + "/health", timeout=timeout, proc=self.proc, ok=(200, 503))
         return self
 
-    def stop(self) -> None:
+    def stop(self, sig=signal.SIGINT) -> None:
+        """SIGINT: the drain without its delay for new connections (SIGTERM waits server.drain_delay_s)."""
         for c in self._clients:
             c.close()
         if self.proc is not None:
-            stop_process(self.proc)
+            stop_process(self.proc, sig)
             self._log.close()
 
     def log(self) -> str:

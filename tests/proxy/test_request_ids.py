@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import urllib.request
 
 import openai
@@ -145,12 +146,12 @@ def test_access_lines_waiting_in_the_batch_are_written_on_sigterm_in_order(upstr
     in the order the requests finished (the handler flushes at exit)."""
     up = upstreams("w0")
     log = tmp_path / "access.jsonl"
-    px = proxies({"pools": [pool("spec", [up])]}, args=["--access-log", str(log)])
+    px = proxies({"pools": [pool("spec", [up])], "server": {"drain_delay_s": 0.2}}, args=["--access-log", str(log)])
     ids = [f"sigterm-{i}" for i in range(5)]
     for rid in ids:
         status, _, _ = chat(px.url, {"X-Request-Id": rid}, max_tokens=2)
         assert status == 200
-    px.stop()  # SIGTERM at once: the last lines are still in the batch
+    px.stop(signal.SIGTERM)  # at once: the last lines are still in the batch
     assert px.proc.returncode == 0
     lines = access_lines(log)
     assert [x["request_id"] for x in lines] == ids

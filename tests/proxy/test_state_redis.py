@@ -43,7 +43,7 @@ def test_two_replicas_share_alpha_and_inflight(upstreams, proxies, redis_server)
         client.chat.completions.create(model="tiny", messages=CODE, max_tokens=8, temperature=0)  # greedy
     moved = _alpha(a, cls)
     assert moved - prior > 0.2
-    # replica b never saw a request, yet converges to a's estimate through the shared observation stream
+    # replica b never saw a request, yet converges to a's estimate through the shared learning stream (count deltas)
     eventually(lambda: abs(_alpha(b, cls) - _alpha(a, cls)) < 1e-3, timeout=5)  # (time discounting: not bit-equal)
 
     # occupancy: slow requests in flight through a show up in b's view of the worker

@@ -361,3 +361,27 @@ def test_worker_state_is_reused_only_while_its_inputs_stay_the_same():
         change()
         assert w.state() == fresh() and w.state() is not before
     assert w.state(5) == fresh(5) and w.state(5).inflight == w.inflight + 5
+
+
+def test_a_delta_table_applied_elsewhere_equals_its_observations_made_there():
+    """Replicas exchange count deltas (state.DeltaTable) instead of observations: applied with
+    AlphaTable.add_stats, a delta over several observations leaves a table exactly where observing them would
+    have, forgetting included (history decayed by the delta's tokens, the delta decayed inside itself)."""
+    from adaptspec.proxy.state import DeltaTable
+
+    direct, shared = (AlphaTable(half_life_tokens=100.0, half_life_s=None) for _ in range(2))
+    for t in (direct, shared):
+        t.observe("w0", "ngram", "code", 40, 30, steps=12, gamma=4)
+    delta = DeltaTable(shared)
+    for draft, accepted in [(20, 15), (32, 10), (8, 8)]:
+        for t in (direct, delta):
+            t.observe("w0", "ngram", "code", draft, accepted, steps=draft // 4 + 1, gamma=4)
+    delta.observe("w0", "draft", "chat", 12, 6, steps=4, gamma=3)
+    direct.observe("w0", "draft", "chat", 12, 6, steps=4, gamma=3)
+    for w, p, c, st, tokens in delta.payload():
+        shared.add_stats(w, p, c, st, tokens)
+    for key in (("w0", "ngram", "code"), ("w0", "draft", "chat")):
+        a, b = direct.stats(*key), shared.stats(*key)
+        for field in ("s", "f", "reports", "steps", "drafts"):
+            assert b[field] == pytest.approx(a[field], rel=1e-12), (key, field)
+    assert shared.get("w0", "ngram", "code").mean == pytest.approx(direct.get("w0", "ngram", "code").mean, rel=1e-12)
