@@ -52,3 +52,20 @@ def test_the_scan_sees_lazy_relative_and_from_imports(tmp_path, monkeypatch):
     assert offending("bench") == ["adaptspec/bench/m.py: adaptspec.proxy",
                                   "adaptspec/bench/m.py: adaptspec.proxy.app",
                                   "adaptspec/bench/m.py: adaptspec.proxy.scrape"]
+
+
+def test_the_proposer_vocabulary_is_written_once():
+    """Every list of (nearly) all proposer names is control/types.py's: a tuple, list, set or Literal of
+    string constants naming four or more of them anywhere else is a copy that can drift."""
+    from adaptspec.control.types import PROPOSERS
+
+    copies = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "control" / "types.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else ()
+            names = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in PROPOSERS}
+            if len(names) >= 4:
+                copies.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert copies == []

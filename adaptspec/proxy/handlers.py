@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from adaptspec.control.shadow import ShadowStats
+from adaptspec.control.types import PROPOSERS  # the names a client may ask for
 from adaptspec.errors import RequestError
 from adaptspec.proxy import accesslog, relay
 from adaptspec.proxy import metrics as mn
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-SPEC_PROPOSERS = frozenset({"none", "ngram", "draft", "eagle", "hybrid"})  # names a client may ask for
 
 
 class _Attempt(relay.Exchange):
@@ -139,9 +139,9 @@ def _client_speculation(spec: object, worker) -> tuple[str, int]:
     proposer = spec.get("proposer")
     proposer = "none" if proposer is None else proposer
     k = spec.get("num_speculative_tokens")
-    if not isinstance(proposer, str) or proposer not in SPEC_PROPOSERS:
+    if not isinstance(proposer, str) or proposer not in PROPOSERS:
         raise RequestError(f"Invalid value for 'speculation.proposer': expected one of "
-                           f"{', '.join(sorted(SPEC_PROPOSERS))}, got {_short(proposer)}.", status=422,
+                           f"{', '.join(sorted(PROPOSERS))}, got {_short(proposer)}.", status=422,
                            code="invalid_value", param="speculation.proposer")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise RequestError(f"Invalid value for 'speculation.num_speculative_tokens': expected an integer >= 0, "
