@@ -151,6 +151,8 @@ DEFAULT_TEMPERATURE = 1.0
 def request_temperature(value: object = None) -> float:
     """The temperature a request's `temperature` field means: the number it names, else (absent, null, a
     boolean, a string, NaN) DEFAULT_TEMPERATURE."""
+    if type(value) is float:  # the usual case, first (the proxy calls this for every request)
+        return value if value == value else DEFAULT_TEMPERATURE
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return DEFAULT_TEMPERATURE
     return float(value)
@@ -158,7 +160,7 @@ def request_temperature(value: object = None) -> float:
 
 def sampling_regime(temperature: object = None, top_k: object = None) -> str:
     """"greedy" for temperature <= 0 or top_k 1, else "sampled" (`request_temperature`: absent is 1)."""
-    if isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k == 1:
+    if top_k is not None and isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k == 1:
         return GREEDY
     return GREEDY if request_temperature(temperature) <= 0 else SAMPLED
 

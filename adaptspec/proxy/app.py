@@ -30,7 +30,7 @@ from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
 from adaptspec.proxy.request import Generation
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
-from adaptspec.proxy.upstream import Pools, Worker, make_session, upstream_timeout, workers_from_config
+from adaptspec.proxy.upstream import Pools, Worker, make_session, workers_from_config
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Proxy:
             self.classify = _fallback_class
         self.started = int(time.time())
         self.session = None  # aiohttp: scrapes and probes
-        self.h1 = H1Client()  # the generation hop (h1client.py)
+        self.h1 = H1Client()  # every proxied request, generation and pass-through (relay.py)
         self.scraper = None
         self._features_memo: dict[tuple, RequestFeatures] = {}  # classify_body: recent prompts' features
         self.apply_config(config)
@@ -100,7 +100,6 @@ class Proxy:
         self.stall_timeout_s = server.stall_timeout_s
         self.pools.eject_after = server.eject_after_failures
         self.pools.backoff_s = server.eject_backoff_s
-        self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = server.scrape_interval_s
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s

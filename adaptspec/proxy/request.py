@@ -38,6 +38,16 @@ class Generation:
     regime: str  # alpha.sampling_regime(temperature, top_k): whose alpha estimates the decision reads
 
 
+class _Unfrozen:
+    """Generation's slot layout, writable: `parse_generation` fills one, then makes it a Generation with one
+    `__class__` store (the layouts are the same). A frozen dataclass's own __init__ writes every field
+    through object.__setattr__: ~1.6k instructions a field on CPython 3.11, 13k of the hop's ~590k per
+    request, against ~3.5k in all this way. What comes out is an ordinary Generation: frozen, and equal to
+    Generation(...) of the same fields (tests/proxy/test_request.py)."""
+
+    __slots__ = Generation.__slots__
+
+
 def _decoder(request: web.Request):
     """A streaming decompressor for the body's Content-Encoding (None: identity); 415 for others."""
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
@@ -129,10 +139,13 @@ def parse_generation(raw: bytes, kind: str) -> Generation:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise RequestError(f"Invalid value for '{key}': expected an integer >= 1, got {v!r}.", status=422,
                                code="invalid_value", param=key)
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    temperature = request_temperature(body.get("temperature"))
-    return Generation(kind, raw, body, model, stream, max_tokens, temperature,
-                      sampling_regime(temperature, body.get("top_k")))
+    req = _Unfrozen()
+    req.kind, req.raw, req.body, req.model, req.stream = kind, raw, body, model, stream
+    req.max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    req.temperature = temperature = request_temperature(body.get("temperature"))
+    req.regime = sampling_regime(temperature, body.get("top_k"))
+    req.__class__ = Generation
+    return req
 
 
 def generation_of(body: dict) -> Generation:

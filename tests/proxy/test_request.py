@@ -10,7 +10,7 @@ from adaptspec.control.alpha import DEFAULT_TEMPERATURE, GREEDY, SAMPLED
 from adaptspec.control.config import parse_config
 from adaptspec.control.predict import FEATURE_NAMES
 from adaptspec.proxy.app import Proxy
-from adaptspec.proxy.request import generation_of, parse_generation
+from adaptspec.proxy.request import Generation, generation_of, parse_generation
 
 POOLS = [{"name": "p", "engine": "adaptspec", "workers": [{"name": "w0", "url": "http://127.0.0.1:9"}]}]
 MESSAGES = [{"role": "user", "content": "Rename x to y:\n```\nx = 1\nprint(x)\n```"}]
@@ -41,3 +41,15 @@ def test_the_parsed_request_is_frozen_and_keeps_the_bytes():
     assert (req.kind, req.raw, req.model, req.stream, req.max_tokens) == ("completions", raw, "m", False, 5)
     with pytest.raises(dataclasses.FrozenInstanceError):
         req.temperature = 0.0
+
+
+def test_a_parsed_request_is_an_ordinary_generation():
+    """parse_generation builds it without the dataclass's __init__ (request._Unfrozen): same type, same
+    fields, as frozen, slots only."""
+    req = generation_of({"model": "m", "messages": MESSAGES, "temperature": 0, "max_tokens": 3})
+    same = Generation(**{f.name: getattr(req, f.name) for f in dataclasses.fields(Generation)})
+    assert type(req) is Generation and req == same and repr(req) == repr(same)
+    assert (req.temperature, req.regime, req.max_tokens, req.kind) == (0.0, GREEDY, 3, "chat")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.body = {}
+    assert not hasattr(req, "__dict__")
