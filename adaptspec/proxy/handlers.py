@@ -6,9 +6,9 @@ the model (404) -> classify -> decide (`Proxy.decide`, synchronous, in memory) -
 this worker (its engine adapter, engines.py) -> the relay (relay.py, shared with pass-through): send;
 connection failures, timeouts and ejections before the first byte move the request to another eligible
 worker (a new decision without the failed ones); non-stream: whole body; stream: SSE chunk by chunk through
-`_Tap`, a stall ends it with an SSE error -> `_record` (feedback + metrics of the finished attempt) ->
-`_count_request` (once per request). One `_Attempt` carries the request's context through these steps. Client strings never become metric labels or response headers
-(closed sets only).
+`_SseScan`, a stall ends it with an SSE error -> `_record` (feedback + metrics of the finished attempt) ->
+`_count_request` (once per request). One `_Attempt` carries the request's context through these steps.
+Client strings never become metric labels or response headers (closed sets only).
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ class _Attempt(relay.Exchange):
         if up.status == 200:
             _finish_plain(self, data)
 
-    def tap(self) -> _Tap:
-        return _Tap(self)
+    def tap(self) -> _SseScan:
+        return _SseScan(self.plan, self)
 
 
 class _Plan:
@@ -268,20 +268,29 @@ def _finish_plain(ctx: _Attempt, data: bytes) -> None:
     _record(ctx, out, done)
 
 
-class _SseScan:
-    """Cuts a relayed SSE stream at event boundaries to read usage / speculation chunks; drops the usage
-    the proxy asked for and the client did not (`strip`)."""
+class _SseScan(relay.Tap):
+    """A generation stream through the relay: cut at event boundaries to read usage / speculation chunks,
+    dropping the usage the proxy asked for and the client did not (`strip`); and the attempt (`ctx`; None:
+    scan only) accounted once, before the client can see the end of its stream ([DONE]), so that anything
+    it reads next (metrics, the next decision's alpha) already includes this request; a stream that ends or
+    fails without [DONE] is accounted then. One object, one call per chunk: the relay's per-chunk cost."""
 
-    __slots__ = ("scan", "strip", "tail", "events", "payloads")
+    __slots__ = ("scan", "strip", "tail", "events", "payloads", "ctx", "t_first", "accounted")
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, ctx: _Attempt | None = None) -> None:
+        self.whole = self.ends = False  # relay.Tap's
         self.scan, self.strip = plan.scan, plan.strip_usage
         self.tail = b""
         self.events = 0
         self.payloads: list[dict] = []
+        self.ctx = ctx
+        self.t_first: float | None = None
+        self.accounted = False
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to forward to the client for this upstream chunk."""
+        if self.t_first is None:
+            self.t_first = time.perf_counter()
         out = chunk
         if self.scan:
             if not self.tail and chunk.endswith(b"\n\n"):  # whole events, the usual arrival: no copies
@@ -296,7 +305,17 @@ class _SseScan:
             if self.strip:
                 out = complete
         self.events += out.count(b"data:")
+        if not self.accounted and b"data: [DONE]" in out:
+            self._account()
+            self.whole = True
+        if self.whole:  # the client's stream ends with this write (the worker's rest is drained)
+            self.ends = not self.tail and out.endswith(b"data: [DONE]\n\n")
         return out
+
+    def close(self, ended: bool) -> bytes:
+        if not self.accounted:
+            self._account()
+        return self.tail if ended and self.strip else b""
 
     def outcome(self) -> _Outcome:
         out = _Outcome()
@@ -306,39 +325,9 @@ class _SseScan:
             out.tokens = float(max(0, self.events - 2))  # content events, less the finish chunk and [DONE]
         return out
 
-
-class _Tap(relay.Tap):
-    """A generation stream through the relay: the SSE scan, and the attempt accounted once, before the client
-    can see the end of its stream ([DONE]), so that anything it reads next (metrics, the next decision's
-    alpha) already includes this request; a stream that ends or fails without [DONE] is accounted then."""
-
-    __slots__ = ("ctx", "sse", "t_first", "accounted")
-
-    def __init__(self, ctx: _Attempt) -> None:
-        super().__init__()
-        self.ctx, self.sse = ctx, _SseScan(ctx.plan)
-        self.t_first: float | None = None
-        self.accounted = False
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self.t_first is None:
-            self.t_first = time.perf_counter()
-        out = self.sse.feed(chunk)
-        if not self.accounted and b"data: [DONE]" in out:
-            self._account()
-            self.whole = True
-        return out
-
-    def last(self, out: bytes) -> bool:
-        return self.whole and not self.sse.tail and out.endswith(b"data: [DONE]\n\n")
-
-    def close(self, ended: bool) -> bytes:
-        if not self.accounted:
-            self._account()
-        return self.sse.tail if ended and self.sse.strip else b""
-
     def _account(self) -> None:
-        _record(self.ctx, self.sse.outcome(), self.t_first, streamed=True)
+        if self.ctx is not None:
+            _record(self.ctx, self.outcome(), self.t_first, streamed=True)
         self.accounted = True
 
 

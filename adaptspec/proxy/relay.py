@@ -36,18 +36,15 @@ UPSTREAM_ERRORS = (UpstreamConnectionError, TimeoutError)  # before the first by
 class Tap:
     """What a relayed stream passes through; this one forwards every chunk as it came (pass-through)."""
 
-    __slots__ = ("whole",)
+    __slots__ = ("whole", "ends")
 
     def __init__(self) -> None:
         self.whole = False  # the client holds a whole response once the bytes written so far arrive
+        self.ends = False  # what `feed` returned last ends the client's stream (then the rest is drained)
 
     def feed(self, chunk: bytes) -> bytes:
-        """The bytes to forward to the client for this upstream chunk."""
+        """The bytes to forward to the client for this upstream chunk (and `ends` for them)."""
         return chunk
-
-    def last(self, out: bytes) -> bool:
-        """Whether `out` ends the client's stream (written with the terminator; the rest is drained)."""
-        return False
 
     def close(self, ended: bool) -> bytes:
         """The stream is over (`ended`: the worker ended it; else it failed): bytes still to write."""
@@ -196,7 +193,7 @@ async def _relay_stream(ex: Exchange, worker, up: Response) -> tuple[web.StreamR
         quiet_since = worker.last_ok = time.monotonic()  # any chunk on any stream shows the worker is alive
         out = tap.feed(chunk)
         if out:
-            last = tap.last(out)
+            last = tap.ends
             try:
                 await (resp.write_eof(out) if last else resp.write(out))  # the end: with the terminator, one write
             except ConnectionResetError:
