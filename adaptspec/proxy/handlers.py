@@ -40,7 +40,7 @@ _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 
 class _Attempt(relay.Exchange):
     """One request's context through the path: the parsed request, its class and features, the workers it
-    may use, the failures so far and the current plan. Built once by `_generate`, passed to every step; the
+    may use and the current plan. Built once by `_generate`, passed to every step; the
     relay (relay.py) sends it, moves it on failures before the first byte and hands it the answer."""
 
     __slots__ = ("t0", "req", "candidates", "cls", "plan", "features")
@@ -51,7 +51,6 @@ class _Attempt(relay.Exchange):
         self.stream = False
         self.candidates: list = []
         self.cls = "unknown"
-        self.failed: dict[str, int] = {}
         self.plan: _Plan | None = None
         self.features = None  # control.predict.RequestFeatures, when acceptance prediction is on
 
@@ -73,8 +72,21 @@ class _Attempt(relay.Exchange):
         return self.plan.headers(self.cls)
 
     def answered(self, up: Response, data: bytes) -> None:
-        if up.status == 200:
-            _finish_plain(self, data)
+        """Account a whole 200 answer (its first byte is its last)."""
+        if up.status != 200:
+            return
+        done = time.perf_counter()
+        out = _Outcome()
+        if self.plan.scan:
+            try:
+                payload = json.loads(data)
+            except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
+                payload = None
+            if isinstance(payload, dict):
+                out.read(payload)
+        else:
+            out.scan_bytes(data)
+        _record(self, out, done)
 
     def tap(self) -> _SseScan:
         return _SseScan(self.plan, self)
@@ -250,22 +262,6 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
         mn.observe(m.child(m.ttft, cls, plan.proposer), t_first - ctx.t0)
         if streamed and tokens > 1:
             mn.observe(m.child(m.tpot, cls, plan.proposer), (now - t_first) / (tokens - 1))
-
-
-def _finish_plain(ctx: _Attempt, data: bytes) -> None:
-    """Account a whole 200 answer (its first byte is its last)."""
-    done = time.perf_counter()
-    out = _Outcome()
-    if ctx.plan.scan:
-        try:
-            payload = json.loads(data)
-        except (ValueError, RecursionError):  # a worker's bad JSON is not ours to crash on
-            payload = None
-        if isinstance(payload, dict):
-            out.read(payload)
-    else:
-        out.scan_bytes(data)
-    _record(ctx, out, done)
 
 
 class _SseScan(relay.Tap):

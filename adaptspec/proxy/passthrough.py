@@ -77,7 +77,6 @@ class _Call(relay.Exchange):
         self.request, self.path, self.proxy = request, path, request.app["proxy"]
         self.raw, self.stream = b"", False
         self.candidates: list[Worker] = []
-        self.failed: dict[str, int] = {}
         self.worker: Worker | None = None
 
     @property

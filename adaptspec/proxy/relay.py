@@ -53,10 +53,10 @@ class Tap:
 
 
 class Exchange:
-    """One request through the relay. Subclasses set `request`, `proxy`, `path` (upstream), `stream` and
-    `failed` (failures before the first byte, by worker name) and implement the methods below."""
+    """One request through the relay. Subclasses set `request`, `proxy`, `path` (upstream) and `stream`, and
+    implement the methods below."""
 
-    __slots__ = ("request", "proxy", "path", "stream", "failed")
+    __slots__ = ("request", "proxy", "path", "stream")
     serving = "for this model"  # which workers, in the 503 once every one has failed before answering
 
     def target(self) -> tuple:
@@ -97,6 +97,7 @@ async def dispatch(ex: Exchange) -> tuple[web.StreamResponse, int]:
     """Send, moving to another worker on failures before the first byte -> (response, status); the
     exchange's `target` ends as the attempt that answered."""
     pools = ex.proxy.pools
+    failed: dict[str, int] | None = None  # failures before the first byte, by worker name
     while True:
         ex.sending()
         worker, payload = ex.target()
@@ -106,7 +107,8 @@ async def dispatch(ex: Exchange) -> tuple[web.StreamResponse, int]:
             try:
                 up, data = await _send(ex, worker, payload)
             except UPSTREAM_ERRORS as exc:
-                _retry(ex, worker, exc)
+                failed = {} if failed is None else failed
+                _retry(ex, worker, exc, failed)
                 continue
             if up.status in (502, 503, 504):  # the worker (or what is behind it) is unwell; other 5xx can be
                 pools.failure(worker, f"HTTP {up.status}")  # caused by a request: a client must not eject
@@ -151,8 +153,8 @@ async def _send(ex: Exchange, worker, payload: bytes) -> tuple[Response, bytes |
         worker.heads.discard(dl)
 
 
-def _retry(ex: Exchange, worker, exc: BaseException) -> None:
-    proxy, failed = ex.proxy, ex.failed
+def _retry(ex: Exchange, worker, exc: BaseException, failed: dict[str, int]) -> None:
+    proxy = ex.proxy
     failed[worker.name] = failed.get(worker.name, 0) + 1
     proxy.metrics.child(proxy.metrics.retries, worker.name).inc()
     accesslog.count_retry()
