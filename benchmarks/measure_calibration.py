@@ -36,9 +36,9 @@ from adaptspec.control.config import parse_config
 from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.policy import build_policy, estimate
 from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.promtext import parse_metrics
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, WorkerState
-from adaptspec.proxy.scrape import parse_metrics
 
 
 def _get(url: str) -> str:

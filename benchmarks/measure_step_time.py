@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from adaptspec.control.costmodel import fit_step_time
-from adaptspec.proxy.scrape import parse_metrics
+from adaptspec.control.promtext import parse_metrics
 from adaptspec.worker.model import TinyLlama
 
 ASSETS = Path(__file__).resolve().parents[1] / "adaptspec" / "assets"

@@ -20,6 +20,7 @@ import time
 from adaptspec.bench.traces import load_traces
 from adaptspec.control.config import parse_config
 from adaptspec.proxy.app import Proxy
+from adaptspec.proxy.request import Generation, generation_of
 
 
 def _proxy(predict: bool) -> Proxy:
@@ -35,7 +36,7 @@ def _teach(proxy: Proxy, reqs, n: int) -> None:
     for i in range(n):
         req = reqs[i % len(reqs)]
         body = {"model": "m", "messages": [{"role": "user", "content": req.prompt}]}
-        cls, feats = proxy.classify_body(body)
+        cls, feats = proxy.classify_body(generation_of(body))
         runs, pos, tried, acc, steps = req.accept_runs["ngram"], 1, [0] * 4, [0] * 4, 0
         while pos < len(runs):
             r = min(runs[pos], 5)
@@ -49,16 +50,16 @@ def _teach(proxy: Proxy, reqs, n: int) -> None:
                                    ([float(x) for x in tried], [float(x) for x in acc]), 100.0, "greedy", feats)
 
 
-def _round(proxy: Proxy, bodies, predict: bool) -> float:
+def _round(proxy: Proxy, reqs: list[Generation], predict: bool) -> float:
     cands = proxy.pools.serving("m") or list(proxy.pools.workers.values())
     t0 = time.process_time()
-    for body in bodies:
+    for req in reqs:
         if predict:
-            cls, feats = proxy.classify_body(body)
+            cls, feats = proxy.classify_body(req)
             proxy.decide(cls, cands, features=feats)
         else:
-            proxy.decide(proxy.classify(body), cands)
-    return (time.process_time() - t0) / len(bodies) * 1e6
+            proxy.decide(proxy.classify(req.body), cands)
+    return (time.process_time() - t0) / len(reqs) * 1e6
 
 
 def main() -> None:
@@ -68,7 +69,8 @@ def main() -> None:
     ap.add_argument("--learn", type=int, default=400)
     args = ap.parse_args()
     reqs = [r for r in load_traces(args.trace) if r.prompt and "ngram" in r.accept_runs]
-    bodies = [{"model": "m", "messages": [{"role": "user", "content": r.prompt}], "max_tokens": 128} for r in reqs]
+    bodies = [generation_of({"model": "m", "messages": [{"role": "user", "content": r.prompt}], "max_tokens": 128})
+              for r in reqs]  # parsed as the proxy parses a request before it classifies it
     on, off = _proxy(True), _proxy(False)
     _teach(on, reqs, args.learn)
     _teach(off, reqs, args.learn)

@@ -35,9 +35,9 @@ from adaptspec.bench.loadgen import LoadConfig, free_port, run_point, summarize
 from adaptspec.bench.prompts import PromptItem
 from adaptspec.bench.steady import run_steady
 from adaptspec.control.config import pool_proposers
+from adaptspec.control.promtext import parse_metrics
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.errors import ConfigError
-from adaptspec.proxy.scrape import parse_metrics
 
 log = logging.getLogger(__name__)
 

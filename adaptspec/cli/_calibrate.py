@@ -38,7 +38,7 @@ def register(subparsers) -> None:
 def _scrape(url: str, timeout: float):
     import urllib.request
 
-    from adaptspec.proxy.scrape import parse_metrics
+    from adaptspec.control.promtext import parse_metrics
 
     with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=timeout) as r:
         return parse_metrics(r.read().decode()).steps

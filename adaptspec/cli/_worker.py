@@ -6,9 +6,11 @@ import argparse
 import logging
 import sys
 
+from adaptspec.control.types import PROPOSERS
+
 log = logging.getLogger("adaptspec.worker")
 
-PROPOSER_CHOICES = ("none", "ngram", "draft", "eagle", "hybrid")
+PROPOSER_CHOICES = PROPOSERS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -141,13 +141,28 @@ _REGIME_SEP = "@"
 DEFAULT_SAMPLED_FACTOR: dict[str, float] = {"draft": 0.85, "eagle": 0.85, "ngram": 0.75, "hybrid": 0.8}
 
 
+# The temperature a request that names none is sampled at: OpenAI's API default, and what the engines apply
+# (vLLM's and SGLang's sampling defaults, the adaptspec worker's server.py; a vLLM model's generation config
+# may name another, never 0). The regime key and the prediction features both read a request's temperature
+# through `request_temperature`, so an absent one is "sampled" for both.
+DEFAULT_TEMPERATURE = 1.0
+
+
+def request_temperature(value: object = None) -> float:
+    """The temperature a request's `temperature` field means: the number it names, else (absent, null, a
+    boolean, a string, NaN) DEFAULT_TEMPERATURE."""
+    if type(value) is float:  # the usual case, first (the proxy calls this for every request)
+        return value if value == value else DEFAULT_TEMPERATURE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return DEFAULT_TEMPERATURE
+    return float(value)
+
+
 def sampling_regime(temperature: object = None, top_k: object = None) -> str:
-    """"greedy" for temperature 0 or top_k 1, else "sampled" (an absent temperature is OpenAI's default, 1)."""
-    if isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k == 1:
+    """"greedy" for temperature <= 0 or top_k 1, else "sampled" (`request_temperature`: absent is 1)."""
+    if top_k is not None and isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k == 1:
         return GREEDY
-    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature <= 0:
-        return GREEDY
-    return SAMPLED
+    return GREEDY if request_temperature(temperature) <= 0 else SAMPLED
 
 
 def regime_key(content_class: str, regime: str = GREEDY) -> str:

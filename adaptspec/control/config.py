@@ -24,13 +24,13 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS
+from adaptspec.control.types import CONTENT_CLASSES, DRAFTING_PROPOSERS, PROPOSERS, DraftingProposer, Proposer
 from adaptspec.errors import ConfigError
 
 POLICY_KINDS = ("static", "threshold", "goodput", "bandit", "sglang_adaptive", "draft_len_schedule", "batch_cutoff",
                 "smartspec", "banditspec_ucb")  # the last five: peer policies (control/peers/)
-SpecProposer = Literal["ngram", "draft", "eagle", "hybrid"]
-AnyProposer = Literal["none", "ngram", "draft", "eagle", "hybrid"]
+SpecProposer = DraftingProposer
+AnyProposer = Proposer
 ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
 
 
@@ -450,7 +450,7 @@ def pool_proposers(health: object, profile: str) -> list[str]:
     reported = health.get("proposers") if isinstance(health, dict) else None
     names = set(reported) if isinstance(reported, list) else set(DEFAULT_POOL_PROPOSERS)
     prof = load_profile(profile)
-    return [p for p in SpecProposer.__args__ if p in names and prof.offers(p)]
+    return [p for p in DRAFTING_PROPOSERS if p in names and prof.offers(p)]
 
 
 __all__ = ["Config", "PolicyConfig", "HoldoutConfig", "SwitchbackConfig", "StaticPolicy", "ThresholdPolicy", "GoodputPolicy", "BanditPolicy",

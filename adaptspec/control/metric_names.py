@@ -2,8 +2,8 @@
 
 Counter families are named here by their base name (as `prometheus_client` registers them); the text
 exposition adds `_total`, which is the name a scraper sees (`total(...)`). The adaptspec worker and the
-vLLM plugin write these names; proxy/scrape.py reads them; control/estimators.py ingests the speculation
-families. Step telemetry names live with their parser in control/telemetry.py.
+vLLM plugin write these names; control/promtext.py parses them (for the proxy's scraper and the benchmarks);
+control/estimators.py ingests the speculation families. Step telemetry names live with their parser in control/telemetry.py.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from adaptspec.control.costmodel import DraftCost, StepTimeModel
+from adaptspec.control.types import DraftingProposer
 from adaptspec.errors import ConfigError
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -110,7 +111,7 @@ class ModelSpec(_Strict):
 
 
 class DraftSpec(ModelSpec):
-    kind: Literal["draft", "eagle", "ngram", "hybrid"]
+    kind: DraftingProposer
     fraction: float = Field(default=0.0, ge=0)
     step_s: float = Field(default=0.0, ge=0)
     request_s: float = Field(default=0.0, ge=0)

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 if TYPE_CHECKING:
     from adaptspec.control.calibration import CalibratedCosts
 
 CONTENT_CLASSES: tuple[str, ...] = ("code", "structured", "summarize", "translate", "math", "chat")
-PROPOSERS: tuple[str, ...] = ("none", "ngram", "draft", "eagle", "hybrid")
 ENGINES: tuple[str, ...] = ("adaptspec", "vllm", "sglang", "openai")
 
 ContentClass = Literal["code", "structured", "summarize", "translate", "math", "chat"]
-Proposer = Literal["none", "ngram", "draft", "eagle", "hybrid"]
+# The proposer vocabulary, written once: what a decision, a request's `speculation.proposer`, a pool's
+# `proposers`, a metric's `proposer` label and a profile's drafter kind may name. "none" is speculation off.
+DraftingProposer = Literal["ngram", "draft", "eagle", "hybrid"]  # the ones that draft
+Proposer = Literal["none", DraftingProposer]
+PROPOSERS: tuple[str, ...] = get_args(Proposer)  # ("none", "ngram", "draft", "eagle", "hybrid")
+DRAFTING_PROPOSERS: tuple[str, ...] = get_args(DraftingProposer)  # PROPOSERS less "none"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from adaptspec.control import telemetry
 from adaptspec.control.alpha import GREEDY, SAMPLED
 from adaptspec.control.schedule import gamma_at
 from adaptspec.control.shadow import walk_lookup
+from adaptspec.control.types import DRAFTING_PROPOSERS
 from adaptspec.integrations.vllm_plugin import (
     ENV_SHADOW,
     encode_step_window,
@@ -136,7 +137,7 @@ def observe_shadow(req_state, content_class: str, config: tuple[int, int, int]) 
     shadow_counters(k).observe(content_class, GREEDY if temperature < 1e-5 else SAMPLED, stats)
 
 
-STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")
+STEP_PROPOSERS = DRAFTING_PROPOSERS
 
 
 class StepTelemetryCounters:

@@ -1,4 +1,4 @@
-"""SGLang adapter: launch command lines for a pool (metric mapping: adaptspec.proxy.scrape + control.estimators).
+"""SGLang adapter: launch command lines for a pool (metric mapping: adaptspec.control.promtext + control.counters).
 
 SGLang fixes speculation at launch, so adaptspec routes between pools launched differently (for example
 one EAGLE3 pool with gamma 4 and one pool without speculation) instead of choosing gamma per request.

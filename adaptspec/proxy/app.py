@@ -27,9 +27,10 @@ from adaptspec.proxy.errors import JsonErrorServer, error_middleware
 from adaptspec.proxy.feedback import Feedback
 from adaptspec.proxy.h1client import H1Client
 from adaptspec.proxy.metrics import ProxyMetrics, StateCollector
+from adaptspec.proxy.request import Generation
 from adaptspec.proxy.scrape import Scraper
 from adaptspec.proxy.state import MemoryState, RedisState
-from adaptspec.proxy.upstream import Pools, Worker, make_session, upstream_timeout, workers_from_config
+from adaptspec.proxy.upstream import Pools, Worker, make_session, workers_from_config
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Proxy:
         self.started = int(time.time())
         self.draining = False  # set on SIGTERM (serve.drain): readiness 503, responses close their connection
         self.session = None  # aiohttp: scrapes and probes
-        self.h1 = H1Client()  # the generation hop (h1client.py)
+        self.h1 = H1Client()  # every proxied request, generation and pass-through (relay.py)
         self.scraper = None
         self._features_memo: dict[tuple, RequestFeatures] = {}  # classify_body: recent prompts' features
         self.apply_config(config)
@@ -100,7 +101,6 @@ class Proxy:
         self.stall_timeout_s = server.stall_timeout_s
         self.pools.eject_after = server.eject_after_failures
         self.pools.backoff_s = server.eject_backoff_s
-        self.upstream_timeout = upstream_timeout(self.request_timeout_s)
         self.scrape_interval_s = server.scrape_interval_s
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s
@@ -142,14 +142,16 @@ class Proxy:
         est = getattr(self.config, "estimator", None)
         return (est is None or est.predict) and getattr(self.policy, "uses_alphas", True)
 
-    def classify_body(self, body: dict, candidates: Sequence[Worker] | None = None
+    def classify_body(self, req: Generation, candidates: Sequence[Worker] | None = None
                       ) -> tuple[str, RequestFeatures | None]:
         """(content class, the request's features for acceptance prediction or None when it is off).
 
         With prediction on and the shipped classifier, one classifier pass gives both the class and the class
         scores the features carry; a custom `classify` gives the class, whose score is then 1. `candidates`:
         the workers that may serve it; when none of them speculates, no alpha is read or learnt for it, so its
-        features are not computed (None)."""
+        features are not computed (None). The features read the request's `max_tokens` and `temperature` as
+        parsed (request.py), the same temperature its sampling regime comes from."""
+        body = req.body
         if not self.predicting or (candidates is not None and not _speculating(candidates)):
             return self.classify(body), None
         custom = self.classify is not classify_request
@@ -160,16 +162,12 @@ class Proxy:
         else:
             last, context = request_text(body)
             cls, scores, _ = Classifier.default().predict_request(body, (last, context))  # scores remembered there
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-        temperature = body.get("temperature")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != temperature:
-            temperature = 0.0  # absent or not a number: the engine's default (greedy here)
-        temperature = float(temperature)
+        max_tokens, temperature = req.max_tokens, req.temperature
         # the features are a pure function of (text, scores, max_tokens, temperature), the scores one of the
         # text (or of a custom classifier's class): a repeated prompt (retries, templates, benchmarks) reuses them
         memo = self._features_memo
         key = (last, context, max_tokens, temperature, cls if custom else None)
-        keep = len(last) + len(context) <= MEMO_MAX_CHARS and (max_tokens is None or type(max_tokens) is int)
+        keep = len(last) + len(context) <= MEMO_MAX_CHARS
         feats = memo.get(key) if keep else None
         if feats is None:
             text = f"{context}\n\n{last}" if context else last
@@ -247,7 +245,7 @@ class Proxy:
 
 
 def create_app(proxy: Proxy) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=1 << 30)  # our own limit: handlers._read_body
+    app = web.Application(middlewares=[error_middleware], client_max_size=1 << 30)  # our own limit: request.read_body
     app["proxy"] = proxy
     r = app.router
     r.add_post("/v1/chat/completions", handlers.chat_completions)
@@ -294,7 +292,7 @@ class _Runner(web.AppRunner):
 async def start_site(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Start serving `app`; `handler_cancellation` cancels a handler when its client disconnects.
 
-    Request bodies are decompressed by `handlers._read_body` (auto_decompress off), which counts the
+    Request bodies are decompressed by `request.read_body` (auto_decompress off), which counts the
     decompressed bytes against the limit; `keepalive_timeout` closes idle connections and, from the
     connection's start, ones that never finish sending a request head (slowloris).
     """

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client for the generation hop: pooled keep-alive connections, one request per call.
+"""A lean HTTP/1.1 client for the proxy's hop (relay.py): pooled keep-alive connections, one request per call.
 
     client = H1Client()
     up = await client.post(worker.url, "/v1/chat/completions", payload, headers)   # after the response head

@@ -44,8 +44,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from adaptspec.control import metric_names as names
 from adaptspec.control import telemetry
+from adaptspec.control.types import DRAFTING_PROPOSERS
 
-STEP_PROPOSERS = ("ngram", "draft", "eagle", "hybrid")  # the closed label set of the per-proposer counters
+STEP_PROPOSERS = DRAFTING_PROPOSERS  # the closed label set of the per-proposer counters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

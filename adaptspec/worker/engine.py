@@ -79,6 +79,7 @@ import torch
 
 from adaptspec.control.schedule import Schedule, gamma_at, parse_schedule
 from adaptspec.control.telemetry import StepCounters
+from adaptspec.control.types import PROPOSERS
 from adaptspec.errors import RequestError
 from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.proposers import (
@@ -100,7 +101,7 @@ __all__ = ["Engine", "EngineMetrics", "GenRequest", "StepOutput"]
 
 log = logging.getLogger(__name__)
 
-PROPOSER_NAMES = ("none", "ngram", "draft", "eagle", "hybrid")
+PROPOSER_NAMES = PROPOSERS
 # The smallest positive temperature accepted: logits / T must stay finite in float32 (|logits| of a real
 # model are far below 3e38 * 1e-30).
 MIN_TEMPERATURE = 1e-30

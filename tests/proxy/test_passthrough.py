@@ -183,3 +183,56 @@ async def test_models_pass_the_upstream_cards_through_merged_by_id():
         # fields from the first worker by name (o0), the smallest context any of the three reports
         assert tiny == {"id": "tiny", "object": "model", "created": 1700000000, "owned_by": "o0",
                         "root": "/models/tiny", "parent": None, "max_model_len": 1024}
+
+
+@contextlib.asynccontextmanager
+async def silent_responses_upstream(silence_s: float):
+    """/v1/responses streaming one event, then nothing for `silence_s`, then one more event and the end."""
+    import asyncio
+
+    from aiohttp import web
+
+    async def responses(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'event: response.output_text.delta\ndata: {"delta": "t0"}\n\n')
+        await asyncio.sleep(silence_s)
+        await resp.write(b'event: response.output_text.delta\ndata: {"delta": "t1"}\n\n')
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", responses)
+    async with TestClient(TestServer(app)) as client:
+        yield url(client)
+
+
+@pytest.mark.parametrize("alive", [False, True])
+async def test_a_silent_responses_stream_is_cut_unless_its_worker_is_alive(alive):
+    """The generation path's relay (relay.py): a stream silent past stall_timeout_s on a worker that answers
+    nothing else ends with an SSE error event and ejects it; one on a worker that is alive (answered scrapes)
+    is queued, not stalled, and goes on."""
+    import asyncio
+
+    async with silent_responses_upstream(0.8) as up, proxy_for(
+            [pool("o", "openai", {"o0": up}, proposers=[])], stall_timeout_s=0.3) as (proxy, c):
+        worker = proxy.pools.workers["o0"]
+
+        async def scrapes_answered():
+            while True:
+                proxy.pools.answered(worker)
+                await asyncio.sleep(0.05)
+
+        keep = asyncio.create_task(scrapes_answered()) if alive else None
+        try:
+            r = await c.post("/v1/responses", json={"model": "tiny", "input": "x", "stream": True})
+            text = await r.text()
+        finally:
+            if keep is not None:
+                keep.cancel()
+        assert r.status == 200 and text.startswith('event: response.output_text.delta\ndata: {"delta": "t0"}\n\n')
+        if alive:
+            assert text.endswith('data: {"delta": "t1"}\n\n') and worker.healthy
+        else:
+            assert '"upstream_timeout"' in text and "sent nothing for 0.3 s" in text and not worker.healthy

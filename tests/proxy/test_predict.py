@@ -9,8 +9,10 @@ import contextlib
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from adaptspec.control.alpha import request_temperature
 from adaptspec.control.config import parse_config
 from adaptspec.proxy.app import Proxy, create_app
+from adaptspec.proxy.request import generation_of
 
 from . import upstream_app
 
@@ -71,10 +73,10 @@ def test_features_only_for_policies_that_read_alphas():
     for policy, on in (({"kind": "goodput"}, True), ({"kind": "static", "proposer": "ngram", "gamma": 4}, False),
                        ({"kind": "goodput", "holdout": {"share": 0.1}}, True)):
         proxy = Proxy(parse_config({"policy": policy, "pools": pools}))
-        cls, feats = proxy.classify_body(body)
+        cls, feats = proxy.classify_body(generation_of(body))
         assert cls == "code" and (feats is not None) == on
     off = Proxy(parse_config({"estimator": {"predict": False}, "pools": pools}))
-    assert off.classify_body(body) == ("code", None)
+    assert off.classify_body(generation_of(body)) == ("code", None)
 
 
 def test_features_of_a_repeated_prompt_are_remembered_and_equal_fresh_ones(monkeypatch):
@@ -92,12 +94,12 @@ def test_features_of_a_repeated_prompt_are_remembered_and_equal_fresh_ones(monke
     bodies += [{**bodies[0], "tools": [{"type": "function"}]}]  # same text: same features, class from the field
     for _ in range(2):  # the second pass answers the last MEMO_SIZE prompts from the memo
         for body in bodies:
-            cls, feats = proxy.classify_body(body)
+            cls, feats = proxy.classify_body(generation_of(body))
             want_cls, scores, _ = Classifier.default().predict_request(body)
             last, context = request_text(body)
             text = f"{context}\n\n{last}" if context else last
             fresh = RequestFeatures.from_prompt(text, body.get("max_tokens"),
-                                                float(body.get("temperature", 0.0)), scores)
+                                                request_temperature(body.get("temperature")), scores)
             assert cls == want_cls and feats.class_scores == fresh.class_scores
             assert feats.x.tolist() == fresh.x.tolist()
     assert cls == "structured"

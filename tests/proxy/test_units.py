@@ -11,8 +11,9 @@ from adaptspec.control.estimators import AlphaTable
 from adaptspec.errors import ConfigError, RequestError, UpstreamError
 from adaptspec.proxy.configfile import expand_env, load_config_file
 from adaptspec.proxy.feedback import Feedback, position_stats, prompt_tokens, spec_stats
-from adaptspec.proxy.handlers import _parse, _SseScan, _take_usage
+from adaptspec.proxy.handlers import _SseScan, _take_usage
 from adaptspec.proxy.metrics import ProxyMetrics
+from adaptspec.proxy.request import parse_generation
 from adaptspec.proxy.scrape import parse_metrics
 from adaptspec.proxy.state import MemoryState, redact_url
 from adaptspec.proxy.upstream import Pools, Worker, workers_from_config
@@ -46,13 +47,13 @@ def test_config_file_with_env_vars_gets_the_same_checks(tmp_path, monkeypatch):
 ])
 def test_parse_rejects(body, status, param):
     with pytest.raises(RequestError) as exc:
-        _parse(body, "chat")
+        parse_generation(body, "chat")
     assert (exc.value.status, exc.value.param) == (status, param)
 
 
 def test_parse_accepts():
-    body, model, stream = _parse(b'{"model": "m", "prompt": ["a"], "stream": true}', "completions")
-    assert (model, stream, body["prompt"]) == ("m", True, ["a"])
+    req = parse_generation(b'{"model": "m", "prompt": ["a"], "stream": true}', "completions")
+    assert (req.model, req.stream, req.body["prompt"]) == ("m", True, ["a"])
 
 
 def test_sse_scan_gives_the_same_bytes_and_outcome_however_the_stream_is_cut():
