@@ -20,6 +20,20 @@ The committed set, tests/data/classifier_heldout.jsonl (fields: label, source, t
   the first rows by crc32 of their text, and GSM8K *test* (MIT), which no training row comes from.
 The training script refuses to train when a training row has the text of a held-out prompt.
 
+Three more committed sets, scored the same way (`--eval`; the bar applies to each class they hold >= 10 prompts of):
+- tests/data/classifier_eval_selfinstruct.jsonl: the 252 expert-written "user-oriented" instructions of
+  self-instruct (yizhongw/self-instruct human_eval/user_oriented_instructions.jsonl, Apache-2.0; instruction +
+  its first input), labelled by hand with the class table of ../shared/data/README.md; the 57 that fit no class
+  cleanly (sentiment / category labelling, citation styles, schedules, ...) are left out. 195 prompts: chat
+  153, code 19, summarize 10, math 9, structured 2, translate 2. Unseen public data: nothing of self-instruct
+  is trained on;
+- tests/data/classifier_eval_selfinstruct_seed.jsonl: self-instruct's 175 seed tasks (data/seed_tasks.jsonl,
+  Apache-2.0, also human-written), 124 labelled by hand (chat 95, code 12, math 9, summarize 6, translate 2)
+  (the blind set of the candidate branch's training prompts);
+- tests/data/classifier_eval_hand3.jsonl: 122 prompts written by hand in the style of Dolly / OASST requests
+  (open questions, classification lists, editing requests, reference-text QA, extraction into JSON), ~20 per
+  class.
+
 `--shared` also scores the non-commercial sources that may be used for local evaluation only (never committed,
 never trained on): alpaca_eval_chat (CC BY-NC 4.0; it holds some coding and math questions labelled chat),
 code_alpaca_2k, t0 samsum / sciq / xsum.
@@ -39,6 +53,20 @@ REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "tests" / "data" / "classifier_heldout.jsonl"
 MIN_RECALL = 0.85
 HAND_SOURCES = ("hand", "handwritten-2")
+EVALS = tuple(REPO / "tests" / "data" / f"classifier_eval_{name}.jsonl" for name in ("selfinstruct", "selfinstruct_seed", "hand3"))
+MIN_CLASS_ROWS = 10  # classes with fewer prompts in a set are reported, not held to the bar
+# Known shortfalls of the shipped artifact, {(set file, class): floor}: below MIN_RECALL, held at its measured
+# recall less 2 prompts so that a regression still fails. The shipped model reads public instruction prompts
+# ("a task about the given X" + a short input) by their shape: as code (MBPP / HumanEval say "given") or as
+# summarize (an instruction before a text). Branch issue31-classifier-candidate's retrained artifact lifts
+# these (chat 0.88 / 0.87 / 0.95) but fails two unit tests of tests/control/test_classify.py.
+SHORTFALLS = {
+    ("classifier_eval_selfinstruct.jsonl", "chat"): 0.60,  # 94/153
+    ("classifier_eval_selfinstruct.jsonl", "code"): 0.57,  # 13/19
+    ("classifier_eval_selfinstruct_seed.jsonl", "chat"): 0.70,  # 69/95
+    ("classifier_eval_selfinstruct_seed.jsonl", "code"): 0.66,  # 10/12
+    ("classifier_eval_hand3.jsonl", "chat"): 0.72,  # 18/22
+}
 
 
 def part_of(row: dict) -> str:
@@ -78,6 +106,30 @@ def print_table(title: str, counts: dict, parts: list[str]) -> None:
             print(f"{c:>11} " + " ".join(f"{x:>17}" for x in cells))
 
 
+def print_confusion(model: Classifier, rows: list[dict]) -> None:
+    """Rows = true class, columns = predicted."""
+    index = {c: i for i, c in enumerate(CONTENT_CLASSES)}
+    cm = [[0] * len(CONTENT_CLASSES) for _ in CONTENT_CLASSES]
+    for r in rows:
+        cm[index[r["label"]]][index[model.predict(r["text"])[0]]] += 1
+    print(f"{'true / predicted':>17} " + " ".join(f"{c[:9]:>9}" for c in CONTENT_CLASSES))
+    for c, line in zip(CONTENT_CLASSES, cm, strict=True):
+        if sum(line):
+            print(f"{c:>17} " + " ".join(f"{v:9d}" for v in line))
+
+
+def passes(counts: dict, min_rows: int = 1, name: str = "") -> bool:
+    """Every class with at least `min_rows` prompts reaches MIN_RECALL (or its SHORTFALLS floor in set `name`)."""
+    for (c, p), (right, total) in counts.items():
+        if p == "all" and total >= min_rows:
+            bar = SHORTFALLS.get((name, c), MIN_RECALL)
+            if right < bar * total:
+                return False
+            if bar < MIN_RECALL and right < MIN_RECALL * total:
+                print(f"  known shortfall: {c} {right}/{total} = {right / total:.3f} < {MIN_RECALL} (floor {bar})")
+    return True
+
+
 def shared_rows(data: Path) -> list[dict]:
     """The non-commercial rows of ../shared/data (local evaluation only), labelled as the trainer labels them."""
     import importlib.util
@@ -92,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", type=Path, default=ARTIFACT_DIR)
     ap.add_argument("--heldout", type=Path, default=HELDOUT)
+    ap.add_argument("--eval", type=Path, nargs="*", default=list(EVALS), help="further committed eval sets")
+    ap.add_argument("--confusion", action="store_true", help="print each set's confusion matrix")
     ap.add_argument("--shared", type=Path, default=None, help="../shared/data: also score the local-only NC sets")
     ap.add_argument("--show-errors", action="store_true")
     args = ap.parse_args(argv)
@@ -106,17 +160,34 @@ def main(argv: list[str] | None = None) -> int:
     if args.show_errors:
         for label, got, source, text in misses:
             print(f"  {label:>10} -> {got:<10} [{source}] {text[:100]!r}")
-    ok = all(counts[(c, "all")][0] >= MIN_RECALL * counts[(c, "all")][1] for c in CONTENT_CLASSES)
+    if args.confusion:
+        print_confusion(model, rows)
+    ok = passes(counts) and all((c, "all") in counts for c in CONTENT_CLASSES)
+    for path in args.eval:
+        ev = load(path)
+        ev_counts, ev_misses = recall_table(model, ev)
+        print_table(f"recall on {path.name} ({len(ev)} prompts)", ev_counts, ["all"])
+        if args.confusion:
+            print_confusion(model, ev)
+        if args.show_errors:
+            for label, got, source, text in ev_misses:
+                print(f"  {label:>10} -> {got:<10} [{source}] {text[:100]!r}")
+        ok = passes(ev_counts, MIN_CLASS_ROWS, path.name) and ok
     if args.shared:
         nc = shared_rows(args.shared)
         counts, misses = recall_table(model, nc, lambda r: r["source"].split("/")[0] if not r["source"].startswith(
             "t0/") else "/".join(r["source"].split("/")[:2]))
         parts = sorted({p for _, p in counts if p != "all"})
         print_table("local-only non-commercial sets (never trained on, not committed)", counts, parts)
+        if args.confusion:
+            print("alpaca_eval:")
+            print_confusion(model, [r for r in nc if r["source"].startswith("alpaca_eval")])
         if args.show_errors:
             for label, got, source, text in misses[:60]:
                 print(f"  {label:>10} -> {got:<10} [{source}] {text[:100]!r}")
-    print(f"\nevery class >= {MIN_RECALL} on {args.heldout.name}: {ok}")
+    names = ", ".join([args.heldout.name] + [p.name for p in args.eval])
+    print(f"\nevery class >= {MIN_RECALL} on {names} (classes of >= {MIN_CLASS_ROWS} prompts in the further sets; "
+          f"known shortfalls held at their floors): {ok}")
     return 0 if ok else 1
 
 
