@@ -225,6 +225,7 @@ _SHIFT_MASK = np.array([0.0 if n == "temperature" else 1.0 for n in FEATURE_NAME
 SHIFT_STEP = 0.05  # logit shifts are rounded to this (alpha moves < 1.3% per step): cacheable plans
 GATE_PRIOR = 0.05  # pseudo-evidence for "no correction" (sum of weight * squared shift in alpha)
 GATE_DECAY = 1.0 / 1024.0  # per observation: a gate's evidence follows its last ~thousand requests
+GATE_Z = 1.5  # the gate trusts a correction at its least-squares weight less 1.5 standard errors
 
 
 class AcceptancePredictor:
@@ -415,37 +416,45 @@ def _shifted(p: float, z: float) -> float:
 class Gate:
     """How much of a correction to trust: the online least-squares weight w in [0, 1] of
     `estimate = c + w (a - c)`, c the class-level estimate, a the corrected one, y the outcome, each scored
-    before the model learnt from it (prequential). w minimises the weighted squared error of the estimate
-    over the outcomes seen (shrunk towards 0 by `prior`, and clipped), so on those outcomes the gated
-    estimate is never worse than the class level: at w = 0 it *is* the class level. Old evidence fades with
-    `decay` per observation (the model and the traffic drift)."""
+    before the model learnt from it (prequential). w is the least-squares slope of y - c on a - c over the
+    outcomes seen, taken at its lower confidence bound (`GATE_Z` standard errors below, the outcomes' spread
+    around the class level as the noise), shrunk towards 0 by `prior` and clipped: a few outcomes that happen
+    to agree with the correction do not outvote the class level (a thin posterior never outvotes the prior);
+    many that agree give it nearly its least-squares weight. On the outcomes seen the gated estimate is never
+    worse than the class level: at w = 0 it *is* the class level. Old evidence fades with `decay` per
+    observation (the model and the traffic drift)."""
 
-    __slots__ = ("sxy", "sxx", "n", "prior", "decay")
+    __slots__ = ("sxy", "sxx", "syy", "n", "prior", "decay")
 
     def __init__(self, prior: float = GATE_PRIOR, decay: float = GATE_DECAY) -> None:
-        self.sxy = self.sxx = self.n = 0.0
+        self.sxy = self.sxx = self.syy = self.n = 0.0
         self.prior, self.decay = prior, decay
 
     @property
     def weight(self) -> float:
-        return min(max(self.sxy / (self.sxx + self.prior), 0.0), 1.0)
+        if self.sxx <= 0.0:
+            return 0.0
+        noise = math.sqrt(self.syy / max(self.n, 1.0))  # sd of y - c: the slope's noise, on the cautious side
+        return min(max((self.sxy - GATE_Z * noise * math.sqrt(self.sxx)) / (self.sxx + self.prior), 0.0), 1.0)
 
     def update(self, c: float, a: float, y: float, weight: float = 1.0) -> None:
         """One outcome y of a request whose class-level estimate was c and corrected estimate a; `weight`
         (capped at 1): how much the outcome tells (a request of few draft tokens tells little)."""
         w, keep = min(max(weight, 0.0), 1.0), 1.0 - self.decay
-        d = a - c
+        d, e = a - c, y - c
         self.sxx = self.sxx * keep + w * d * d
-        self.sxy = self.sxy * keep + w * d * (y - c)
+        self.sxy = self.sxy * keep + w * d * e
+        self.syy = self.syy * keep + w * e * e
         self.n = self.n * keep + w
 
     def to_dict(self) -> dict:
-        return {"sxy": self.sxy, "sxx": self.sxx, "n": self.n}
+        return {"sxy": self.sxy, "sxx": self.sxx, "syy": self.syy, "n": self.n}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Gate:
         g = cls()
         g.sxy, g.sxx, g.n = float(d["sxy"]), float(d["sxx"]), float(d.get("n", 0.0))
+        g.syy = float(d.get("syy", 0.0))
         return g
 
 

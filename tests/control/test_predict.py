@@ -11,7 +11,15 @@ import pytest
 from adaptspec.control.config import GoodputPolicy
 from adaptspec.control.estimators import AlphaTable, prior_alpha
 from adaptspec.control.policy import Goodput
-from adaptspec.control.predict import FEATURE_NAMES, AcceptancePredictor, Gate, Prediction, RequestFeatures
+from adaptspec.control.predict import (
+    FEATURE_NAMES,
+    GATE_PRIOR,
+    GATE_Z,
+    AcceptancePredictor,
+    Gate,
+    Prediction,
+    RequestFeatures,
+)
 from adaptspec.control.types import WorkerState
 
 CODE = "def add(a, b):\n    total = a + b\n    return total\n\nclass Box:\n    size = 3\n"
@@ -247,6 +255,20 @@ def test_gate_weight_is_the_least_squares_share_of_the_correction():
     assert gates["unrelated"].weight == pytest.approx(0.0, abs=0.03)
     assert gates["against"].weight == 0.0 and gates["beyond"].weight == 1.0
     assert Gate().weight == 0.0  # no evidence: no correction
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 16, 100])
+def test_gate_trusts_a_correction_only_as_far_as_its_evidence_goes(n):
+    """n outcomes exactly as corrected (y - c = a - c = d): the least-squares weight is 1 from the first, the
+    gate's is its lower bound, closed form (n d^2 - z |d| sqrt(n d^2)) / (n d^2 + prior) = d^2 (n - z sqrt(n))
+    / (n d^2 + prior), 0 below n = z^2: one or two agreeing requests never outvote the class level."""
+    g, d = Gate(decay=0.0), 0.2
+    for _ in range(n):
+        g.update(0.5, 0.5 + d, 0.5 + d)
+    expect = max(d * d * (n - GATE_Z * math.sqrt(n)) / (n * d * d + GATE_PRIOR), 0.0)
+    assert g.weight == pytest.approx(expect, rel=1e-9, abs=1e-12)
+    assert (g.weight == 0.0) == (n <= GATE_Z**2)
+    assert Gate.from_dict(g.to_dict()).weight == pytest.approx(g.weight, rel=1e-12)
 
 
 def _feature_prompt(k: int) -> str:
