@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from adaptspec.control import costmodel
 from adaptspec.control.alpha import ANY_CLASS
 from adaptspec.control.policy import _healthy, _least_loaded, _offers, fixed_config
+from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, max_cap
 from adaptspec.control.types import CONTENT_CLASSES, AlphaEstimate, AlphaSource, Decision, WorkerState
+from adaptspec.errors import ConfigError
 
 
 def pooled(alphas: AlphaSource, worker: str, proposer: str) -> AlphaEstimate:
@@ -81,3 +83,22 @@ def fallback(workers: Sequence[WorkerState], content_class: str, policy: str, pr
     p, g = fixed_config(w) if not w.per_request else ("none", 0)
     return Decision(w.name, p, g, content_class, policy,
                     f"{policy}: no per-request worker offers {proposer}; {w.name} runs {p} g={g}")
+
+
+class ProfileBook:
+    """Step-time profiles by a worker's profile name, loaded once; a name that does not load plans with the
+    policy's default profile (a worker with no profile of its own)."""
+
+    def __init__(self, default: str | None) -> None:
+        self.default = load_profile(default)
+        self._by_name: dict[str | None, Profile] = {None: self.default}
+
+    def get(self, name: str | None) -> Profile:
+        prof = self._by_name.get(name)
+        if prof is None:
+            try:
+                prof = load_profile(name)
+            except ConfigError:
+                prof = self.default
+            self._by_name[name] = prof
+        return prof

@@ -23,11 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from adaptspec.control.peers._common import fallback, pooled
+from adaptspec.control.peers._common import ProfileBook, fallback, pooled
 from adaptspec.control.policy import PlanCache, _healthy, _least_loaded, _offers
-from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.profiles import Profile
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
-from adaptspec.errors import ConfigError
 
 
 class BanditSpecUCB:
@@ -37,22 +36,15 @@ class BanditSpecUCB:
         self.name = "banditspec_ucb"
         self.proposers, self.gammas = tuple(cfg.proposers), tuple(cfg.gammas)
         self.weight, self.warmup, self.per_arm = cfg.exploration_weight, cfg.warmup_rounds, cfg.per_arm_bonus
-        self.default_profile = load_profile(cfg.default_profile)
-        self._profiles: dict[str | None, Profile] = {None: self.default_profile}
+        self._profiles = ProfileBook(cfg.default_profile)
+        self.default_profile = self._profiles.default
         self.cache = PlanCache()
         self.mean: dict[tuple[str, int], float] = {}
         self.pulls: dict[tuple[str, int], int] = {}
         self.t = 0
 
     def profile(self, name: str | None) -> Profile:
-        prof = self._profiles.get(name)
-        if prof is None:
-            try:
-                prof = load_profile(name)
-            except ConfigError:
-                prof = self.default_profile
-            self._profiles[name] = prof
-        return prof
+        return self._profiles.get(name)
 
     def arms(self, w: WorkerState, prof: Profile) -> list[tuple[str, int]]:
         return [(p, g) for p in self.proposers if _offers(w, p) and prof.offers(p)

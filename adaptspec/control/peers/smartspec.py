@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adaptspec.control.peers._common import fallback, per_request_worker, pooled, scheduled
+from adaptspec.control.peers._common import ProfileBook, fallback, per_request_worker, pooled, scheduled
 from adaptspec.control.policy import PlanCache
-from adaptspec.control.profiles import Profile, load_profile
+from adaptspec.control.profiles import Profile
 from adaptspec.control.schedule import ANY_BATCH, compress, levels
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
-from adaptspec.errors import ConfigError
 
 
 class SmartSpec:
@@ -34,20 +33,13 @@ class SmartSpec:
     def __init__(self, cfg) -> None:
         self.name = "smartspec"
         self.proposer, self.max_gamma = cfg.proposer, cfg.max_gamma
-        self.default_profile = load_profile(cfg.default_profile)
+        self._profiles = ProfileBook(cfg.default_profile)
+        self.default_profile = self._profiles.default
         self.cache = PlanCache()
-        self._profiles: dict[str | None, Profile] = {None: self.default_profile}
         self._schedules: dict[tuple, tuple] = {}
 
     def profile(self, name: str | None) -> Profile:
-        prof = self._profiles.get(name)
-        if prof is None:
-            try:
-                prof = load_profile(name)
-            except ConfigError:
-                prof = self.default_profile
-            self._profiles[name] = prof
-        return prof
+        return self._profiles.get(name)
 
     def schedule(self, w: WorkerState, alpha: float) -> tuple:
         """argmax_k goodput at every batch level (k = 0 where plain decoding is at least as good)."""
