@@ -666,7 +666,7 @@ class Engine:
         groups: dict[str, list[int]] = {}
         for i, s in enumerate(batch):
             # room: every drafted token plus the bonus must fit both max_tokens and the context
-            k = s.room = min(s.step_k, s.req.max_tokens - s.generated - 1, self.max_model_len - len(s.tokens) - 1)
+            k = s.room = min(s.step_k, self._hard_room(s))  # step_k <= max_speculative_tokens (validated)
             if s.proposer != "none" and k > 0:
                 groups.setdefault(s.proposer, []).append(i)
         def inputs(proposer, idx: list[int]) -> list[ProposeInput]:
