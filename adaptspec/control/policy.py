@@ -649,7 +649,24 @@ class _CostModelPolicy:
         d = self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
                                       missed.gamma if missed is not None else 0,
                                       missed.speedup if missed is not None else 0.0)
-        return self.gamma_probe.apply(d, w)
+        return self.gamma_probe.apply(d, w, lambda p: self._probe_worth(w, content_class, alphas, p, d))
+
+    def _probe_worth(self, w: WorkerState, content_class: str, alphas: AlphaSource, proposer: str,
+                     d: Decision) -> bool:
+        """Whether drafting with `proposer` could beat decision `d` at this batch (a calibration probe's value):
+        its best plan, priced by the profile and by the worker's fit, whichever hopes more, within the probe's
+        `near` of `d`'s expected speedup. A price that cannot change a choice is not worth the probe's passes."""
+        bound = min(w.max_gamma, self.max_gamma)
+        base, fitted = self.profile(w.profile), self.worker_profile(w)
+        if bound <= 0 or not base.offers(proposer):
+            return False
+        est = self.hopeful(self._estimate(w, base, alphas, proposer, content_class), alphas, w.name, proposer,
+                           content_class)
+        a, _ = self.alpha(est)
+        batch, rho = w.load + 1.0, (w.prefill_ratio, w.prompt_tokens)
+        best = max(self.cache.best(prof, proposer, a, batch, bound, est.propose_rate, rho).speedup
+                   for prof in (base, fitted) if prof.offers(proposer))
+        return best * self.gamma_probe.near >= d.expected_speedup
 
     def request_schedule(self, w: WorkerState, content_class: str, alphas: AlphaSource, plan: costmodel.Plan
                          ) -> tuple[str, Schedule | None]:

@@ -194,7 +194,7 @@ def test_gamma_probe_halves_a_block_of_drafts_while_the_fit_cannot_split_calls_f
     costs = calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs()
     asking = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=replace(costs, split_probe=("draft",)))
     quiet = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=costs)
-    probe = GammaProbe(every=8)
+    probe = GammaProbe(every=8, backoff=1.0)
     d = Decision("w0", "draft", 8, "code", "goodput", "goodput: draft g=8", 2.0)
     got = [probe.apply(d, asking).gamma for _ in range(32)]
     assert [i for i, g in enumerate(got) if g == 4] == [7, 15, 23, 31] and set(got) == {4, 8}
@@ -213,7 +213,7 @@ def test_token_probe_drafts_a_block_of_other_plans_with_the_proposer_at_load():
 
     costs = replace(calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs(), token_probe=("draft",))
     loaded = WorkerState("w0", proposers=("ngram", "draft"), running=3.0, step_costs=costs)
-    probe = GammaProbe(every=8)
+    probe = GammaProbe(every=8, backoff=1.0)
     off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
     got = [probe.apply(off, loaded) for _ in range(64)]
     probed = [i for i, d in enumerate(got) if d.proposer == "draft"]
@@ -221,3 +221,63 @@ def test_token_probe_drafts_a_block_of_other_plans_with_the_proposer_at_load():
     assert "calibration probe: draft g=2" in got[probed[0]].reason
     idle = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=costs)
     assert all(GammaProbe(every=2).apply(off, idle) == off for _ in range(8))
+
+
+def test_gamma_probe_backs_off_so_an_unresolved_probe_costs_ever_less():
+    """By default every block doubles the gap to the next: blocks start after gaps of 7, 15, 31, 63 admissions at
+    batch 1 (a constant 1/8 would probe 8 times in 128), up to one block in `max_every`."""
+    from dataclasses import replace
+
+    costs = calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs()
+    asking = WorkerState("w0", proposers=("ngram", "draft"), running=0.0, step_costs=replace(costs, split_probe=("draft",)))
+    d = Decision("w0", "draft", 8, "code", "goodput", "goodput: draft g=8", 2.0)
+    probe = GammaProbe(every=8)
+    got = [probe.apply(d, asking).gamma for _ in range(300)]
+    assert [i for i, g in enumerate(got) if g == 4] == [7, 23, 55, 119, 247]
+    capped = GammaProbe(every=8, max_every=32)
+    got = [capped.apply(d, asking).gamma for _ in range(200)]
+    assert [i for i, g in enumerate(got) if g == 4] == [7, 23, 55, 87, 119, 151, 183]
+
+
+def test_token_probe_skips_a_proposer_that_could_not_win_at_this_load():
+    """The load form asks the policy whether the proposer is worth probing (`worth`): not worth it, no admission
+    is moved to it, and the block counters do not advance (the next worthy admission starts the same gap)."""
+    from dataclasses import replace
+
+    costs = replace(calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs(), token_probe=("draft",))
+    loaded = WorkerState("w0", proposers=("ngram", "draft"), running=3.0, step_costs=costs)
+    off = Decision("w0", "none", 0, "chat", "goodput", "goodput: off", 1.0)
+    asked: list[str] = []
+
+    def never(p: str) -> bool:
+        asked.append(p)
+        return False
+
+    probe = GammaProbe(every=8, backoff=1.0)
+    assert all(probe.apply(off, loaded, never) == off for _ in range(64))
+    assert set(asked) == {"draft"} and probe.probes == 0
+    got = [probe.apply(off, loaded, lambda p: True) for _ in range(64)]
+    assert [i for i, d in enumerate(got) if d.proposer == "draft"] == [i for i in range(64) if i % 32 >= 28]
+
+
+def test_goodput_policy_does_not_probe_a_draft_model_priced_far_below_its_plan_at_load():
+    """The policy's `worth`: at 64 running on cpu-tiny with EAGLE accepted 0.8 and the draft model 0.05 for the class,
+    the draft model's best plan (gamma 1..8 at 0.05) is nowhere near EAGLE's, whatever the fit says: a fit that asks
+    for a token probe of the draft model gets none; with the draft model accepted like EAGLE it gets its blocks."""
+    from dataclasses import replace
+
+    costs = replace(calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs(), token_probe=("draft",))
+    cfg = parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}})
+    w = WorkerState("w0", proposers=("none", "eagle", "draft"), running=63.0, step_costs=costs, profile="cpu-tiny")
+
+    def picks(draft_alpha: float) -> Counter:
+        policy = build_policy(cfg.policy)
+        table = AlphaTable(prior_strength=20.0)
+        for _ in range(50):
+            table.observe_counts("w0", "eagle", "chat", 80, 20)
+            table.observe_counts("w0", "draft", "chat", round(100 * draft_alpha), 100 - round(100 * draft_alpha))
+        return Counter(policy.decide("chat", [w], table).proposer for _ in range(2000))
+
+    poor = picks(0.05)
+    assert poor["draft"] == 0 and poor["eagle"] == 2000
+    assert picks(0.8)["draft"] > 0
