@@ -361,3 +361,33 @@ def test_a_right_roofline_profile_is_not_judged_biased_by_prompt_chunks():
         cal.observe(w)
     assert -0.15 < cal.profile_bias() <= 0.0  # (measured - predicted) / measured
     assert not cal.profile_biased()
+
+
+def test_the_price_list_holds_while_the_fit_only_jitters():
+    """Snapped coefficients with hysteresis (`_hold`): a coefficient keeps its grid point until the fit moves it
+    beyond 1.5 points (~4.4%) and beyond its standard error, so a fit jittering across a boundary does not rename the priced profile (every plan
+    memoised under a profile name is recomputed on a new one). Stationary windows after convergence: the key
+    settles, and each snapped price stays within 1.5 grid steps or one standard error of the fit."""
+    rng = np.random.default_rng(7)
+    cal = StepCalibrator(load_profile("h200-llama3-70b"), half_life_steps=1e9)
+    keys = []
+    for w in windows(rng, 1200):
+        cal.observe(w)
+        keys.append(cal.costs().key)
+    late = keys[600:]
+    changes = sum(a != b for a, b in itertools.pairwise(late))
+    assert changes <= 3, changes
+    c = cal.costs()
+    grid = 2.0 ** (1.0 / 24.0)
+    for name, value in c.coefficients.items():
+        if value > 0 and c.snapped[name] > 0:
+            assert (abs(math.log(c.snapped[name] / value)) <= 1.5 * math.log(grid) + 1e-12
+                    or abs(c.snapped[name] - value) <= c.errors[name]), name
+    # the rule itself: within 1.5 grid points or one standard error the last point is kept, else it moves
+    g = 2.0 ** (1.0 / 24.0)
+    cal._grid = None
+    assert cal._hold((g**10, 0.0, g**40), (math.nan, math.nan)) == (10, None, 40)
+    assert cal._hold((g**11.4, 0.0, g**43.4), (math.nan, math.nan)) == (10, None, 40)  # context: 3.5 points
+    assert cal._hold((g**12, 0.0, g**44), (math.nan, math.nan)) == (12, None, 44)
+    assert cal._hold((g**15, 0.0, g**44), (g**15 - g**12, math.nan)) == (12, None, 44)  # within one standard error
+    assert cal._hold((g**15, 0.0, g**44), (0.5 * (g**15 - g**12), math.nan)) == (15, None, 44)
