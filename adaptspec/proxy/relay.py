@@ -102,10 +102,11 @@ async def dispatch(ex: Exchange) -> tuple[web.StreamResponse, int]:
         ex.sending()
         worker, payload = ex.target()
         worker.inflight += 1
-        up = None
+        up, ran = None, False
         try:
             try:
                 up, data = await _send(ex, worker, payload)
+                ran = True  # the worker has it: once it ends, the worker's last sample over-counts its running
             except UPSTREAM_ERRORS as exc:
                 failed = {} if failed is None else failed
                 _retry(ex, worker, exc, failed)
@@ -126,6 +127,7 @@ async def dispatch(ex: Exchange) -> tuple[web.StreamResponse, int]:
             raise
         finally:
             worker.inflight -= 1
+            worker.finished += ran
             if up is not None:
                 up.release()
 

@@ -51,6 +51,9 @@ class Worker:
     waiting: float = 0.0
     kv_usage: float = 0.0
     sampled_at: float = 0.0
+    # requests of this proxy that finished on it since its last sample: the sample still counts them as running
+    # (at one client, for up to a scrape interval after each request, the next one would be planned at batch 2)
+    finished: int = 0
     request_feedback: bool = False  # has delivered per-request speculation stats (see feedback.py)
     traffic: TrafficShape = field(default_factory=TrafficShape)  # recent prompt / generated tokens per request
     step_costs: object | None = None  # control.calibration.CalibratedCosts from its step telemetry (feedback.py)
@@ -79,14 +82,16 @@ class Worker:
             self.waiting = sample.waiting
         if sample.kv_usage is not None:
             self.kv_usage = sample.kv_usage
+        self.finished = 0
         self.sampled_at = time.monotonic()
 
     def state(self, other_inflight: int = 0) -> WorkerState:
         """The worker as the policy sees it (a frozen record: the last one is reused while nothing in it changed,
         as between most requests)."""
         t = self.traffic
+        running = max(self.running - self.finished, 0.0) if self.finished else self.running
         key = (self.name, self.engine, self.per_request, self.proposers, self.gamma, self.max_gamma, self.profile,
-               self.running, self.waiting, self.kv_usage, self.inflight + other_inflight, self.healthy,
+               running, self.waiting, self.kv_usage, self.inflight + other_inflight, self.healthy,
                t.prefill_ratio, t.prompt_tokens, self.step_costs)
         last = self._last_state
         if last is not None and last[0] == key:

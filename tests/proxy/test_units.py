@@ -386,3 +386,21 @@ def test_a_delta_table_applied_elsewhere_equals_its_observations_made_there():
         for field in ("s", "f", "reports", "steps", "drafts"):
             assert b[field] == pytest.approx(a[field], rel=1e-12), (key, field)
     assert shared.get("w0", "ngram", "code").mean == pytest.approx(direct.get("w0", "ngram", "code").mean, rel=1e-12)
+
+
+def test_a_request_that_finished_since_the_last_scrape_no_longer_counts_as_running():
+    """At one client the worker's last sample still counts the request that just ended (for up to a scrape
+    interval): the next request would be planned at batch 2. Requests of this proxy that finished since the
+    sample are taken off its running count until the next sample (never below 0; inflight still counts)."""
+    w = Worker("w0", "http://h:1", "p", engine="adaptspec", per_request=True, proposers=("ngram",))
+    w.apply_sample(parse_metrics("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"))
+    assert w.state().load == 1.0
+    w.finished += 1  # the relay, when a request it sent ends
+    assert w.state().load == 0.0
+    w.finished += 1
+    assert w.state().running == 0.0
+    w.inflight = 1  # the next one is on its way
+    assert w.state().load == 1.0
+    w.inflight = 0
+    w.apply_sample(parse_metrics("vllm:num_requests_running 3\nvllm:num_requests_waiting 0\n"))
+    assert w.finished == 0 and w.state().load == 3.0  # a new sample counts afresh
