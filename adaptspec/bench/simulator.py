@@ -431,13 +431,11 @@ def simulate(
     d_tok = np.zeros(slots, dtype=np.int64)
     a_tok = np.zeros(slots, dtype=np.int64)
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
-    pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     decisions: list = [None] * slots  # the Decision of the request in each slot (for on_finish)
     feats_of: list = [None] * slots  # the features of the request in each slot (with a predictor)
-    # with a schedule the draft length varies: per position, the drafts that reached it (the worker's
-    # tried_per_position), for exact conditional rates as the proxy counts them from usage.speculative
+    # per position, the drafts that reached it (the worker's tried_per_position): exact conditional rates
+    # whatever length each draft had, as the proxy counts them from usage.speculative
     pos_try = np.zeros((slots, G), dtype=np.int64)
-    scheduled = np.zeros(slots, dtype=bool)
     # per-step plans (trace replay of "hybrid" and oracle-step, bench/stepwise.py)
     stepwise = np.zeros(slots, dtype=bool)
     lookup_always = np.zeros(slots, dtype=bool)
@@ -540,8 +538,7 @@ def simulate(
             n_active += 1
             rid[s], cls_of[s], prop[s], gamma[s] = r, cls_global[r], _PROPOSER_INDEX[p], g
             caps[s] = g
-            scheduled[s] = bool(g and d.schedule)
-            if scheduled[s]:
+            if g and d.schedule:
                 edge = np.array([b for b, _ in d.schedule])
                 row = np.searchsorted(edge, batch_sizes, side="left")  # first row with max_running_batch >= b
                 cap = np.array([c for _, c in d.schedule] + [0])[row]
@@ -557,7 +554,7 @@ def simulate(
             nstep[s] = 0
             t_arr[s] = ta
             d_tok[s] = a_tok[s] = 0
-            pos_acc[s] = pos_drf[s] = pos_try[s] = 0
+            pos_acc[s] = pos_try[s] = 0
             lk_try[s] = lk_acc[s] = hd_try[s] = hd_acc[s] = 0
             lk_tok[s] = head_pos[s] = 0
             prefilling.append(s)
@@ -640,7 +637,6 @@ def simulate(
             acc_h, dl_h, sr_h = acc[:, :h], dl[:, :h], sr[:, :h]
             kk = np.arange(G)
             reach = kk[None, None, :] < dl_h[:, :, None]  # [n_dec, h, G] draft position k was drafted
-            pos_drf[dec_idx] += reach.sum(axis=1)
             pos_acc[dec_idx] += (acc_h[:, :, None] > kk[None, None, :]).sum(axis=1)
             pos_try[dec_idx] += ((acc_h[:, :, None] >= kk[None, None, :]) & reach).sum(axis=1)
             d_tok[dec_idx] += dl_h.sum(axis=1)
@@ -723,7 +719,6 @@ def simulate(
                 acc_h = acc[:, :h]
                 if spec.any():
                     kk = np.arange(G)
-                    pos_drf[si] += h * (kk[None, :] < g_si[:, None])
                     pos_acc[si] += (acc_h[spec][:, :, None] > kk[None, None, :]).sum(axis=1)
                     pos_try[si] += ((acc_h[spec][:, :, None] >= kk[None, None, :])
                                     & (kk[None, None, :] < g_si[:, None, None])).sum(axis=1)
