@@ -7,7 +7,8 @@ What it models, one engine step at a time (vLLM-v1-like scheduling):
   room (``max_batch``). At admission the policy decides proposer and gamma for the request from its content
   class, the live occupancy (``WorkerState.running`` / ``waiting``) and the alpha estimates of a real
   :class:`~adaptspec.control.estimators.AlphaTable` that the simulated acceptance feeds (per request, at
-  completion, as the proxy does from ``usage.speculative``), so ``goodput`` and ``bandit`` learn online.
+  completion, through control/learn.py as the proxy learns from ``usage.speculative``), so ``goodput`` and
+  ``bandit`` learn online.
 * Prefill is chunked: each step carries the decode tokens of every running request (gamma_i + 1 each) plus
   as much prefill as fits in ``max_batched_tokens``; a request's first token comes at the end of the step
   that completes its prefill.
@@ -55,9 +56,10 @@ from adaptspec.control.calibration import (
     prior_coefficients,
     regressors,
 )
-from adaptspec.control.estimators import TrafficShape
+from adaptspec.control.estimators import AlphaTable, TrafficShape
+from adaptspec.control.learn import Outcome, Part, Speculation, learn
 from adaptspec.control.profiles import Profile
-from adaptspec.control.shadow import SHADOW_K, walk_runs
+from adaptspec.control.shadow import SHADOW_K, ShadowStats, walk_runs
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Policy, WorkerState
 
@@ -327,8 +329,10 @@ def simulate(
     predictor: TracePredictor | None = None,
     engine_control: Callable[[float, int], tuple[int | None, float]] | None = None,
     hybrid_rule: HybridRule | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
 ) -> SimResult:
-    """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it has `observe`).
+    """Run one load point. `alphas` is the AlphaSource handed to the policy (fed if it is an
+    `AlphaTable`, by control/learn.py as the proxy feeds its own).
 
     `t0`: the clock reading at the start of the point (estimates and `on_step` see t0 + simulated time), so
     an AlphaTable can carry over from one point to the next with its time-based forgetting intact.
@@ -358,6 +362,10 @@ def simulate(
     elsewhere, each step priced in the group of the source it drafts with (and the lookup's every step). A
     hybrid request teaches the (worker, "hybrid", class) key as the proxy counts the worker's report: per-position
     tried / accepted, and its lookup steps as the propose rate's numerator over its drafting steps.
+
+    `on_outcome(outcome)`: every finished request as learning sees it (control/learn.py `Outcome`: what the
+    reference worker would report), before it is learned (tests/control/test_learn.py replays them through the
+    proxy's feedback).
     """
     rule = hybrid_rule or HybridRule()
     truth = truth or AlphaModel()
@@ -369,10 +377,8 @@ def simulate(
         raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies",
                           value=getattr(policy, "name", "oracle"))
     if alphas is None:
-        from adaptspec.control.estimators import AlphaTable
-
         alphas = AlphaTable()
-    observe = getattr(alphas, "observe", None)
+    record = alphas.add if isinstance(alphas, AlphaTable) else None  # a fixed AlphaSource learns nothing
     base_worker = worker or WorkerState(name=WORKER, max_gamma=config.max_gamma)
     G = max(1, min(config.max_gamma, base_worker.max_gamma))
     # the gamma a traced request's n-gram runs are walked at when it ran without lookup (0: none are walked)
@@ -425,13 +431,11 @@ def simulate(
     d_tok = np.zeros(slots, dtype=np.int64)
     a_tok = np.zeros(slots, dtype=np.int64)
     pos_acc = np.zeros((slots, G), dtype=np.int64)  # accepted count per draft position
-    pos_drf = np.zeros((slots, G), dtype=np.int64)  # drafted count per draft position
     decisions: list = [None] * slots  # the Decision of the request in each slot (for on_finish)
     feats_of: list = [None] * slots  # the features of the request in each slot (with a predictor)
-    # with a schedule the draft length varies: per position, the drafts that reached it (the worker's
-    # tried_per_position), for exact conditional rates as the proxy counts them from usage.speculative
+    # per position, the drafts that reached it (the worker's tried_per_position): exact conditional rates
+    # whatever length each draft had, as the proxy counts them from usage.speculative
     pos_try = np.zeros((slots, G), dtype=np.int64)
-    scheduled = np.zeros(slots, dtype=bool)
     # per-step plans (trace replay of "hybrid" and oracle-step, bench/stepwise.py)
     stepwise = np.zeros(slots, dtype=bool)
     lookup_always = np.zeros(slots, dtype=bool)
@@ -534,8 +538,7 @@ def simulate(
             n_active += 1
             rid[s], cls_of[s], prop[s], gamma[s] = r, cls_global[r], _PROPOSER_INDEX[p], g
             caps[s] = g
-            scheduled[s] = bool(g and d.schedule)
-            if scheduled[s]:
+            if g and d.schedule:
                 edge = np.array([b for b, _ in d.schedule])
                 row = np.searchsorted(edge, batch_sizes, side="left")  # first row with max_running_batch >= b
                 cap = np.array([c for _, c in d.schedule] + [0])[row]
@@ -551,7 +554,7 @@ def simulate(
             nstep[s] = 0
             t_arr[s] = ta
             d_tok[s] = a_tok[s] = 0
-            pos_acc[s] = pos_drf[s] = pos_try[s] = 0
+            pos_acc[s] = pos_try[s] = 0
             lk_try[s] = lk_acc[s] = hd_try[s] = hd_acc[s] = 0
             lk_tok[s] = head_pos[s] = 0
             prefilling.append(s)
@@ -634,7 +637,6 @@ def simulate(
             acc_h, dl_h, sr_h = acc[:, :h], dl[:, :h], sr[:, :h]
             kk = np.arange(G)
             reach = kk[None, None, :] < dl_h[:, :, None]  # [n_dec, h, G] draft position k was drafted
-            pos_drf[dec_idx] += reach.sum(axis=1)
             pos_acc[dec_idx] += (acc_h[:, :, None] > kk[None, None, :]).sum(axis=1)
             pos_try[dec_idx] += ((acc_h[:, :, None] >= kk[None, None, :]) & reach).sum(axis=1)
             d_tok[dec_idx] += dl_h.sum(axis=1)
@@ -717,7 +719,6 @@ def simulate(
                 acc_h = acc[:, :h]
                 if spec.any():
                     kk = np.arange(G)
-                    pos_drf[si] += h * (kk[None, :] < g_si[:, None])
                     pos_acc[si] += (acc_h[spec][:, :, None] > kk[None, None, :]).sum(axis=1)
                     pos_try[si] += ((acc_h[spec][:, :, None] >= kk[None, None, :])
                                     & (kk[None, None, :] < g_si[:, None, None])).sum(axis=1)
@@ -754,39 +755,25 @@ def simulate(
         for s in finished:
             s = int(s)
             completed += 1
-            traffic.note(float(wl_prompt[rid[s]]), float(gen[s]))
             pname = PROPOSERS[prop[s]]
             cname = CONTENT_CLASSES[cls_of[s]]
-            uniform = np.count_nonzero(step_gamma[s, 1:]) == 1  # drafted at one gamma only (maybe off at times)
-            if predictor is not None and feats_of[s] is not None and d_tok[s] > 0:
-                # before the table counts it: the class-level estimate its decision was moved from
-                predictor.observe(feats_of[s], pname, cname, alphas.get(base_worker.name, pname, cname),
-                                  int(d_tok[s]), int(a_tok[s]), int(nstep[s]), int(pos_drf[s, 0]),
-                                  [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]])
+            # the worker's report (usage.speculative) and its shadow runs, learned as the proxy learns them
+            top = int(np.flatnonzero(step_gamma[s])[-1]) if d_tok[s] > 0 else 0  # positions: its highest gamma
+            parts = None  # a per-step plan reports its draft sources apart (a hindsight plan teaches no key)
             if stepwise[s]:
-                if observe is not None and lookup_always[s] and step_plan is None and d_tok[s] > 0:
-                    # the hybrid's report, its lookup steps and its head steps apart: the lookup steps teach the
-                    # hybrid's key (tried / accepted per position; steps: lookup steps + the output positions
-                    # the head covered, drafts: lookup steps; the form of `_observe_stepwise`), the head steps
-                    # the head's key
-                    _observe_split(alphas, base_worker.name, pname, hyb_head, cname, t0 + t, lk_try[s], lk_acc[s],
-                                   int(lk_tok[s]), int(lookup_steps[s]), int(head_pos[s]), hd_try[s], hd_acc[s],
-                                   int(d_tok[s] - lk_tok[s]))
-            elif observe is not None and scheduled[s] and not uniform and d_tok[s] > 0:
-                tried, got = [float(x) for x in pos_try[s]], [float(x) for x in pos_acc[s]]
-                alphas.observe_counts(base_worker.name, pname, cname, sum(got), sum(tried) - sum(got), tried, got,
-                                      draft_tokens=float(d_tok[s]), now=t0 + t)
-            elif observe is not None and gamma[s] > 0 and d_tok[s] > 0:
-                g = int(np.flatnonzero(step_gamma[s])[-1]) if scheduled[s] else int(gamma[s])  # per_position[i]: drafting steps whose position i was accepted
-                observe(base_worker.name, pname, cname, int(d_tok[s]), int(a_tok[s]),
-                        per_position=[int(x) for x in pos_acc[s, :g]], now=t0 + t,
-                        num_drafts=int(pos_drf[s, 0]))
-            if observe is not None and pname != "ngram" and not stepwise[s] and shadow_k and replay is not None:
-                _observe_shadow(replay.request(int(rid[s])), int(gen[s]), shadow_k, alphas, base_worker.name,
-                                cname, t0 + t, predictor, feats_of[s])
-            if observe is not None and not stepwise[s] and shadow_hybrid and replay is not None:
-                _observe_stepwise(replay.request(int(rid[s])), int(gen[s]), rule, G, alphas, base_worker.name,
-                                  cname, t0 + t)
+                parts = () if not lookup_always[s] or step_plan is not None else _hybrid_parts(
+                    pname, hyb_head, top, lk_try[s], lk_acc[s], int(lk_tok[s]), int(lookup_steps[s]),
+                    int(head_pos[s]), hd_try[s], hd_acc[s], int(d_tok[s] - lk_tok[s]))
+            spec = Speculation(float(d_tok[s]), float(a_tok[s]), float(nstep[s]), _row(pos_try[s], top),
+                               _row(pos_acc[s], top), idle_steps=float(step_gamma[s, 0]), parts=parts)
+            traced = replay.request(int(rid[s])) if replay is not None and record and not stepwise[s] else None
+            shadows = _shadows(traced, int(gen[s]), pname, shadow_k, rule if shadow_hybrid else None, G)
+            outcome = Outcome(base_worker.name, pname, cname, int(gamma[s]), output_tokens=float(gen[s]),
+                              prompt_tokens=float(wl_prompt[rid[s]]), speculation=spec, shadows=shadows,
+                              worker_proposers=base_worker.proposers, features=feats_of[s], now=t0 + t)
+            if on_outcome is not None:
+                on_outcome(outcome)
+            learn(outcome, alphas).apply(record, predictor.predictor if predictor is not None else None, traffic)
             if on_finish is not None:
                 on_finish(decisions[s], int(rid[s]), t0 + t, int(gen[s]),
                           (t - t_first[s]) / (gen[s] - 1) if gen[s] > 1 else None)
@@ -845,51 +832,35 @@ def simulate(
     )
 
 
-def _observe_shadow(req: TraceRequest | None, output_tokens: int, k: int, alphas, worker: str, cname: str,
-                    now: float, predictor: TracePredictor | None, feats) -> None:
-    """What the reference worker reports as `usage.speculative.shadow.ngram` and the proxy counts
-    (proxy/feedback.py `on_shadow`): the request's recorded n-gram runs walked at gamma k (control/shadow.py)."""
+def _row(counts: np.ndarray, n: int) -> tuple[float, ...]:
+    return tuple(float(x) for x in counts[:n])
+
+
+def _hybrid_parts(hybrid: str, head: str | None, n: int, lk_try: np.ndarray, lk_acc: np.ndarray, lk_tokens: int,
+                  lk_steps: int, head_positions: int, hd_try: np.ndarray, hd_acc: np.ndarray,
+                  hd_tokens: int) -> tuple[Part, ...]:
+    """A replayed hybrid request's report by source: its lookup steps for its own key (the form of `walk_hybrid`:
+    steps = lookup steps + the output positions the head covered, drafts = lookup steps), its head steps for the
+    head's key; `n` positions each."""
+    lookup = Part(hybrid, float(lk_tokens), _row(lk_try, n), _row(lk_acc, n), float(lk_steps + head_positions),
+                  float(lk_steps))
+    return (lookup,) if head is None else (lookup, Part(head, float(hd_tokens), _row(hd_try, n), _row(hd_acc, n)))
+
+
+def _shadows(req: TraceRequest | None, output_tokens: int, proposer: str, k: int, rule: HybridRule | None,
+             bound: int) -> tuple[tuple[str, ShadowStats], ...]:
+    """What the reference worker reports as `usage.speculative.shadow` for a traced request: its recorded n-gram
+    runs walked at gamma k (0: not scored; control/shadow.py) and, with a hybrid `rule`, that rule's lookup steps
+    along them (`walk_hybrid`)."""
     runs = req.accept_runs.get("ngram") if req is not None else None
     if runs is None:
-        return
-    sh = walk_runs(runs, output_tokens, min(k, req.max_k))
-    if sh.steps <= 0:
-        return
-    counts, kw = sh.observation()
-    if predictor is not None and feats is not None:
-        predictor.observe(feats, "ngram", cname, alphas.get(worker, "ngram", cname), sh.draft_tokens,
-                          sh.accepted_tokens, sh.steps, sh.drafts, counts[2], counts[3])
-    alphas.observe_counts(worker, "ngram", cname, *counts, now=now, **kw)
-
-
-def _observe_stepwise(req: TraceRequest | None, output_tokens: int, rule: HybridRule, bound: int, alphas,
-                      worker: str, cname: str, now: float) -> None:
-    """The per-step hybrid's lookup steps along a request that ran without it (`walk_hybrid` over its n-gram
-    runs), counted into the (worker, "hybrid", class) key."""
-    runs = req.accept_runs.get("ngram") if req is not None else None
-    if runs is None:
-        return
-    sh = walk_hybrid(runs, output_tokens, rule, min(bound, req.max_k))
-    if sh.steps <= 0:
-        return
-    counts, kw = sh.observation()
-    alphas.observe_counts(worker, "hybrid", cname, *counts, now=now, **kw)
-
-
-def _observe_split(alphas, worker: str, hybrid: str, head: str | None, cname: str, now: float,
-                   lk_try: np.ndarray, lk_acc: np.ndarray, lk_tokens: int, lk_steps: int, head_positions: int,
-                   hd_try: np.ndarray, hd_acc: np.ndarray, hd_tokens: int) -> None:
-    """A replayed hybrid request's report: its lookup steps into its own key (the form of `walk_hybrid`), its head
-    steps into the head's key."""
-    tried, got = [float(x) for x in lk_try], [float(x) for x in lk_acc]
-    if lk_steps + head_positions > 0:
-        alphas.observe_counts(worker, hybrid, cname, sum(got), sum(tried) - sum(got), tried, got,
-                              draft_tokens=float(lk_tokens), now=now, steps=float(lk_steps + head_positions),
-                              drafts=float(lk_steps))
-    tried, got = [float(x) for x in hd_try], [float(x) for x in hd_acc]
-    if head is not None and hd_tokens > 0 and tried[0] > 0:
-        alphas.observe_counts(worker, head, cname, sum(got), sum(tried) - sum(got), tried, got,
-                              draft_tokens=float(hd_tokens), now=now)
+        return ()
+    out: list[tuple[str, ShadowStats]] = []
+    if k and proposer != "ngram":
+        out.append(("ngram", walk_runs(runs, output_tokens, min(k, req.max_k))))
+    if rule is not None:
+        out.append(("hybrid", walk_hybrid(runs, output_tokens, rule, min(bound, req.max_k))))
+    return tuple(out)
 
 
 def _report(snap: StepCounters, now: float, telemetry: Callable[[float, StepCounters], None] | None,
@@ -1072,7 +1043,6 @@ def sweep(
     """
     from adaptspec.bench._progress import progress_bar
     from adaptspec.control.config import EstimatorConfig
-    from adaptspec.control.estimators import AlphaTable
     from adaptspec.control.policy import build_policy
     from adaptspec.control.profiles import load_profile
     from adaptspec.errors import ConfigError

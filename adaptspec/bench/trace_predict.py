@@ -3,15 +3,14 @@
 The proxy computes a request's features once (control/predict.py `RequestFeatures`, from the prompt text,
 the classifier's scores, max_tokens and temperature), decides with `AcceptancePredictor.view` (the live
 alpha table with the request's own class moved by the predictor's gated shift), and teaches the predictor
-from the request's `usage.speculative` when it finishes. `TracePredictor` does the same for the simulator:
+from the request's `usage.speculative` when it finishes (control/learn.py). `TracePredictor` does the same for
+the simulator (whose finished requests go through the same `learn`):
 features of a trace request come from its `prompt` (computed once per request; a trace without prompts
 gets no prediction, so its replays are exactly the class-level ones), and the predictor only ever learns
 from requests the simulated engine has served (online: no fit on the trace beforehand).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from adaptspec.bench.traces import TraceRequest
 from adaptspec.control.predict import AcceptancePredictor, RequestFeatures
@@ -43,15 +42,3 @@ class TracePredictor:
 
     def view(self, alphas: AlphaSource, feats: RequestFeatures | None, content_class: str) -> AlphaSource:
         return alphas if feats is None else self.predictor.view(alphas, feats, content_class)
-
-    def observe(self, feats: RequestFeatures | None, proposer: str, content_class: str, class_est: object,
-                draft_tokens: int, accepted_tokens: int, steps: int, drafts: int,
-                tried: Sequence[float], accepted: Sequence[float]) -> None:
-        """A finished request's feedback, with the class-level estimate (`AlphaEstimate`) read before the
-        table counts it."""
-        if feats is None or draft_tokens <= 0:
-            return
-        self.predictor.observe(feats, proposer, draft_tokens, accepted_tokens, steps, drafts,
-                               tried_per_position=tried, accepted_per_position=accepted,
-                               content_class=content_class, class_alpha=class_est.mean,
-                               class_rate=class_est.propose_rate)

@@ -42,7 +42,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from adaptspec.control.types import AlphaEstimate
+from adaptspec.control.trials import (  # noqa: F401  (re-exported: the trial math's old home)
+    alpha_from_accept_length,
+    alpha_from_steps,
+    totals_observation,
+    truncated_mean_accepted,
+)
+from adaptspec.control.types import GREEDY, REGIMES, SAMPLED, AlphaEstimate, Observation
 
 ANY_CLASS = "*"  # key for engine-wide counters that carry no content class
 _PROPOSE_PRIOR_STEPS = 8.0  # pseudo-steps (all drafting) behind every propose-rate estimate
@@ -133,8 +139,6 @@ def walk_rates(pos_n: Sequence[float], pos_a: Sequence[float], rates: Sequence[f
     return tuple(out)
 
 
-GREEDY, SAMPLED = "greedy", "sampled"
-REGIMES: tuple[str, ...] = (GREEDY, SAMPLED)
 _REGIME_SEP = "@"
 # sampled-regime prior = greedy estimate x factor (model drafts: min(1, p/q) < argmax agreement; n-gram
 # point-mass drafts: accepted with the target's probability of the token)
@@ -184,37 +188,6 @@ def prior_alpha(proposer: str, content_class: str, table: Mapping[str, Mapping[s
             if "default" in by_class:
                 return float(by_class["default"])
     return 0.5
-
-
-def truncated_mean_accepted(alpha: float, gamma: float) -> float:
-    """Mean accepted drafts per step when gamma are drafted: alpha(1 - alpha^gamma)/(1 - alpha)."""
-    if alpha >= 1.0:
-        return float(gamma)
-    if alpha <= 0.0:
-        return 0.0
-    return alpha * (1.0 - alpha**gamma) / (1.0 - alpha)
-
-
-def alpha_from_steps(accepted: float, steps: float, gamma: float) -> float:
-    """Method-of-moments alpha from accepted tokens over `steps` drafting steps of `gamma` tokens each."""
-    if steps <= 0 or gamma <= 0:
-        raise ValueError("need steps > 0 and gamma > 0")
-    m = min(max(accepted / steps, 0.0), gamma)
-    if m >= gamma:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(48):  # truncated_mean_accepted increases with alpha
-        mid = 0.5 * (lo + hi)
-        if truncated_mean_accepted(mid, gamma) < m:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
-def alpha_from_accept_length(accept_length: float, gamma: float) -> float:
-    """alpha whose E = 1 + mean accepted per step equals `accept_length` (SGLang's spec_accept_length)."""
-    return alpha_from_steps(max(accept_length - 1.0, 0.0), 1.0, gamma)
 
 
 @dataclass
@@ -398,42 +371,17 @@ class AlphaTable:
         num_drafts: float | None = None,
         regime: str = GREEDY,
     ) -> None:
-        """Add per-request stats or counter deltas for one key.
+        """Add per-request stats or counter deltas for one key (`totals_observation`)."""
+        obs = totals_observation(worker, proposer, cls, draft_tokens, accepted_tokens, per_position, now,
+                                 steps=steps, gamma=gamma, num_drafts=num_drafts, regime=regime)
+        if obs is not None:
+            self.add(obs)
 
-        `per_position[i]`: drafts whose position i was accepted (needs `num_drafts`, else `steps`).
-        `steps`: verification steps of the request; with `gamma` (the gamma it ran with) the drafting steps
-        are draft_tokens / gamma, otherwise every step is taken to have drafted. `num_drafts`: drafting
-        steps, when known exactly (vLLM's `num_drafts`).
-        """
-        if draft_tokens < 0 or accepted_tokens < 0 or accepted_tokens > draft_tokens + 1e-9:
-            raise ValueError(f"bad stats: draft_tokens={draft_tokens}, accepted_tokens={accepted_tokens}")
-        if draft_tokens <= 0:
-            return
-        drafts = num_drafts
-        if drafts is None and gamma:
-            drafts = draft_tokens / gamma
-        if drafts is None and steps:
-            drafts = min(float(steps), draft_tokens)
-        if per_position is not None and drafts and abs(draft_tokens - drafts * len(per_position)) > 1e-6 * draft_tokens:
-            # drafts of different lengths were mixed (per-request gamma): position i was not tried by every
-            # draft that reached it, so conditional rates would read low; use the step estimator instead
-            per_position = None
-        if per_position is not None and drafts:
-            acc = [float(x) for x in per_position]
-            trials = [float(drafts)] + acc[:-1]
-            succ = sum(acc)
-            fail = max(float(drafts) - (acc[-1] if acc else 0.0), 0.0)
-            self.observe_counts(worker, proposer, cls, succ, fail, trials, acc, draft_tokens=draft_tokens,
-                                now=now, regime=regime)
-            return
-        if drafts:
-            g = draft_tokens / drafts
-            a = alpha_from_steps(accepted_tokens, drafts, g)
-            fail = drafts * (1.0 - a**g)
-        else:  # no step count: accepted / drafted (biased low when runs are truncated at gamma)
-            fail = draft_tokens - accepted_tokens
-        self.observe_counts(worker, proposer, cls, float(accepted_tokens), fail, draft_tokens=draft_tokens,
-                            now=now, regime=regime)
+    def add(self, obs: Observation) -> None:
+        """Count one `Observation` (`observe_counts`)."""
+        self.observe_counts(obs.worker, obs.proposer, obs.content_class, obs.successes, obs.failures,
+                            obs.pos_trials, obs.pos_accepted, draft_tokens=obs.draft_tokens, now=obs.now,
+                            steps=obs.steps, drafts=obs.drafts, regime=obs.regime)
 
     def add_stats(self, worker: str, proposer: str, key_class: str, delta: Mapping, tokens: float) -> None:
         """Add another table's counts for one key, as if they had been observed here: decay the key's history

@@ -19,9 +19,9 @@ more. This is exactly the run a lookup request would have made, in distribution:
 A step whose lookup finds nothing drafts nothing (it counts as a step, not a draft: the propose rate).
 
 Counts come out in the per-position form of `usage.speculative` (`tried_per_position`,
-`accepted_per_position`): the reference worker reports them as `usage.speculative.shadow.ngram`, the proxy
-counts them into the (worker, "ngram", class) key (proxy/feedback.py), and the simulator scores traced
-requests the same way from their recorded n-gram runs (`walk_runs`).
+`accepted_per_position`): the reference worker reports them as `usage.speculative.shadow.ngram`, learning
+counts them into the (worker, "ngram", class) key (control/learn.py, for the proxy and the simulator alike),
+and the simulator scores traced requests the same way from their recorded n-gram runs (`walk_runs`).
 """
 
 from __future__ import annotations
@@ -52,15 +52,6 @@ class ShadowStats:
         return {"steps": self.steps, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
                 "accepted_tokens": self.accepted_tokens, "tried_per_position": list(self.tried_per_position),
                 "accepted_per_position": list(self.accepted_per_position)}
-
-    def observation(self) -> tuple[tuple[float, float, list[float], list[float]], dict]:
-        """(successes, failures, tried per position, accepted per position) and the draft_tokens / steps /
-        drafts keywords of `AlphaTable.observe_counts` for the n-gram key (what the proxy and the simulator
-        count)."""
-        tried, acc = [float(x) for x in self.tried_per_position], [float(x) for x in self.accepted_per_position]
-        succ = float(self.accepted_tokens)
-        return (succ, sum(tried) - succ, tried, acc), {"draft_tokens": float(self.draft_tokens),
-                                                       "steps": float(self.steps), "drafts": float(self.drafts)}
 
     @classmethod
     def from_dict(cls, d: object) -> ShadowStats | None:

@@ -19,6 +19,9 @@ DraftingProposer = Literal["ngram", "draft", "eagle", "hybrid"]  # the ones that
 Proposer = Literal["none", DraftingProposer]
 PROPOSERS: tuple[str, ...] = get_args(Proposer)  # ("none", "ngram", "draft", "eagle", "hybrid")
 DRAFTING_PROPOSERS: tuple[str, ...] = get_args(DraftingProposer)  # PROPOSERS less "none"
+# Sampling regimes a table key carries (control/alpha.py): greedy (temperature 0 or top_k 1) or sampled.
+GREEDY, SAMPLED = "greedy", "sampled"
+REGIMES: tuple[str, ...] = (GREEDY, SAMPLED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,37 @@ class AlphaEstimate:
     def priced(self) -> float | tuple[float, ...]:
         """What the cost model prices with: the walk-corrected rates, else the per-position rates, else the mean."""
         return self.walk_rates or self.per_position or self.mean
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One update of an alpha table key: Bernoulli counts, per draft position the drafts that tried it and those
+    that accepted it, the draft tokens behind them (what the key's history is discounted by; default successes
+    + failures), verification steps and those that drafted (the propose rate), at time `now` (None: the table's
+    clock). `AlphaTable.observe_counts`' arguments as a value: what learning (control/learn.py) and counter
+    ingestion produce and what the state backends receive (proxy/state.py)."""
+
+    worker: str
+    proposer: str
+    content_class: str
+    successes: float
+    failures: float
+    pos_trials: tuple[float, ...] = ()
+    pos_accepted: tuple[float, ...] = ()
+    draft_tokens: float | None = None
+    now: float | None = None
+    steps: float = 0.0
+    drafts: float = 0.0
+    regime: str = GREEDY
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pos_trials", tuple(float(x) for x in self.pos_trials))
+        object.__setattr__(self, "pos_accepted", tuple(float(x) for x in self.pos_accepted))
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to count (a table ignores it)."""
+        return self.successes + self.failures <= 0 and not any(self.pos_trials) and self.steps <= 0
 
 
 class AlphaSource(Protocol):

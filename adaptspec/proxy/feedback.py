@@ -1,5 +1,8 @@
 """Acceptance feedback -> alpha estimates: per-request stats and scraped counters, never both.
 
+What a finished request teaches (alpha table, acceptance predictor, traffic shape) is control/learn.py's `learn`,
+which the simulator calls too; this module parses responses into its `Outcome` and counts the proxy's metrics.
+
 Which source wins, per worker:
 
 1. per-request stats in the response (to the key of the request's sampling regime, greedy or sampled) (exact, attributed to this request's proposer, gamma and class,
@@ -36,6 +39,7 @@ import logging
 from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.counters import shadow_deltas
 from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
+from adaptspec.control.learn import Outcome, Speculation, learn, shadow_observation
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.shadow import ShadowStats
 from adaptspec.control.types import CONTENT_CLASSES
@@ -131,6 +135,16 @@ def lookup_drafts(payload: dict) -> float | None:
     return n if n is not None and n >= 0 else None
 
 
+def idle_steps(payload: dict) -> float:
+    """A request's steps whose gamma was capped to 0 (`usage.speculative.steps_by_gamma["0"]`: a schedule at a
+    large batch, an engine switched off): steps without a chance to draft, which the propose rate leaves out."""
+    usage = payload.get("usage")
+    spec = usage.get("speculative") if isinstance(usage, dict) else None
+    by_gamma = spec.get("steps_by_gamma") if isinstance(spec, dict) else None
+    n = _num(by_gamma, "0") if isinstance(by_gamma, dict) else None
+    return n if n is not None and n >= 0 else 0.0
+
+
 _DEFAULT_PRIOR = "cpu-tiny"
 
 
@@ -144,82 +158,48 @@ class Feedback:
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
                     prompt: float | None = None, regime: str = GREEDY, features=None,
-                    lookups: float | None = None, shadow: ShadowStats | None = None) -> None:
-        """Account one response. `features`: the request's (control/predict.py), to teach the predictor.
-        `lookups`: for proposer "hybrid", its drafting steps that n-gram lookup served; the hybrid key's
-        propose rate is then the lookup's share of its drafting steps (what the cost model prices a hybrid
-        with), not the share of steps that drafted (always all of them). `shadow`: n-gram lookup scored along
-        the output of a request that ran without it (`shadow_stats`), counted for the worker's n-gram key."""
+                    lookups: float | None = None, shadow: ShadowStats | None = None, idle: float = 0.0) -> None:
+        """Account one response; what it teaches is control/learn.py's. `features`: the request's
+        (control/predict.py), to teach the predictor. `lookups`: for proposer "hybrid", its drafting steps that
+        n-gram lookup served. `shadow`: n-gram lookup scored along the output of a request that ran without it
+        (`shadow_stats`), counted for the worker's n-gram key. `idle`: its steps capped to gamma 0
+        (`idle_steps`)."""
         m = self.proxy.metrics
         if output_tokens > 0:
             mn.inc(m.child(m.output_tokens, worker.name, proposer, content_class), output_tokens)
-            if prompt is not None:
-                worker.traffic.note(prompt, output_tokens)
-        if shadow is not None and shadow.steps > 0 and proposer != "ngram" and "ngram" in worker.proposers:
-            self.on_shadow(worker, content_class, shadow, regime, features)
-        if stats is None:
-            return
-        if not worker.request_feedback:
-            worker.request_feedback = True
-            if not worker.adapter.own_feedback:
-                log.info("worker %s reports per-request speculation stats; using them instead of its counters",
-                         worker.name)
-        draft, accepted, steps = stats
-        if draft <= 0 or proposer == "none":
-            return
-        m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
-        m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
-        if features is not None:
-            self._teach(worker, content_class, proposer, features, draft, accepted, steps, positions, regime)
-        if positions is not None and abs(sum(positions[1]) - accepted) < 0.5:
-            # exact conditional rates per position, whatever length each draft had (n-gram drafts vary)
-            tried, acc = positions
-            succ = sum(acc)
-            kw: dict = {"draft_tokens": draft}
-            if regime != GREEDY:
-                kw["regime"] = regime
-            if proposer == "hybrid":
-                if lookups is not None and lookups <= tried[0]:
-                    kw.update(steps=tried[0], drafts=lookups)
-            elif steps and steps >= tried[0]:  # position 0 is tried by every draft: the propose rate's numerator
-                kw.update(steps=steps, drafts=tried[0])
-            self.proxy.state.apply("observe_counts",
-                                   (worker.name, proposer, content_class, succ, sum(tried) - succ, tried, acc), kw)
-            return
-        kwargs: dict = {"gamma": gamma} if gamma > 0 else {}
-        if regime != GREEDY:
-            kwargs["regime"] = regime
-        if steps:
-            kwargs["steps"] = steps
-        self.proxy.state.apply("observe", (worker.name, proposer, content_class, draft, accepted), kwargs)
+        spec = None
+        if stats is not None:
+            if not worker.request_feedback:
+                worker.request_feedback = True
+                if not worker.adapter.own_feedback:
+                    log.info("worker %s reports per-request speculation stats; using them instead of its "
+                             "counters", worker.name)
+            draft, accepted, steps = stats
+            tried, acc = (tuple(positions[0]), tuple(positions[1])) if positions is not None else (None, None)
+            spec = Speculation(draft, accepted, steps, tried, acc, lookups, idle)
+            if draft > 0 and proposer != "none":
+                m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
+                m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
+        outcome = Outcome(worker.name, proposer, content_class, gamma, regime, output_tokens, prompt, spec,
+                          (("ngram", shadow),) if shadow is not None else (), tuple(worker.proposers), features)
+        updates = learn(outcome, self.proxy.state.alphas)
+        for _, counted in updates.shadows:
+            self._shadow_metrics(worker, content_class, counted)
+        # the predictor is touched only by a request with features (it has one then)
+        updates.apply(self.proxy.state.observe, self.proxy.predictor if updates.lessons else None, worker.traffic)
 
-    def on_shadow(self, worker, content_class: str, shadow: ShadowStats, regime: str = GREEDY,
-                  features=None) -> None:
-        """Count a request's shadow lookup run into (worker, "ngram", class) like a lookup request's own
-        counts: exact per-position rates, and the steps whose lookup drafted (the propose rate)."""
-        counts, kw = shadow.observation()
+    def on_shadow(self, worker, content_class: str, shadow: ShadowStats, regime: str = GREEDY) -> None:
+        """Scraped shadow n-gram counters (vLLM plugin) into (worker, "ngram", class), as learn counts a
+        response's."""
+        self._shadow_metrics(worker, content_class, shadow)
+        obs = shadow_observation(worker.name, "ngram", content_class, shadow, regime)
+        if not obs.empty:
+            self.proxy.state.observe(obs)
+
+    def _shadow_metrics(self, worker, content_class: str, shadow: ShadowStats) -> None:
         m = self.proxy.metrics
         m.child(m.shadow_draft_tokens, worker.name, content_class).inc(shadow.draft_tokens)
         m.child(m.shadow_accepted_tokens, worker.name, content_class).inc(shadow.accepted_tokens)
-        if features is not None and shadow.draft_tokens > 0:
-            self._teach(worker, content_class, "ngram", features, kw["draft_tokens"], counts[0], kw["steps"],
-                        (counts[2], counts[3]), regime)
-        if regime != GREEDY:
-            kw["regime"] = regime
-        self.proxy.state.apply("observe_counts", (worker.name, "ngram", content_class, *counts), kw)
-
-    def _teach(self, worker, content_class: str, proposer: str, features, draft: float, accepted: float,
-               steps: float | None, positions: tuple[list[float], list[float]] | None, regime: str) -> None:
-        """The request's outcome to the acceptance predictor (estimator.predict), scored against the class-level
-        estimate (of its sampling regime) its decision was moved from: read here, before the table counts it."""
-        est = self.proxy.state.alphas.get(worker.name, proposer, content_class, regime=regime)
-        tried, acc = positions if positions is not None and abs(sum(positions[1]) - accepted) < 0.5 else (None, None)
-        n_steps = int(steps) if steps else 0
-        # position 0 is tried by every drafting step: the propose rate's numerator (with the step count)
-        drafts = int(tried[0]) if tried and n_steps >= tried[0] else None
-        self.proxy.predictor.observe(features, proposer, int(draft), int(accepted), n_steps, drafts, tried, acc,
-                                     content_class=content_class, class_alpha=est.mean,
-                                     class_rate=est.propose_rate)
 
     def on_sample(self, worker, sample) -> None:
         if sample.steps is not None:

@@ -27,7 +27,14 @@ from adaptspec.control.types import PROPOSERS  # the names a client may ask for
 from adaptspec.errors import RequestError
 from adaptspec.proxy import accesslog, relay
 from adaptspec.proxy import metrics as mn
-from adaptspec.proxy.feedback import lookup_drafts, position_stats, prompt_tokens, shadow_stats, spec_stats
+from adaptspec.proxy.feedback import (
+    idle_steps,
+    lookup_drafts,
+    position_stats,
+    prompt_tokens,
+    shadow_stats,
+    spec_stats,
+)
 from adaptspec.proxy.h1client import Response
 from adaptspec.proxy.report import record as record_experiment
 from adaptspec.proxy.request import Generation, parse_generation, read_body
@@ -216,7 +223,7 @@ def _count_request(ctx: _Attempt, status: int) -> None:
 class _Outcome:
     """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
 
-    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "shadow")
+    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadow")
 
     def __init__(self) -> None:
         self.tokens: float | None = None
@@ -224,6 +231,7 @@ class _Outcome:
         self.stats: tuple[float, float, float | None] | None = None
         self.positions: tuple[list[float], list[float]] | None = None
         self.lookups: float | None = None  # hybrid: drafting steps its n-gram lookup served
+        self.idle = 0.0  # steps whose gamma was capped to 0 (a schedule, an engine switched off)
         self.shadow: ShadowStats | None = None  # n-gram lookup scored along the output (control/shadow.py)
 
     def read(self, payload: dict) -> None:
@@ -235,7 +243,7 @@ class _Outcome:
         stats = spec_stats(payload)
         if stats is not None:
             self.stats, self.positions, self.lookups = stats, position_stats(payload), lookup_drafts(payload)
-            self.shadow = shadow_stats(payload)
+            self.idle, self.shadow = idle_steps(payload), shadow_stats(payload)
 
     def scan_bytes(self, data: bytes) -> None:
         """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
@@ -252,7 +260,8 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     plan, m, cls = ctx.plan, ctx.proxy.metrics, ctx.cls
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
-                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadow)
+                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadow,
+                                   idle=out.idle)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,

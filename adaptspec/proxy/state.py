@@ -4,9 +4,10 @@
     ├── MemoryState   one replica: the AlphaTable in process memory (default)
     └── RedisState    several replicas share what they learn and their occupancy through Redis
 
-The request path only ever touches local memory: `apply()` updates the local AlphaTable at once (and, with
-Redis, a small delta table beside it) and `remote_inflight` is a plain dict. Redis traffic happens in
-background rounds, at a cost that does not grow with the request rate:
+The request path only ever touches local memory: `observe(obs)` counts a typed `Observation` (control/types.py,
+made by control/learn.py) into the local AlphaTable at once (and, with Redis, into a small delta table beside
+it) and `remote_inflight` is a plain dict. Redis traffic happens in background rounds, at a cost that does not
+grow with the request rate:
 
 - learning, every `learn_interval_s` (state.learn_interval_s, default 1 s): the replica's updates since the
   last round, aggregated per key (worker, proposer, class) into count deltas (control/alpha.py `KeyStats`,
@@ -50,6 +51,8 @@ from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from adaptspec.control.alpha import GREEDY, AlphaTable, regime_key
+from adaptspec.control.trials import totals_observation
+from adaptspec.control.types import Observation
 
 log = logging.getLogger(__name__)
 
@@ -70,25 +73,19 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-_METHODS = frozenset({"observe", "observe_counts"})
-
-
 class StateTable:
-    """AlphaTable-shaped writer that routes updates through a state backend (for `ingest_vllm` & co.)."""
+    """AlphaTable-shaped writer that hands a state backend typed observations (for `ingest_vllm` & co.)."""
 
     def __init__(self, state: MemoryState) -> None:
         self._state = state
 
     def observe(self, *args, **kwargs) -> None:
-        self._state.apply("observe", _plain(args), kwargs)
+        obs = totals_observation(*args, **kwargs)
+        if obs is not None:
+            self._state.observe(obs)
 
     def observe_counts(self, *args, **kwargs) -> None:
-        self._state.apply("observe_counts", _plain(args), kwargs)
-
-
-def _plain(args: tuple) -> tuple:
-    """Sequences as lists, so the call survives a JSON round trip through Redis unchanged."""
-    return tuple(list(a) if isinstance(a, (tuple, list)) else a for a in args)
+        self._state.observe(Observation(*args, **kwargs))
 
 
 class StateBackend(Protocol):
@@ -97,7 +94,7 @@ class StateBackend(Protocol):
     remote_inflight: dict[str, int]
     up: bool
 
-    def apply(self, method: str, args: tuple, kwargs: dict) -> None: ...
+    def observe(self, obs: Observation) -> None: ...
 
     def counter_leader(self, worker: str) -> bool: ...
 
@@ -114,11 +111,9 @@ class MemoryState:
         self.remote_inflight: dict[str, int] = {}
         self.up = True
 
-    def apply(self, method: str, args: tuple, kwargs: dict) -> None:
-        """One AlphaTable update (`observe` or `observe_counts`), applied locally at once."""
-        if method not in _METHODS:
-            raise ValueError(f"not an AlphaTable update: {method!r}")
-        getattr(self.alphas, method)(*args, **kwargs)
+    def observe(self, obs: Observation) -> None:
+        """One alpha table update, applied locally at once."""
+        self.alphas.add(obs)
 
     def table(self) -> StateTable:
         return StateTable(self)
@@ -189,9 +184,9 @@ class RedisState(MemoryState):
         self.synced = asyncio.Event()  # set after each successful sync round (tests wait on it)
 
     # -- request path (synchronous, local) -------------------------------------------------------
-    def apply(self, method: str, args: tuple, kwargs: dict) -> None:
-        super().apply(method, args, kwargs)
-        getattr(self._delta, method)(*args, **kwargs)
+    def observe(self, obs: Observation) -> None:
+        super().observe(obs)
+        self._delta.add(obs)
 
     def counter_leader(self, worker: str) -> bool:
         return (not self.up) or worker in self._leases

@@ -125,6 +125,7 @@ def test_a_short_lookup_draft_counts_as_stopping_the_step_so_the_priced_tokens_p
     E(k) = 1 + sum_j prod_{i<=j} rate_i equals the walk's tokens per drafting step exactly (closed form)."""
     from adaptspec.control.alpha import AlphaTable
     from adaptspec.control.costmodel import expected_tokens_per_position
+    from adaptspec.control.learn import shadow_observation
 
     rng = np.random.default_rng(7)
     table = AlphaTable(prior_strength=1e-9, half_life_tokens=None)
@@ -140,8 +141,7 @@ def test_a_short_lookup_draft_counts_as_stopping_the_step_so_the_priced_tokens_p
                 out += rng.integers(0, 50, int(rng.integers(2, 8))).tolist()
         # (a tail that never repeats: no draft is cut by the end of the output, only by the text)
         s = walk_lookup(prompt, out[:54] + list(range(100, 110)), 8, (2, 4))
-        counts, kw = s.observation()
-        table.observe_counts("w", "ngram", "code", *counts, **kw)
+        table.add(shadow_observation("w", "ngram", "code", s))
         cut += s.draft_tokens < 8 * s.drafts
         total = ShadowStats(total.steps + s.steps, total.drafts + s.drafts, total.draft_tokens + s.draft_tokens,
                             total.accepted_tokens + s.accepted_tokens,
