@@ -302,7 +302,7 @@ def simulate_fit(profile: str, truth: str, levels: list[int], *, trace: list[str
                        counters=counters, telemetry=lambda now, snap: None)
         window = res.counters.since(counters or StepCounters())
         counters = res.counters
-        probe = getattr(policy, "contrast_probe", None)
+        probe = policy.contrast_probe
         fit = calibrator.costs() if calibrator is not None else None
         rows.append({"concurrency": c, "window": window, "sim_s": res.sim_time_s,
                      "probes": probe.probes if probe is not None else 0,

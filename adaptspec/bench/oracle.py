@@ -28,6 +28,7 @@ import numpy as np
 
 from adaptspec.bench.stepwise import StepPlan, step_bound_plan
 from adaptspec.bench.traces import TraceRequest
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.types import Decision, WorkerState
 from adaptspec.errors import ConfigError
 
@@ -54,7 +55,7 @@ class LiveBatch:
     kv_tokens: float
 
 
-class Oracle:
+class Oracle(PolicyBase):
     """Hindsight per-request choice; `decide` without a trace request is an error (use `hindsight`)."""
 
     name = "oracle"

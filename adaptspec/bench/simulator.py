@@ -370,12 +370,12 @@ def simulate(
     rule = hybrid_rule or HybridRule()
     truth = truth or AlphaModel()
     replay = workload if isinstance(workload, TraceWorkload) else None
-    hindsight = getattr(policy, "hindsight", None)
+    hindsight = policy.hindsight if isinstance(policy, Oracle) else None
     if hindsight is not None and replay is None:
         from adaptspec.errors import ConfigError
 
         raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies",
-                          value=getattr(policy, "name", "oracle"))
+                          value=policy.name)
     if alphas is None:
         alphas = AlphaTable()
     record = alphas.add if isinstance(alphas, AlphaTable) else None  # a fixed AlphaSource learns nothing
@@ -385,7 +385,7 @@ def simulate(
     shadow_k = min(SHADOW_K, G) if config.shadow and "ngram" in base_worker.proposers else 0
     hyb_head = getattr(cost, "hybrid_head", None) or next((p for p in ("eagle", "draft")
                                                            if p in base_worker.proposers), None)
-    step_plan = getattr(policy, "step_plan", None) if hindsight is not None else None
+    step_plan = policy.step_plan if isinstance(policy, OracleStep) else None
     # the per-step hybrid's rule walked along every other traced request's n-gram runs teaches its key (what its
     # lookup steps would have been: the lookup is scored on every request, as the n-gram shadow is)
     shadow_hybrid = config.shadow and "hybrid" in base_worker.proposers and hyb_head is not None

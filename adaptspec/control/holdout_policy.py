@@ -18,7 +18,8 @@ admission path (regime per new request; windows measured once the other regime's
 
 The statistics, the assignment and the guard rules are in `control/holdout.py`. `clock` gives the switchback
 windows their time: wall time in the proxy (replicas agree on the window), the simulated clock in the
-simulator. Attributes the wrapper does not have (e.g. `default_profile`) are the inner policy's.
+simulator. The capabilities `PolicyBase` declares (e.g. `default_profile`), and any attribute the wrapper does
+not have, are the inner policy's; `experiment` is the wrapper itself.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ from adaptspec.control.holdout import (
     switchback_rows,
     table_rows,
 )
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
 
 
-class Experimented:
+class Experimented(PolicyBase):
     def __init__(self, inner, holdout: HoldoutConfig | None, switchback: SwitchbackConfig | None,
                  clock: Callable[[], float] = time.time) -> None:
         self.inner, self.holdout, self.switchback, self.clock = inner, holdout, switchback, clock
@@ -68,6 +70,27 @@ class Experimented:
         # decisions the experiment changed, by (content_class, load_bucket, arm, reason)
         self.changed: Counter[tuple[str, str, str, str]] = Counter()
         self._closed = 0
+
+    # the capabilities PolicyBase declares are the inner policy's; the experiment is this object
+    @property
+    def uses_alphas(self) -> bool:
+        return self.inner.uses_alphas
+
+    @property
+    def default_profile(self):
+        return self.inner.default_profile
+
+    @property
+    def contrast_probe(self):
+        return self.inner.contrast_probe
+
+    @property
+    def gamma_probe(self):
+        return self.inner.gamma_probe
+
+    @property
+    def experiment(self) -> Experimented:
+        return self
 
     def __getattr__(self, name: str):
         if name == "inner":  # not set yet (copy / pickle): no recursion
@@ -253,7 +276,7 @@ class Experimented:
             else:
                 self.guard.update(b, min(ev.values(), key=lambda x: x.high), self.guard.buckets)
 
-    def adopt(self, previous) -> None:
+    def adopt(self, previous: PolicyBase | None) -> None:
         """Keep the evidence of the experiment this one replaces (a config reload): the request book and the
         guard when the holdout's confidence and sample rules are unchanged, the windows when the switchback's
         timing is. Requests decided before the reload still report to the old object, and are lost."""

@@ -31,6 +31,7 @@ from dataclasses import replace
 from adaptspec.control import costmodel
 from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
 from adaptspec.control.config import BanditPolicy, GoodputPolicy, PolicyConfig, StaticPolicy, ThresholdPolicy
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import Profile, implied_hybrid, load_profile
 from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, levels, max_cap
 from adaptspec.control.types import AlphaEstimate, AlphaSource, Decision, WorkerState
@@ -208,7 +209,7 @@ class PlanCache:
         self._plans[key] = plan
 
 
-class Static:
+class Static(PolicyBase):
     """Always `proposer` with `gamma` (or off), on the least-loaded worker that can run it."""
 
     uses_alphas = False  # the proxy skips per-request acceptance prediction for policies that ignore alphas
@@ -237,7 +238,7 @@ class Static:
                         f"static: no worker offers {want}; {w.name} runs {proposer} g={gamma}")
 
 
-class Threshold:
+class Threshold(PolicyBase):
     """gamma by the load of the least-loaded worker offering the proposer (per class override)."""
 
     uses_alphas = False
@@ -276,7 +277,7 @@ class Threshold:
                         f"threshold: table says g={target} at batch={w0.load + 1:g}; fixed {w.name} {p} g={g}")
 
 
-class _CostModelPolicy:
+class _CostModelPolicy(PolicyBase):
     """Shared machinery of goodput and bandit: score every (worker, proposer) option by the cost model."""
 
     name = "goodput"

@@ -25,11 +25,12 @@ from collections.abc import Sequence
 
 from adaptspec.control.peers._common import ProfileBook, fallback, pooled
 from adaptspec.control.policy import PlanCache, _healthy, _least_loaded, _offers
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import Profile
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
 
 
-class BanditSpecUCB:
+class BanditSpecUCB(PolicyBase):
     uses_alphas = True
 
     def __init__(self, cfg) -> None:

@@ -36,6 +36,7 @@ from adaptspec.control.peers._common import (
     scheduled,
     tier_schedule,
 )
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
 
 
@@ -67,7 +68,7 @@ class Tier:
         return self.candidates[i]
 
 
-class SglangAdaptive:
+class SglangAdaptive(PolicyBase):
     """Per-request view of SGLang's adaptive EAGLE depth by batch-size tier (see the module docstring)."""
 
     uses_alphas = True

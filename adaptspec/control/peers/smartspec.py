@@ -22,12 +22,13 @@ from collections.abc import Sequence
 
 from adaptspec.control.peers._common import ProfileBook, fallback, per_request_worker, pooled, scheduled
 from adaptspec.control.policy import PlanCache
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import Profile
 from adaptspec.control.schedule import ANY_BATCH, compress, levels
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
 
 
-class SmartSpec:
+class SmartSpec(PolicyBase):
     uses_alphas = True
 
     def __init__(self, cfg) -> None:

@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adaptspec.control.peers._common import accepted_per_step, fallback, per_request_worker, pooled, scheduled
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.schedule import compress
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
 
 
-class DraftLenSchedule:
+class DraftLenSchedule(PolicyBase):
     uses_alphas = True
 
     def __init__(self, cfg) -> None:

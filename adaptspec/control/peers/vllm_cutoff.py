@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adaptspec.control.peers._common import fallback, per_request_worker, scheduled
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
 
 
-class BatchCutoff:
+class BatchCutoff(PolicyBase):
     uses_alphas = False
 
     def __init__(self, cfg) -> None:

@@ -1,0 +1,51 @@
+"""Every policy kind derives from `PolicyBase`, whose optional capabilities its users read as attributes."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
+from adaptspec.control.config import parse_config
+from adaptspec.control.holdout_policy import Experimented
+from adaptspec.control.peers import PEER_KINDS
+from adaptspec.control.policy import build_policy
+from adaptspec.control.policy_base import PolicyBase
+from adaptspec.control.profiles import Profile
+
+KINDS = ["static", "threshold", "goodput", "bandit", *PEER_KINDS]
+READS_ALPHAS = {"goodput", "bandit", "sglang_adaptive", "draft_len_schedule", "smartspec", "banditspec_ucb"}
+PRICED = {"goodput", "bandit", "smartspec", "banditspec_ucb"}  # a step-cost profile of their own
+REQUIRED = {"threshold": {"table": [{"max_load": 4, "gamma": 4}]}}
+
+
+def _policy(kind: str, **experiment) -> PolicyBase:
+    return build_policy(parse_config({"policy": {"kind": kind, **REQUIRED.get(kind, {}), **experiment}}).policy)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_declares_the_capabilities(kind):
+    policy = _policy(kind)
+    assert isinstance(policy, PolicyBase) and policy.name
+    assert policy.uses_alphas == (kind in READS_ALPHAS)
+    assert isinstance(policy.default_profile, Profile) if kind in PRICED else policy.default_profile is None
+    probes = kind in ("goodput", "bandit")
+    assert isinstance(policy.contrast_probe, ContrastProbe) if probes else policy.contrast_probe is None
+    assert isinstance(policy.gamma_probe, GammaProbe) if probes else policy.gamma_probe is None
+    assert policy.experiment is None
+    policy.adopt(None)  # nothing to take over: a no-op
+    policy.adopt(_policy(kind))
+
+
+@pytest.mark.parametrize("kind", ["static", "goodput", "smartspec"])
+def test_the_experiment_has_its_inner_policys_capabilities(kind):
+    wrapped = _policy(kind, holdout={"share": 0.1})
+    assert isinstance(wrapped, Experimented) and wrapped.experiment is wrapped
+    inner = wrapped.inner
+    assert wrapped.name == inner.name and wrapped.uses_alphas == inner.uses_alphas
+    assert wrapped.default_profile is inner.default_profile
+    assert wrapped.contrast_probe is inner.contrast_probe and wrapped.gamma_probe is inner.gamma_probe
+
+
+def test_the_base_decides_nothing():
+    with pytest.raises(NotImplementedError):
+        PolicyBase().decide("chat", [], None)
