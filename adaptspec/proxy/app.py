@@ -18,11 +18,13 @@ from aiohttp import web
 from adaptspec.control.classify import MEMO_MAX_CHARS, MEMO_SIZE, Classifier, classify_request, request_text
 from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.predict import AcceptancePredictor, RequestFeatures
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError, ModelLoadError, RequestError
 from adaptspec.proxy import accesslog, handlers, health, modelcards, passthrough, report
 from adaptspec.proxy import metrics as mn
+from adaptspec.proxy.engine_switch import EngineSwitch
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
 from adaptspec.proxy.feedback import Feedback
 from adaptspec.proxy.h1client import H1Client
@@ -66,17 +68,20 @@ class Proxy:
         self.draining = False  # set on SIGTERM (serve.drain): readiness 503, responses close their connection
         self.session = None  # aiohttp: scrapes and probes
         self.h1 = H1Client()  # every proxied request, generation and pass-through (relay.py)
-        self.scraper = None
         self._features_memo: dict[tuple, RequestFeatures] = {}  # classify_body: recent prompts' features
+        self.policy: PolicyBase | None = None  # apply_config sets it
         self.apply_config(config)
         self.state = self._make_state(config)
         # per-request acceptance prediction (estimator.predict); learnt online, kept across reloads
         self.predictor = AcceptancePredictor(prior_table=config.estimator.prior.alpha if config.estimator else None)
-        self.feedback = Feedback(self)
-        self.scraper = Scraper(self, self.scrape_interval_s)
+        # what a reload replaces (the policy, config sections, settings) the collaborators read when they use it
+        self.feedback = Feedback(self.metrics, self.state, self.pools, self.predictor, policy=self._policy,
+                                 calibration=lambda: self.config.calibration)
+        self.scraper = Scraper(self.pools, self.metrics, self.feedback, EngineSwitch(self._policy),
+                               interval_s=lambda: self.scrape_interval_s, stall_timeout_s=lambda: self.stall_timeout_s)
         self.metrics.add_collector(StateCollector(self._gauges))
         self.metrics.add_collector(StateCollector(self.feedback.gauges))
-        self.metrics.add_collector(report.ReportCollector(self))
+        self.metrics.add_collector(report.ReportCollector(self._policy))
 
     # -- configuration -------------------------------------------------------------------------------
     def apply_config(self, config) -> None:
@@ -88,8 +93,7 @@ class Proxy:
             raise ValueError("no workers: the config has no pools and no embedded worker was started")
         keys = frozenset(self._env_keys(server.api_keys_env))
         self.pools.replace(workers)
-        if callable(getattr(policy, "adopt", None)):  # the holdout / switchback evidence survives a reload
-            policy.adopt(getattr(self, "policy", None))
+        policy.adopt(self.policy)  # e.g. the holdout / switchback evidence survives a reload
         self.policy = policy
         self.api_keys = keys
         self.max_body_bytes = server.max_body_bytes
@@ -102,9 +106,14 @@ class Proxy:
         self.pools.eject_after = server.eject_after_failures
         self.pools.backoff_s = server.eject_backoff_s
         self.scrape_interval_s = server.scrape_interval_s
-        if getattr(self, "scraper", None) is not None:
-            self.scraper.interval_s = self.scrape_interval_s
         self.config = config
+
+    def _policy(self) -> PolicyBase:
+        return self.policy
+
+    def describe(self) -> str:
+        """What runs now, for the log: after a reload."""
+        return f"{len(self.pools.workers)} worker(s), policy {self.policy.name}"
 
     def _env_keys(self, env: str | None) -> list[str]:
         """Client keys from `server.api_keys_env`; a named variable that is unset or empty fails closed."""
@@ -123,7 +132,7 @@ class Proxy:
         st = config.state
         if st is not None and st.backend == "redis":
             return RedisState(alphas, st.url, st.key_prefix, sync_interval_s=min(0.1, self.scrape_interval_s),
-                              learn_interval_s=st.learn_interval_s, metrics=self.metrics)
+                              learn_interval_s=st.learn_interval_s, metrics=self.metrics, pools=self.pools)
         return MemoryState(alphas)
 
     # -- request path ------------------------------------------------------------------------------
@@ -140,7 +149,7 @@ class Proxy:
     def predicting(self) -> bool:
         """Per-request acceptance prediction: `estimator.predict`, for a policy that reads alpha estimates."""
         est = getattr(self.config, "estimator", None)
-        return (est is None or est.predict) and getattr(self.policy, "uses_alphas", True)
+        return (est is None or est.predict) and self.policy.uses_alphas
 
     def classify_body(self, req: Generation, candidates: Sequence[Worker] | None = None
                       ) -> tuple[str, RequestFeatures | None]:
@@ -231,8 +240,8 @@ class Proxy:
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         self.session = make_session(self.request_timeout_s)
-        await self.state.start(self)
-        self.scraper.start()
+        await self.state.start()
+        self.scraper.start(self.session)
 
     async def stop(self) -> None:
         await self.scraper.stop()

@@ -19,10 +19,11 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 import aiohttp
 
-from adaptspec.proxy.report import experiment
+from adaptspec.control.policy_base import PolicyBase
 
 log = logging.getLogger(__name__)
 
@@ -36,34 +37,37 @@ def advertises(worker) -> bool:
 
 
 class EngineSwitch:
-    """The caps sent to each worker, and the sending."""
+    """The caps sent to each worker, and the sending. `policy`: the current policy (a config reload replaces
+    it), whose `experiment` says the caps."""
 
-    def __init__(self, proxy, resend_s: float = 5.0) -> None:
-        self.proxy, self.resend_s = proxy, resend_s
+    def __init__(self, policy: Callable[[], PolicyBase], resend_s: float = 5.0) -> None:
+        self.policy, self.resend_s = policy, resend_s
         self._sent: dict[tuple[str, str], tuple[object, float]] = {}  # (name, url) -> (cap, when)
 
-    async def after_scrape(self, worker, sample) -> None:
-        exp = experiment(self.proxy)
+    async def after_scrape(self, worker, sample, session: aiohttp.ClientSession,
+                           timeout: aiohttp.ClientTimeout) -> None:
+        """After a scrape of `worker` (`sample`); a cap goes out on the scrape's `session` within `timeout`."""
+        exp = self.policy().experiment
         key = (worker.name, worker.url)
         supported = advertises(worker)
-        if exp is None or getattr(exp, "switchback", None) is None or not supported:
-            if exp is not None and hasattr(exp, "engine_switch"):
+        if exp is None or exp.switchback is None or not supported:
+            if exp is not None:
                 exp.engine_switch(worker.name, False)
             if supported and self._sent.get(key, (_UNSENT, 0.0))[0] == 0:
-                await self._send(worker, key, None)  # the switchback is gone: lift the cap it left
+                await self._send(worker, key, None, session, timeout)  # the switchback is gone: lift its cap
             return
         exp.engine_switch(worker.name, True)
         cap = exp.engine_tick(worker.name, time.time(), sample.output_tokens)
         sent, when = self._sent.get(key, (_UNSENT, 0.0))
         if sent != cap or (cap == 0 and time.monotonic() - when >= self.resend_s):
-            await self._send(worker, key, cap)
+            await self._send(worker, key, cap, session, timeout)
 
-    async def _send(self, worker, key: tuple[str, str], cap: int | None) -> None:
-        timeout = aiohttp.ClientTimeout(total=max(1.0, 4 * self.proxy.scrape_interval_s))
+    async def _send(self, worker, key: tuple[str, str], cap: int | None, session: aiohttp.ClientSession,
+                    timeout: aiohttp.ClientTimeout) -> None:
         headers = {**worker.auth_headers, "Content-Type": "application/json"}
         try:
-            async with self.proxy.session.put(worker.url + PATH, data=json.dumps({"cap": cap}), headers=headers,
-                                              timeout=timeout) as resp:
+            async with session.put(worker.url + PATH, data=json.dumps({"cap": cap}), headers=headers,
+                                   timeout=timeout) as resp:
                 await resp.read()
                 if resp.status != 200:
                     log.warning("worker %s refused speculation cap %s: HTTP %d", worker.name, cap, resp.status)

@@ -35,16 +35,23 @@ its whole history as one burst.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from adaptspec.control.calibration import StepCalibrator
+from adaptspec.control.config import CalibrationConfig
 from adaptspec.control.counters import shadow_deltas
 from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
 from adaptspec.control.learn import Outcome, Speculation, learn, shadow_observation
+from adaptspec.control.policy_base import PolicyBase
+from adaptspec.control.predict import AcceptancePredictor
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.shadow import ShadowStats
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import ConfigError
 from adaptspec.proxy import metrics as mn
+from adaptspec.proxy.metrics import ProxyMetrics
+from adaptspec.proxy.state import StateBackend
+from adaptspec.proxy.upstream import Pools
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +153,19 @@ def idle_steps(payload: dict) -> float:
 
 
 _DEFAULT_PRIOR = "cpu-tiny"
+_NO_POLICY = PolicyBase()  # no probes, no default profile
 
 
 class Feedback:
-    def __init__(self, proxy) -> None:
-        self.proxy = proxy
+    """What finished requests and scrapes teach, and the metrics they count. `policy` and `calibration` give
+    the current policy and `calibration` config section (a config reload replaces them): read when used."""
+
+    def __init__(self, metrics: ProxyMetrics, state: StateBackend, pools: Pools,
+                 predictor: AcceptancePredictor | None = None, *,
+                 policy: Callable[[], PolicyBase] = lambda: _NO_POLICY,
+                 calibration: Callable[[], CalibrationConfig | None] = lambda: None) -> None:
+        self.metrics, self.state, self.pools, self.predictor = metrics, state, pools, predictor
+        self.policy, self.calibration = policy, calibration
         self._trackers: dict[str, CounterTracker] = {}
         self._calibrators: dict[str, StepCalibrator] = {}
 
@@ -164,7 +179,7 @@ class Feedback:
         n-gram lookup served. `shadow`: n-gram lookup scored along the output of a request that ran without it
         (`shadow_stats`), counted for the worker's n-gram key. `idle`: its steps capped to gamma 0
         (`idle_steps`)."""
-        m = self.proxy.metrics
+        m = self.metrics
         if output_tokens > 0:
             mn.inc(m.child(m.output_tokens, worker.name, proposer, content_class), output_tokens)
         spec = None
@@ -182,11 +197,11 @@ class Feedback:
                 m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
         outcome = Outcome(worker.name, proposer, content_class, gamma, regime, output_tokens, prompt, spec,
                           (("ngram", shadow),) if shadow is not None else (), tuple(worker.proposers), features)
-        updates = learn(outcome, self.proxy.state.alphas)
+        updates = learn(outcome, self.state.alphas)
         for _, counted in updates.shadows:
             self._shadow_metrics(worker, content_class, counted)
         # the predictor is touched only by a request with features (it has one then)
-        updates.apply(self.proxy.state.observe, self.proxy.predictor if updates.lessons else None, worker.traffic)
+        updates.apply(self.state.observe, self.predictor if updates.lessons else None, worker.traffic)
 
     def on_shadow(self, worker, content_class: str, shadow: ShadowStats, regime: str = GREEDY) -> None:
         """Scraped shadow n-gram counters (vLLM plugin) into (worker, "ngram", class), as learn counts a
@@ -194,10 +209,10 @@ class Feedback:
         self._shadow_metrics(worker, content_class, shadow)
         obs = shadow_observation(worker.name, "ngram", content_class, shadow, regime)
         if not obs.empty:
-            self.proxy.state.observe(obs)
+            self.state.observe(obs)
 
     def _shadow_metrics(self, worker, content_class: str, shadow: ShadowStats) -> None:
-        m = self.proxy.metrics
+        m = self.metrics
         m.child(m.shadow_draft_tokens, worker.name, content_class).inc(shadow.draft_tokens)
         m.child(m.shadow_accepted_tokens, worker.name, content_class).inc(shadow.accepted_tokens)
 
@@ -209,8 +224,8 @@ class Feedback:
         tracker = self._trackers.get(worker.name)
         if tracker is None:
             tracker = self._trackers[worker.name] = CounterTracker()
-        leader = not worker.adapter.own_feedback and self.proxy.state.counter_leader(worker.name)
-        table = self.proxy.state.table() if leader and not worker.request_feedback else _NULL
+        leader = not worker.adapter.own_feedback and self.state.counter_leader(worker.name)
+        table = self.state.table() if leader and not worker.request_feedback else _NULL
         proposer, gamma = worker.fixed_plan()
         worker.adapter.ingest(table, tracker, worker.name, sample.spec, proposer, gamma)
         # shadow n-gram counters (vLLM plugin) in either feedback mode: no response carries them
@@ -222,18 +237,18 @@ class Feedback:
 
     # -- step-time calibration ---------------------------------------------------------------------------
     def _prior(self, worker) -> Profile:
-        default = getattr(self.proxy.policy, "default_profile", None)
+        default = self.policy().default_profile
         if worker.profile:
             try:
                 return load_profile(worker.profile)
             except ConfigError as exc:
                 log.warning("worker %s: profile %r unusable for calibration (%s)", worker.name, worker.profile, exc)
-        return default if isinstance(default, Profile) else load_profile(_DEFAULT_PRIOR)
+        return default if default is not None else load_profile(_DEFAULT_PRIOR)
 
     def on_steps(self, worker, counters) -> None:
         """One scrape of the worker's cumulative step counters -> its calibrator -> `worker.step_costs`
         (left None with `calibration.enabled: false`: the gauges still show the fit)."""
-        cfg = getattr(self.proxy.config, "calibration", None)
+        cfg = self.calibration()
         opts = {} if cfg is None else {"min_steps": cfg.min_steps, "prior_steps": cfg.prior_steps,
                                        "half_life_steps": cfg.half_life_steps, "probe_steps": cfg.probe_steps}
         cal = self._calibrators.get(worker.name)
@@ -256,14 +271,15 @@ class Feedback:
     def gauges(self) -> dict:
         """{gauge name: (labels, rows)} for a `StateCollector`: sampled-regime alphas, step-model fits."""
         sampled = []
-        alphas = self.proxy.state.alphas
-        for w in list(self.proxy.pools.workers.values()):
+        alphas = self.state.alphas
+        for w in list(self.pools.workers.values()):
             for p in w.proposers:
                 if p != "none":
                     sampled += [((w.name, p, c), alphas.get(w.name, p, c, regime=SAMPLED).mean)
                                 for c in CONTENT_CLASSES]
         coef, err, trusted, steps, need, mse, contrast, probes = [], [], [], [], [], [], [], []
-        made = getattr(getattr(self.proxy.policy, "contrast_probe", None), "made", {})
+        probe = self.policy().contrast_probe
+        made = probe.made if probe is not None else {}
         for name, cal in self._calibrators.items():
             c = cal.costs()
             for k, v in c.coefficients.items():

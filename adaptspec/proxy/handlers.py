@@ -263,7 +263,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
                                    out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadow,
                                    idle=out.idle)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
-    record_experiment(ctx.proxy, plan, tokens, t_first if streamed else None, now)
+    record_experiment(ctx.proxy.policy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,
                    ttft_ms=None if t_first is None else accesslog.ms(t_first - ctx.t0))
     mn.observe(m.child(m.e2e, cls, plan.proposer), now - ctx.t0)

@@ -1,6 +1,6 @@
 """Config hot reload: on SIGHUP and when the file changes (polled mtime/size/inode).
 
-A valid file replaces policy, pools, API keys and limits at once (`Proxy.apply_config`); requests in
+A valid file replaces policy, pools, API keys and limits at once (`apply`: `Proxy.apply_config`); requests in
 flight keep the worker records they hold, so nothing is dropped. An invalid file is rejected with the
 loader's ConfigError (file, key, value) in the log, counted in
 `adaptspec_config_reloads_total{result="error"}`, and the last good config stays. Sections that cannot
@@ -17,6 +17,7 @@ import signal
 from collections.abc import Callable
 
 from adaptspec.errors import ConfigError
+from adaptspec.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,14 @@ def _stamp(path: str) -> tuple | None:
 
 
 class Reloader:
-    def __init__(self, proxy, path: str, load: Callable[[str], object], poll_s: float = 1.0) -> None:
-        self.proxy, self.path, self.load, self.poll_s = proxy, path, load, poll_s
+    """Loads `path` with `load` and hands a valid config to `apply` (which raises ConfigError or ValueError to
+    reject it); `current` gives the config in force, `describe` a line on what runs now (for the log)."""
+
+    def __init__(self, path: str, load: Callable[[str], object], *, apply: Callable[[object], None],
+                 current: Callable[[], object], metrics: ProxyMetrics, describe: Callable[[], str] = lambda: "",
+                 poll_s: float = 1.0) -> None:
+        self.path, self.load, self.poll_s = path, load, poll_s
+        self.apply, self.current, self.metrics, self.describe = apply, current, metrics, describe
         self._stamp = _stamp(path)
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
@@ -64,10 +71,10 @@ class Reloader:
             self._stamp = _stamp(self.path)
             try:
                 new = self.load(self.path)
-                old = self.proxy.config
-                self.proxy.apply_config(new)
+                old = self.current()
+                self.apply(new)
             except (ConfigError, ValueError) as exc:
-                self.proxy.metrics.config_reloads.labels("error").inc()
+                self.metrics.config_reloads.labels("error").inc()
                 log.error("config reload (%s) rejected, keeping the last good config: %s", why, exc)
                 return False
             for section, attrs in (("state", ("backend", "url", "key_prefix")),
@@ -76,7 +83,6 @@ class Reloader:
                 for attr in attrs:
                     if getattr(a, attr, None) != getattr(b, attr, None):
                         log.warning("config reload: %s.%s changed; it takes effect on restart", section, attr)
-            self.proxy.metrics.config_reloads.labels("ok").inc()
-            log.info("config reloaded from %s (%s): %d worker(s), policy %s", self.path, why,
-                     len(self.proxy.pools.workers), getattr(self.proxy.policy, "name", "?"))
+            self.metrics.config_reloads.labels("ok").inc()
+            log.info("config reloaded from %s (%s): %s", self.path, why, self.describe())
             return True

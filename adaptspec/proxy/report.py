@@ -24,23 +24,22 @@ Gauges (read at scrape time) and PromQL:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-
-def experiment(proxy):
-    """The proxy's policy experiment, or None when the config runs none."""
-    policy = getattr(proxy, "policy", None)
-    return policy if callable(getattr(policy, "record", None)) and hasattr(policy, "report") else None
+from adaptspec.control.policy_base import PolicyBase
 
 
-def record(proxy, plan, output_tokens: float, t_first: float | None, t_end: float) -> None:
-    """A finished attempt (`plan`: handlers._Plan): its decode time per output token after the first goes to
-    the experiment, unless the worker ran something else than decided (a client's own `speculation`)."""
-    exp = experiment(proxy)
+def record(policy: PolicyBase, plan, output_tokens: float, t_first: float | None, t_end: float) -> None:
+    """A finished attempt (`plan`: handlers._Plan, decided by `policy`): its decode time per output token after
+    the first goes to the experiment, unless the worker ran something else than decided (a client's own
+    `speculation`)."""
+    exp = policy.experiment
     decision = plan.decision
-    if exp is None or getattr(decision, "assignment", None) is None:
+    if exp is None or decision.assignment is None:
         return
     if (plan.proposer, plan.gamma > 0) != (decision.proposer, decision.max_k > 0) and plan.worker.per_request:
         return
@@ -51,7 +50,7 @@ def record(proxy, plan, output_tokens: float, t_first: float | None, t_end: floa
 async def report(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
     proxy.check_auth(request)
-    exp = experiment(proxy)
+    exp = proxy.policy.experiment
     if exp is None:
         return web.json_response({"enabled": False, "requests": [], "windows": [],
                                   "note": "no policy.holdout or policy.switchback in the config"})
@@ -65,14 +64,14 @@ def add_routes(app: web.Application) -> None:
 class ReportCollector(Collector):
     """The report as gauges (and the experiment's changed decisions as a counter), read at scrape time."""
 
-    def __init__(self, proxy) -> None:
-        self._proxy = proxy
+    def __init__(self, policy: Callable[[], PolicyBase]) -> None:
+        self._policy = policy  # the current one: a config reload replaces it
 
     def describe(self):
         return []
 
     def collect(self):
-        exp = experiment(self._proxy)
+        exp = self._policy().experiment
         # declared even without an experiment (empty), so dashboards and alerts find the names
         rep = exp.report() if exp is not None else {"requests": [], "windows": [], "changed": [], "control": "off"}
         labels = ["content_class", "load_bucket", "arm"]

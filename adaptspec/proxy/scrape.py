@@ -16,11 +16,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import aiohttp
 
 from adaptspec.control.promtext import WorkerSample, parse_metrics
 from adaptspec.proxy.engine_switch import EngineSwitch
+from adaptspec.proxy.feedback import Feedback
+from adaptspec.proxy.metrics import ProxyMetrics
+from adaptspec.proxy.upstream import Pools
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +32,21 @@ __all__ = ["Scraper", "WorkerSample", "parse_metrics"]  # the parser's names: fo
 
 
 class Scraper:
-    """Runs `scrape_once` every `interval_s` for the app's current workers (re-read each round)."""
+    """Runs `scrape_once` every `interval_s()` seconds for the current workers of `pools` (re-read each round).
 
-    def __init__(self, proxy, interval_s: float):
-        self.proxy, self.interval_s = proxy, interval_s
+    A sample goes to `feedback` and then to `switch` (the switchback's regime on workers that take it at once).
+    `interval_s` and `stall_timeout_s` give the current settings (a config reload changes them); `start`
+    hands it the client session its requests go out on."""
+
+    def __init__(self, pools: Pools, metrics: ProxyMetrics, feedback: Feedback, switch: EngineSwitch, *,
+                 interval_s: Callable[[], float], stall_timeout_s: Callable[[], float]) -> None:
+        self.pools, self.metrics, self.feedback, self.switch = pools, metrics, feedback, switch
+        self.interval_s, self.stall_timeout_s = interval_s, stall_timeout_s
+        self.session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
-        self.switch = EngineSwitch(proxy)  # the switchback's regime on workers that take it at once
 
-    def start(self) -> None:
+    def start(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
         self._task = asyncio.get_running_loop().create_task(self._run(), name="adaptspec-scraper")
 
     async def stop(self) -> None:
@@ -49,22 +60,22 @@ class Scraper:
         while True:
             started = time.monotonic()
             await self.scrape_once()
-            await asyncio.sleep(max(0.01, self.interval_s - (time.monotonic() - started)))
+            await asyncio.sleep(max(0.01, self.interval_s() - (time.monotonic() - started)))
 
     async def scrape_once(self) -> None:
-        workers = list(self.proxy.pools.workers.values())
+        workers = list(self.pools.workers.values())
         if workers:
             await asyncio.gather(*(self._scrape_worker(w) for w in workers))
 
     async def _scrape_worker(self, worker) -> None:
-        session: aiohttp.ClientSession = self.proxy.session
-        timeout = aiohttp.ClientTimeout(total=max(1.0, 4 * self.interval_s))
+        session = self.session
+        timeout = aiohttp.ClientTimeout(total=max(1.0, 4 * self.interval_s()))
         if not worker.healthy:
             if time.monotonic() < worker.retry_at:
                 return  # ejected: left alone until its backoff ends (upstream.Pools)
             await self._probe(worker, session, timeout)
             if not worker.healthy:
-                self.proxy.pools.probe_failed(worker)
+                self.pools.probe_failed(worker)
                 return
         if worker.models is None or worker.cards is None:
             await self._learn_models(worker, session, timeout)
@@ -73,25 +84,25 @@ class Scraper:
         try:
             async with session.get(worker.url + "/metrics", headers=worker.auth_headers, timeout=timeout) as resp:
                 if resp.status != 200:
-                    self.proxy.metrics.scrape_errors.labels(worker.name).inc()
+                    self.metrics.scrape_errors.labels(worker.name).inc()
                     return
                 text = await resp.text()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            self.proxy.metrics.scrape_errors.labels(worker.name).inc()
+            self.metrics.scrape_errors.labels(worker.name).inc()
             if isinstance(exc, aiohttp.ClientConnectorError):  # refused / unreachable: the worker is down
-                self.proxy.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
+                self.pools.mark_unhealthy(worker, f"scrape failed: {exc.__class__.__name__}")
             else:
                 # a timeout (a frozen, SIGSTOPped or swapping worker accepts connections but never answers), or
                 # a pooled connection reset under load (seen at concurrency 128-256: one reset ejected the
                 # only worker for 2 s while it served every stream): down only once it has answered nothing
                 # for stall_timeout_s
-                self.proxy.pools.unanswered(worker, self.proxy.stall_timeout_s)
+                self.pools.unanswered(worker, self.stall_timeout_s())
             return
-        self.proxy.pools.answered(worker)
+        self.pools.answered(worker)
         sample = parse_metrics(text)
         worker.apply_sample(sample)
-        self.proxy.feedback.on_sample(worker, sample)
-        await self.switch.after_scrape(worker, sample)
+        self.feedback.on_sample(worker, sample)
+        await self.switch.after_scrape(worker, sample, session, timeout)
 
     async def _probe(self, worker, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> None:
         for path in ("/health", "/v1/models"):
@@ -101,7 +112,7 @@ class Scraper:
                     if resp.status == 404 and path == "/health":
                         continue
                     if resp.status < 500:
-                        self.proxy.pools.mark_healthy(worker)
+                        self.pools.mark_healthy(worker)
                     return
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 return
@@ -121,4 +132,4 @@ class Scraper:
         worker.cards = {str(m["id"]): m for m in found or () if isinstance(m, dict) and m.get("id")}
         if worker.models is None and worker.cards:
             worker.models = frozenset(worker.cards)
-            self.proxy.pools.models_changed()
+            self.pools.models_changed()

@@ -63,13 +63,14 @@ async def _main(config, host: str, port: int, config_path: str | None, watch_s: 
         loop.add_signal_handler(sig, signals.put_nowait, sig)
     reloader = None
     if config_path:
-        reloader = Reloader(proxy, config_path, load_config_file, poll_s=watch_s)
+        reloader = Reloader(config_path, load_config_file, apply=proxy.apply_config, current=lambda: proxy.config,
+                            metrics=proxy.metrics, describe=proxy.describe, poll_s=watch_s)
         reloader.start()
     else:  # SIGHUP's default action would end the process
         loop.add_signal_handler(signal.SIGHUP, lambda: log.info("SIGHUP: no --config file to reload"))
     names = ", ".join(f"{w.name}={w.safe_url}" for w in proxy.pools.workers.values())
     log.info("adaptspec proxy on http://%s:%d (policy %s, state %s) -> %s", host, port,
-             getattr(proxy.policy, "name", "?"), proxy.state.backend, names)
+             proxy.policy.name, proxy.state.backend, names)
     drained = False
     try:
         sig = await signals.get()

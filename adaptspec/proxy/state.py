@@ -53,6 +53,7 @@ from urllib.parse import urlsplit, urlunsplit
 from adaptspec.control.alpha import GREEDY, AlphaTable, regime_key
 from adaptspec.control.trials import totals_observation
 from adaptspec.control.types import Observation
+from adaptspec.proxy.upstream import Pools
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ class StateBackend(Protocol):
 
     def counter_leader(self, worker: str) -> bool: ...
 
-    async def start(self, proxy) -> None: ...
+    def table(self) -> StateTable: ...
+
+    async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -121,7 +124,7 @@ class MemoryState:
     def counter_leader(self, worker: str) -> bool:
         return True
 
-    async def start(self, proxy) -> None:
+    async def start(self) -> None:
         return None
 
     async def close(self) -> None:
@@ -156,11 +159,12 @@ class RedisState(MemoryState):
     backend = "redis"
 
     def __init__(self, alphas, url: str, key_prefix: str = "adaptspec:", sync_interval_s: float = 0.1,
-                 learn_interval_s: float = 1.0, metrics=None) -> None:
+                 learn_interval_s: float = 1.0, metrics=None, pools: Pools | None = None) -> None:
         super().__init__(alphas)
         import redis.asyncio as aioredis  # imported here: memory-only deployments never load it
 
         self.url, self.prefix, self.metrics = url, key_prefix, metrics
+        self.pools = pools  # this replica's workers: its in-flight counts, the leases it takes
         self.sync_interval_s, self.learn_interval_s = sync_interval_s, learn_interval_s
         self.replica = uuid.uuid4().hex[:12]
         self.client = aioredis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0,
@@ -180,7 +184,6 @@ class RedisState(MemoryState):
         self._next_trim = 0.0
         self._leases: set[str] = set()
         self._task: asyncio.Task | None = None
-        self._proxy = None
         self.synced = asyncio.Event()  # set after each successful sync round (tests wait on it)
 
     # -- request path (synchronous, local) -------------------------------------------------------
@@ -192,8 +195,7 @@ class RedisState(MemoryState):
         return (not self.up) or worker in self._leases
 
     # -- background sync ---------------------------------------------------------------------------
-    async def start(self, proxy) -> None:
-        self._proxy = proxy
+    async def start(self) -> None:
         await self.sync_once()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="adaptspec-redis-sync")
 
@@ -330,7 +332,7 @@ class RedisState(MemoryState):
     async def _occupancy(self) -> None:
         now = time.time()
         ttl = max(1.0, self.sync_interval_s * 10)
-        mine = {name: w.inflight for name, w in self._proxy.pools.workers.items()} if self._proxy else {}
+        mine = {name: w.inflight for name, w in self.pools.workers.items()} if self.pools is not None else {}
         key = self.prefix + "occ"
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(key, self.replica, json.dumps({"t": now, "w": mine}, separators=(",", ":")))
@@ -355,14 +357,14 @@ class RedisState(MemoryState):
         self.remote_inflight = total
 
     async def _renew_leases(self) -> None:
-        if self._proxy is None:
+        if self.pools is None:
             return
         ttl_ms = max(1000, int(self.sync_interval_s * 10_000))
         now = time.monotonic()
         if now < self._next_lease and self.up:  # renewed 4 times per lease lifetime, not every round
             return
         self._next_lease = now + ttl_ms / 4000
-        names = [n for n, w in self._proxy.pools.workers.items() if w.adapter.scraped]
+        names = [n for n, w in self.pools.workers.items() if w.adapter.scraped]
         if not names:
             return
         pipe = self.client.pipeline(transaction=False)

@@ -35,13 +35,13 @@ from adaptspec.proxy.feedback import (
 )
 from adaptspec.proxy.metrics import ProxyMetrics
 from adaptspec.proxy.state import MemoryState
-from adaptspec.proxy.upstream import Worker
+from adaptspec.proxy.upstream import Pools, Worker
 
 TRACE = Path(__file__).parents[2] / "benchmarks" / "traces" / "reference-within-class.jsonl"
 
 
 class _Proxy:
-    """The attributes Feedback uses, as real objects; the table's clock reads the simulated time."""
+    """The real parts Feedback is built from; the table's clock reads the simulated time."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -67,7 +67,7 @@ def _response(o: Outcome) -> dict:
 
 def _replay(outcomes: list[Outcome], proposers: tuple[str, ...]) -> _Proxy:
     proxy = _Proxy()
-    feedback = Feedback(proxy)
+    feedback = Feedback(proxy.metrics, proxy.state, Pools(), proxy.predictor)
     worker = Worker("sim0", "http://h:1", "p", engine="adaptspec", proposers=proposers)
     for o in outcomes:
         proxy.now = o.now

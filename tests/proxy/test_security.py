@@ -62,7 +62,8 @@ async def test_reload_naming_an_unset_key_variable_keeps_the_last_good_keys(tmp_
     _write(path, {"api_keys_env": "ADAPTSPEC_TEST_KEYS"})
     proxy = Proxy(load_config_file(path), config_path=str(path))
     assert proxy.api_keys == {"k1", "k2"}
-    reloader = Reloader(proxy, str(path), load_config_file, poll_s=0)
+    reloader = Reloader(str(path), load_config_file, apply=proxy.apply_config, current=lambda: proxy.config,
+                        metrics=proxy.metrics, poll_s=0)
     _write(path, {"api_keys_env": "ADAPTSPEC_TEST_OTHER"})
     assert await reloader.reload("test") is False
     assert proxy.api_keys == {"k1", "k2"}

@@ -112,13 +112,12 @@ def test_position_stats_only_when_consistent():
 
 def test_per_position_feedback_gives_exact_conditional_rates():
     """Drafts of different lengths (n-gram): rates from tried/accepted per position, not from D / gamma."""
-    proxy = _Proxy()
-    fb = Feedback(proxy)
+    fb = _feedback()
     w = Worker("w0", "http://h:1", "p", engine="adaptspec", per_request=True, proposers=("ngram",))
     tried, acc = [400.0, 300.0, 150.0], [300.0, 150.0, 120.0]
     for _ in range(20):
         fb.on_response(w, "summarize", "ngram", 6, 10, (sum(tried), sum(acc), 500.0), (tried, acc))
-    est = proxy.state.alphas.get("w0", "ngram", "summarize")
+    est = fb.state.alphas.get("w0", "ngram", "summarize")
     assert est.per_position is not None and len(est.per_position) == 3
     for rate, want in zip(est.per_position, (0.75, 0.5, 0.8), strict=True):
         assert rate == pytest.approx(want, abs=0.01)
@@ -131,8 +130,7 @@ def test_prefill_ratio_follows_the_traffic():
     assert prompt_tokens({"prompt_tokens": 50, "prompt_tokens_details": None}) == 50.0
     assert prompt_tokens({"prompt_tokens": 50, "prompt_tokens_details": {"cached_tokens": 80}}) == 50.0
     assert prompt_tokens({"completion_tokens": 5}) is None
-    proxy = _Proxy()
-    fb = Feedback(proxy)
+    fb = _feedback()
     w = Worker("w0", "http://h:1", "p")
     assert w.state().prefill_ratio == 0.0  # nothing seen: the cost model ignores prefill
     fb.on_response(w, "chat", "none", 0, 100, None, prompt=200.0)
@@ -144,12 +142,9 @@ def test_prefill_ratio_follows_the_traffic():
     assert w.state().prompt_tokens == pytest.approx(2000.0, rel=1e-3)
 
 
-class _Proxy:
-    """The attributes Feedback uses, as real objects."""
-
-    def __init__(self):
-        self.metrics = ProxyMetrics()
-        self.state = MemoryState(AlphaTable())
+def _feedback() -> Feedback:
+    """Feedback built from real parts, no proxy: a memory state, no workers, no policy."""
+    return Feedback(ProxyMetrics(), MemoryState(AlphaTable()), Pools())
 
 
 COUNTERS = """\
@@ -161,19 +156,18 @@ vllm:spec_decode_num_accepted_tokens_total {a}
 
 @pytest.mark.parametrize(("engine", "ingests"), [("vllm", True), ("adaptspec", False)])
 def test_counters_feed_alpha_only_without_per_request_stats(engine, ingests):
-    proxy = _Proxy()
-    fb = Feedback(proxy)
+    fb = _feedback()
     w = Worker("n0", "http://h:1", "p", engine=engine, per_request=False, proposers=("ngram",), gamma=4)
     fb.on_sample(w, parse_metrics(COUNTERS.format(d=10, t=40, a=30)))  # baseline: never a burst
-    assert proxy.state.alphas.keys() == []
+    assert fb.state.alphas.keys() == []
     fb.on_sample(w, parse_metrics(COUNTERS.format(d=110, t=440, a=330)))
-    assert (proxy.state.alphas.keys() == [("n0", "ngram", "*")]) == ingests
+    assert (fb.state.alphas.keys() == [("n0", "ngram", "*")]) == ingests
     # once a response carries per-request stats, counters stop counting for this worker
     fb.on_response(w, "code", "ngram", 4, 8, (8.0, 6.0, 2.0))
-    before = proxy.state.alphas.stats("n0", "ngram", "*")
+    before = fb.state.alphas.stats("n0", "ngram", "*")
     fb.on_sample(w, parse_metrics(COUNTERS.format(d=210, t=840, a=630)))
-    assert proxy.state.alphas.stats("n0", "ngram", "*") == before
-    assert proxy.state.alphas.stats("n0", "ngram", "code") is not None
+    assert fb.state.alphas.stats("n0", "ngram", "*") == before
+    assert fb.state.alphas.stats("n0", "ngram", "code") is not None
 
 
 SHADOW = """\
@@ -193,25 +187,24 @@ def test_shadow_counters_teach_the_ngram_key_in_either_feedback_mode(proposers, 
     """The vLLM plugin's shadow counters (lookup scored on requests run without it) count into (worker, ngram,
     class) even once the worker's responses carry per-request stats; not for a worker without lookup, nor for
     the adaptspec worker (its shadow comes per response). A class first seen after the baseline counts whole."""
-    proxy = _Proxy()
-    fb = Feedback(proxy)
+    fb = _feedback()
     w = Worker("n0", "http://h:1", "p", engine="adaptspec" if own else "vllm", per_request=True, proposers=proposers)
     fb.on_sample(w, parse_metrics(COUNTERS.format(d=0, t=0, a=0)))  # the baseline scrape: no shadow series yet
     fb.on_response(w, "code", proposers[0], 4, 8, (8.0, 6.0, 2.0))  # per-request stats from now on
     fb.on_sample(w, parse_metrics(COUNTERS.format(d=0, t=0, a=0) + SHADOW.format(s=40, d=20, t=60, a0=12, a1=5)))
-    got = proxy.state.alphas.stats("n0", "ngram", "chat")
-    drafted = proxy.metrics.shadow_draft_tokens.labels("n0", "chat")._value.get()
+    got = fb.state.alphas.stats("n0", "ngram", "chat")
+    drafted = fb.metrics.shadow_draft_tokens.labels("n0", "chat")._value.get()
     if not counts:
         assert got is None and drafted == 0
         return
     assert got is not None and drafted == 60
-    assert proxy.metrics.shadow_accepted_tokens.labels("n0", "chat")._value.get() == 17
-    est = proxy.state.alphas.get("n0", "ngram", "chat")
+    assert fb.metrics.shadow_accepted_tokens.labels("n0", "chat")._value.get() == 17
+    est = fb.state.alphas.get("n0", "ngram", "chat")
     # per position: 12 of 20 drafts accepted their first token, 5 of the 12 that reached it the second
     assert est.per_position[:2] == pytest.approx([12 / 20, 5 / 12], abs=0.12)
     assert est.propose_rate == pytest.approx(20 / 40, abs=0.1)
     fb.on_sample(w, parse_metrics(COUNTERS.format(d=0, t=0, a=0) + SHADOW.format(s=40, d=20, t=60, a0=12, a1=5)))
-    assert proxy.metrics.shadow_draft_tokens.labels("n0", "chat")._value.get() == 60  # nothing new: nothing
+    assert fb.metrics.shadow_draft_tokens.labels("n0", "chat")._value.get() == 60  # nothing new: nothing
 
 
 def test_pools_routing_and_live_state_survive_replace():
