@@ -104,6 +104,8 @@ class Proxy:
         self.scrape_interval_s = server.scrape_interval_s
         if getattr(self, "scraper", None) is not None:
             self.scraper.interval_s = self.scrape_interval_s
+        redis = config.state is not None and config.state.backend == "redis"
+        self.metrics.precreate(self.pools.workers.values(), policy.name, "redis" if redis else None)
         self.config = config
 
     def _env_keys(self, env: str | None) -> list[str]:
