@@ -19,9 +19,11 @@ and each (proposer, gamma) it can apply (proposer "none" with gamma 0; with per-
 its proposers with gamma 1..max_gamma, else its fixed plan): the decisions of the current policy; requests
 by (class, proposer, worker) answered 200, 499, 502, 503 or 504, and the rejections before a decision; the
 token counters; the latency histograms by (class, proposer). With the soak's config (2 workers, proposers
-ngram and draft, max_gamma 8, 6 classes) that is ~1,100 series (benchmarks/soak.py; docs/scale-out.md).
-Counters and histograms carry no `_created` series (`exposition`): in the text format they are gauges of
-their own, one per series, that no query here reads.
+ngram and draft, max_gamma 8, 6 classes) /metrics is ~1,500 samples, ~138 KB, from the first scrape
+(histogram buckets ~79 KB of it; benchmarks/soak.py, docs/scale-out.md). `adaptspec_requests` has no gamma
+label (`adaptspec_decisions` has): with it, the series to create would be ~6x as many. Counters and
+histograms carry no `_created` series (`exposition`): in the text format each is a gauge of its own, one per
+series, that no query here reads.
 
 Derived quantities (PromQL):
 
