@@ -106,6 +106,8 @@ class Proxy:
         self.pools.eject_after = server.eject_after_failures
         self.pools.backoff_s = server.eject_backoff_s
         self.scrape_interval_s = server.scrape_interval_s
+        redis = config.state is not None and config.state.backend == "redis"
+        self.metrics.precreate(self.pools.workers.values(), policy.name, "redis" if redis else None)
         self.config = config
 
     def _policy(self) -> PolicyBase:

@@ -20,7 +20,7 @@ import re
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from adaptspec.control.shadow import ShadowStats
 from adaptspec.control.types import PROPOSERS  # the names a client may ask for
@@ -215,9 +215,9 @@ def _count_request(ctx: _Attempt, status: int) -> None:
     accesslog.note(model=None if ctx.req is None else ctx.req.model, status=status, **{"class": ctx.cls}, **({} if plan is None else {
         "proposer": plan.proposer, "gamma": plan.gamma, "worker": plan.worker.name}))
     if plan is None:
-        mn.inc(m.child(m.requests, ctx.cls, "none", "0", "none", str(status)))
+        mn.inc(m.child(m.requests, ctx.cls, "none", "none", mn.code_label(status)))
     else:
-        mn.inc(m.child(m.requests, ctx.cls, plan.proposer, str(plan.gamma), plan.worker.name, str(status)))
+        mn.inc(m.child(m.requests, ctx.cls, plan.proposer, plan.worker.name, mn.code_label(status)))
 
 
 class _Outcome:
@@ -368,5 +368,5 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
-    return web.Response(body=generate_latest(proxy.metrics.registry),
+    return web.Response(body=proxy.metrics.exposition(),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})

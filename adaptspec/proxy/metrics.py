@@ -7,7 +7,23 @@ path never touches them.
 
 Label values: `gamma` is the decimal string; `proposer` is "none" when speculation is off; requests
 rejected before a decision carry `content_class="unknown"`, `worker="none"`; `code` is the HTTP status
-sent to the client (a stream cut by a dying worker counts as "502", one its worker stalled as "504").
+sent to the client (a stream cut by a dying worker counts as "502", one its worker stalled as "504"), one of
+`CODES`; any other status a worker answers is counted under its class ("4xx", "5xx"), so that the label stays
+bounded whatever workers send (`code!~"2.."` still selects every error).
+
+Every label set is bounded, and the ones the request path can emit are created at zero at startup and on a
+config reload (`ProxyMetrics.precreate`), as Prometheus' instrumentation practice recommends: /metrics
+carries the same series from the first scrape to the last, its size does not step up as a rare combination
+first occurs, and `rate()` sees a series' first increment. Created: for every content class, every worker
+and each (proposer, gamma) it can apply (proposer "none" with gamma 0; with per-request speculation each of
+its proposers with gamma 1..max_gamma, else its fixed plan): the decisions of the current policy; requests
+by (class, proposer, worker) answered 200, 499, 502, 503 or 504, and the rejections before a decision; the
+token counters; the latency histograms by (class, proposer). With the soak's config (2 workers, proposers
+ngram and draft, max_gamma 8, 6 classes) /metrics is ~1,500 samples, ~138 KB, from the first scrape
+(histogram buckets ~79 KB of it; benchmarks/soak.py, docs/scale-out.md). `adaptspec_requests` has no gamma
+label (`adaptspec_decisions` has): with it, the series to create would be ~6x as many. Counters and
+histograms carry no `_created` series (`exposition`): in the text format each is a gauge of its own, one per
+series, that no query here reads.
 
 Derived quantities (PromQL):
 
@@ -53,10 +69,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.values import MutexValue
+
+from adaptspec.control.types import CONTENT_CLASSES
 
 _LAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
@@ -69,7 +87,7 @@ class ProxyMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.requests = Counter("adaptspec_requests", "Requests answered, by decision and HTTP status",
-                                ["content_class", "proposer", "gamma", "worker", "code"], registry=r)
+                                ["content_class", "proposer", "worker", "code"], registry=r)
         self.decisions = Counter("adaptspec_decisions", "Policy decisions",
                                  ["content_class", "proposer", "gamma", "policy"], registry=r)
         self.draft_tokens = Counter("adaptspec_draft_tokens", "Draft tokens proposed (per-request feedback)",
@@ -118,6 +136,81 @@ class ProxyMetrics:
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
+
+    def precreate(self, workers: Iterable, policy: str, backend: str | None,
+                  classes: Iterable[str] = CONTENT_CLASSES) -> None:
+        """Create at zero the series the request path can emit with these workers and this policy (the
+        module docstring lists them). Idempotent; a reload adds the new workers' series, none is removed."""
+        classes = tuple(classes)
+        workers = list(workers)
+        proposers = sorted({p for w in workers for p, _ in _plans(w)})
+        for code in _REJECTED:
+            self.child(self.requests, "unknown", "none", "none", code)
+        for cls in classes:
+            for code in _REJECTED_AFTER_CLASS:
+                self.child(self.requests, cls, "none", "none", code)
+            for p in proposers:
+                for h in (self.ttft, self.tpot, self.e2e):
+                    self.child(h, cls, p)
+        for w in workers:
+            self.child(self.retries, w.name)
+            self.child(self.scrape_errors, w.name)
+            applied = sorted({p for p, _ in _plans(w)})
+            for cls in classes:
+                for p, gamma in _plans(w):
+                    self.child(self.decisions, cls, p, str(gamma), policy)
+                for p in applied:
+                    self.child(self.output_tokens, w.name, p, cls)
+                    for code in _ANSWERED:
+                        self.child(self.requests, cls, p, w.name, code)
+                    if p != "none":  # feedback.py counts drafts of speculating requests only
+                        self.child(self.draft_tokens, w.name, p, cls)
+                        self.child(self.accepted_tokens, w.name, p, cls)
+                if "ngram" in w.proposers:
+                    self.child(self.shadow_draft_tokens, w.name, cls)
+                    self.child(self.shadow_accepted_tokens, w.name, cls)
+            for path in sorted(w.adapter.passthrough):
+                self.child(self.passthrough, path, w.name, "200")
+        if backend is not None:  # a state backend that can fail (Redis)
+            self.child(self.state_errors, backend)
+        for result in ("ok", "error"):
+            self.child(self.config_reloads, result)
+
+    def exposition(self) -> bytes:
+        """The text exposition of /metrics, without the `_created` samples of counters and histograms."""
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _WithoutCreated:
+    """A registry seen without `_created` samples (prometheus_client's switch for them is process-wide)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+
+    def collect(self):
+        for family in self._registry.collect():
+            if family.type in ("counter", "histogram", "summary"):
+                family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+
+# HTTP statuses kept as they are in the `code` label: those the proxy sends and those common from workers
+CODES = frozenset({200, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 431, 499, 500, 502, 503, 504})
+_REJECTED = ("400", "401", "404", "408", "413", "415", "422", "499", "503")  # before the body is classed
+_REJECTED_AFTER_CLASS = ("422", "503")  # a bad `speculation` field; no worker left for the model
+_ANSWERED = ("200", "499", "502", "503", "504")  # with a plan: served, client gone, worker died / stalled / none
+
+
+def code_label(status: int) -> str:
+    """The `code` label of an HTTP status: itself when in `CODES`, else its class ("4xx", "5xx")."""
+    return str(status) if status in CODES else f"{min(max(status // 100, 1), 5)}xx"
+
+
+def _plans(worker) -> list[tuple[str, int]]:
+    """The (proposer, gamma) pairs a request sent to `worker` can carry (handlers._Plan)."""
+    if not worker.per_request:
+        return [worker.fixed_plan()]
+    return [("none", 0)] + [(p, g) for p in worker.proposers if p != "none" for g in range(1, worker.max_gamma + 1)]
 
 
 def _fast_observe(child, value: float) -> None:

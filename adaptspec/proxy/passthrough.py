@@ -26,6 +26,7 @@ from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.proxy import accesslog, relay
 from adaptspec.proxy.engines import PASSTHROUGH
+from adaptspec.proxy.metrics import code_label
 from adaptspec.proxy.request import read_body
 from adaptspec.proxy.upstream import Pools, Worker
 
@@ -103,7 +104,7 @@ class _Call(relay.Exchange):
         finally:
             name = "none" if self.worker is None else self.worker.name
             accesslog.note(status=status, **({} if self.worker is None else {"worker": name}))
-            proxy.metrics.child(proxy.metrics.passthrough, self.path, name, str(status)).inc()
+            proxy.metrics.child(proxy.metrics.passthrough, self.path, name, code_label(status)).inc()
 
     def _pick(self, exclude: set[str] | frozenset[str] = frozenset()) -> Worker:
         """The least-loaded healthy candidate (in flight from every replica + the worker's own batch)."""

@@ -76,7 +76,7 @@ async def test_tokenize_goes_unchanged_to_a_worker_whose_engine_offers_it(caplog
         assert count(proxy, "adaptspec_passthrough_requests_total", endpoint="/tokenize", worker="v0",
                      code="200") == 1
         assert proxy.metrics.registry.get_sample_value("adaptspec_requests_total", {
-            "content_class": "unknown", "proposer": "none", "gamma": "0", "worker": "v0", "code": "200"}) is None
+            "content_class": "unknown", "proposer": "none", "worker": "v0", "code": "200"}) is None
         line = json.loads(next(r.getMessage() for r in caplog.records if "tok-1" in r.getMessage()))
         assert line["path"] == "/tokenize" and line["worker"] == "v0" and line["status"] == 200
         assert line["class"] is None and line["proposer"] is None and line["model"] == "tiny"

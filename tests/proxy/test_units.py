@@ -288,7 +288,7 @@ def test_fast_metric_updates_give_the_samples_of_the_public_methods():
         for v in values:
             observe(m.child(m.e2e, "code", "ngram"), v)
             observe(m.overhead, abs(v))
-            inc(m.child(m.requests, "code", "ngram", "4", "w0", "200"))
+            inc(m.child(m.requests, "code", "ngram", "w0", "200"))
             inc(m.child(m.output_tokens, "w0", "ngram", "code"), 17.0)
 
     def samples(m: ProxyMetrics) -> list[str]:  # the _created timestamps differ
