@@ -72,13 +72,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from adaptspec.control.schedule import Schedule, gamma_at, parse_schedule
-from adaptspec.control.telemetry import StepCounters
+from adaptspec.control.schedule import gamma_at, parse_schedule
 from adaptspec.control.types import PROPOSERS
 from adaptspec.errors import RequestError
 from adaptspec.worker.model import TinyLlama
@@ -90,12 +88,12 @@ from adaptspec.worker.proposers import (
     HybridProposer,
     NgramProposer,
     ProposeInput,
-    SamplingParams,
 )
 from adaptspec.worker.proposers.hybrid import HYBRID_MIN_MATCH
+from adaptspec.worker.requests import EngineMetrics, GenRequest, Seq, StepOutput, step_tally
 from adaptspec.worker.sampling import logits_to_probs
 from adaptspec.worker.tokenizer import Tokenizer
-from adaptspec.worker.verify import verify_drafts
+from adaptspec.worker.verify import greedy_verify, verify_drafts
 
 __all__ = ["Engine", "EngineMetrics", "GenRequest", "StepOutput"]
 
@@ -119,150 +117,6 @@ HYBRID_MODEL_COST = 0.35
 HYBRID_CALL_COST = 0.0
 
 
-@dataclass
-class GenRequest:
-    request_id: str
-    prompt_token_ids: list[int]
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    proposer: str | None = None  # None -> the engine's default speculation
-    num_speculative_tokens: int | None = None
-    content_class: str | None = None
-    stop_token_ids: list[int] | None = None  # None -> the tokenizer's EOS ids
-    ignore_eos: bool = False
-    # caps on k by the running batch, applied at every step: ((max_running_batch, cap), ...) (control/schedule.py)
-    schedule: list | tuple | None = None
-
-
-@dataclass
-class StepOutput:
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None  # "stop" | "length" | "abort" when finished
-    draft_tokens: int  # cumulative for this request
-    accepted_tokens: int
-    steps: int
-    drafts: int = 0  # steps that drafted (k > 0)
-    # per draft position j: drafts that tried it (positions < j accepted, and drafted >= j+1 tokens; an n-gram
-    # draft: the step's room allowed j+1, so a lookup cut short by the text counts as a miss at its end), and
-    # drafts that accepted it: exact per-position rates even when draft lengths vary
-    tried_per_position: tuple[int, ...] = ()
-    accepted_per_position: tuple[int, ...] = ()
-    # steps by the gamma the step allowed the request (min(k, schedule cap at the running batch); 0: none)
-    steps_by_gamma: dict[int, int] = field(default_factory=dict)
-    # seconds the request waited in the queue before it joined the running batch (vLLM's queue time)
-    queue_s: float = 0.0
-    lookup_drafts: int = 0  # hybrid: drafting steps whose draft came from n-gram lookup (not the model)
-
-
-@dataclass
-class EngineMetrics:
-    running: int = 0
-    waiting: int = 0
-    kv_cache_usage: float = 0.0
-    spec_num_drafts: int = 0
-    spec_num_draft_tokens: int = 0
-    spec_num_accepted_tokens: int = 0
-    spec_accepted_per_pos: list[int] = field(default_factory=list)
-    spec_by_class: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
-    num_steps: int = 0
-    num_generated_tokens: int = 0
-    # step telemetry for the proxy's online calibration (control/telemetry.py): wall time of whole steps
-    # (drafting, forward, verification, commit), tokens through the target forward, context attended,
-    # drafted tokens and batched draft-model passes per proposer
-    step_counters: StepCounters = field(default_factory=StepCounters)
-
-
-def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) -> list[list[int]]:
-    """Greedy verification straight from the logits: `logits` holds, per request, its k_i draft positions
-    then its bonus position ([sum(k) + B, V]). Request i accepts the longest prefix of its drafts equal to
-    the argmax at each position and then emits the argmax at the first mismatch (or the bonus position).
-    The same tokens as `verify_drafts(logits_to_probs(logits, 0.0).probs, ..., greedy=True)` (argmax, first
-    index on ties, in both), without building probabilities."""
-    am = logits.argmax(dim=-1).tolist()
-    out, o = [], 0
-    for d, k in zip(drafts, ks, strict=True):
-        a = 0
-        while a < k and d[a] == am[o + a]:
-            a += 1
-        out.append(am[o:o + a + 1])
-        o += k + 1
-    if o != len(am):
-        raise ValueError(f"logits has {len(am)} rows, expected sum(k) + B = {o}")
-    return out
-
-
-class _Seq:
-    __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
-                 "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
-                 "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma", "queued_at",
-                 "queue_s", "source", "lookup_drafts", "room")
-
-    def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
-                 schedule: Schedule | None = None):
-        self.req = req
-        self.tokens = list(req.prompt_token_ids)
-        self.num_prompt = len(self.tokens)
-        self.slot = -1
-        self.kv_len = 0
-        self.proposer, self.k = proposer, k
-        gen = torch.Generator().manual_seed(req.seed) if req.seed is not None else None
-        self.sampling = SamplingParams(req.temperature, req.top_p, gen)
-        self.stop_ids = stop_ids
-        self.sink = sink  # callable(StepOutput | BaseException), thread-safe
-        self.draft_tokens = self.accepted_tokens = self.steps = self.generated = self.drafts = 0
-        self.pos_tried: list[int] = []
-        self.pos_accepted: list[int] = []
-        self.cls = req.content_class or "unknown"
-        # EAGLE-style proposers: the target's final hidden state at the position before the last committed
-        # token ([h]; None before the first forward), and the rows of the step being verified ([k + 1, h])
-        self.hidden: torch.Tensor | None = None
-        self.pending_hidden: torch.Tensor | None = None
-        self.schedule = schedule
-        self.step_k = k  # this step's gamma: min(k, the schedule's cap at the running batch)
-        self.by_gamma: dict[int, int] = {}
-        self.queued_at = time.monotonic()  # built when submitted; admission sets queue_s
-        self.queue_s = 0.0
-        # the proposer that drafted this step (a hybrid's part: "ngram" or its model), and the steps a hybrid
-        # request's draft came from n-gram lookup (the propose rate of its lookup part, for the cost model)
-        self.source = proposer
-        self.lookup_drafts = 0
-        self.room = 0  # this step's draft cap: step_k, less what max_tokens and the context leave
-
-    def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
-        return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
-                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma),
-                          self.queue_s, self.lookup_drafts)
-
-
-def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
-                ) -> tuple[float, float, dict[str, float], dict[str, float], float]:
-    """(batched tokens, KV tokens attended, drafted tokens per proposer, model passes per proposer, requests)
-    of one step: every uncached token and drafted token goes through the target forward and attends to the cached
-    context plus itself; a model proposer runs max(k) batched passes per call, one call per proposer per
-    forward group (n-gram lookup: none). Counted by what drafted (`_Seq.source`): a hybrid step served by
-    lookup is n-gram tokens and no pass; one served by its model is that model's tokens and passes (its
-    misses share the call of the requests that asked for the model directly: `_compute`)."""
-    batched = kv = 0.0
-    drafted: dict[str, float] = {}
-    k_of = {id(s): k for s, k in zip(done, ks, strict=True)}
-    for s, k in zip(done, ks, strict=True):
-        batched += len(s.tokens) - s.kv_len + k
-        kv += len(s.tokens) + k
-        if k:
-            drafted[s.source] = drafted.get(s.source, 0.0) + k
-    passes: dict[str, float] = {}
-    for group in groups:
-        longest: dict[str, int] = {}  # model that ran -> max k (one call per model)
-        for s in group:
-            k = k_of.get(id(s), 0)
-            if k and s.source != "ngram":
-                longest[s.source] = max(longest.get(s.source, 0), k)
-        for model, k in longest.items():
-            passes[model] = passes.get(model, 0.0) + k
-    return batched, kv, drafted, passes, float(len(done))
 
 
 class Engine:
@@ -312,9 +166,9 @@ class Engine:
         self.speculation_cap: int | None = None  # worker-wide cap on every running request's gamma (None: none)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._waiting: deque[_Seq] = deque()
+        self._waiting: deque[Seq] = deque()
         self._aborts: set[str] = set()
-        self._running: list[_Seq] = []
+        self._running: list[Seq] = []
         self._free_slots = list(range(max_batch))  # a min-heap: lowest slots first keeps them compact
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -403,7 +257,7 @@ class Engine:
         self.stop()
 
     # ------------------------------------------------------------------ requests
-    def _make_seq(self, req: GenRequest, sink) -> _Seq:
+    def _make_seq(self, req: GenRequest, sink) -> Seq:
         ids = req.prompt_token_ids
         if not ids:
             raise RequestError("the prompt is empty", param="prompt")
@@ -434,7 +288,7 @@ class Engine:
                 schedule = parse_schedule(req.schedule, self.max_speculative_tokens)
             except ValueError as e:
                 raise RequestError(f"speculation.schedule {e}", param="speculation.schedule") from None
-        return _Seq(req, name, k, stop, sink, schedule if name != "none" else None)
+        return Seq(req, name, k, stop, sink, schedule if name != "none" else None)
 
     @staticmethod
     def _check_sampling(req: GenRequest) -> None:
@@ -577,7 +431,7 @@ class Engine:
             budget -= n
             admitted += 1
 
-    def _finish_locked(self, s: _Seq) -> None:
+    def _finish_locked(self, s: Seq) -> None:
         if s in self._running:
             self._running.remove(s)
             heapq.heappush(self._free_slots, s.slot)
@@ -585,7 +439,7 @@ class Engine:
                 self._proposers[s.proposer].remove(s.req.request_id)
 
     @torch.inference_mode()
-    def step(self, batch: list[_Seq]) -> None:
+    def step(self, batch: list[Seq]) -> None:
         """One engine step over `batch` (all running): propose, one target forward, verify, commit.
 
         Isolation: if the batched propose/forward/verify raises, every request is retried alone (nothing is
@@ -614,10 +468,10 @@ class Engine:
             done += g
             ks += k1
             out += o1
-        tally = _step_tally(done, ks, groups)  # before the commit moves the requests' positions
+        tally = step_tally(done, ks, groups)  # before the commit moves the requests' positions
         self._commit(done, ks, out, t0, tally)
 
-    def _compute_isolated(self, batch: list[_Seq]) -> tuple[list[_Seq], list[int], list[list[int]]]:
+    def _compute_isolated(self, batch: list[Seq]) -> tuple[list[Seq], list[int], list[list[int]]]:
         """`_compute(batch)`; if it raises, each request alone, failing only those that raise alone.
         -> (the requests computed, their k, their emitted tokens)."""
         try:
@@ -640,25 +494,25 @@ class Engine:
                 out += o1
         return good, ks, out
 
-    def _fail(self, s: _Seq, e: Exception) -> None:
+    def _fail(self, s: Seq, e: Exception) -> None:
         log.error("request %s failed in the engine step; failing it", s.req.request_id, exc_info=e)
         with self._lock:
             self._finish_locked(s)
         self._emit(s, RuntimeError(f"engine step failed for request {s.req.request_id}: {e}"))
 
-    def _emit(self, s: _Seq, item) -> None:
+    def _emit(self, s: Seq, item) -> None:
         try:
             s.sink(item)
         except Exception:  # one broken consumer must not take the others' outputs down
             log.exception("output sink of request %s raised", s.req.request_id)
 
-    def _hard_room(self, s: _Seq) -> int:
+    def _hard_room(self, s: Seq) -> int:
         """The most tokens a draft for `s` may have this step whatever its gamma: max_tokens, the context and the
         engine's draft bound (a hybrid's lookup part drafts past gamma inside a long match)."""
         return max(0, min(self.max_speculative_tokens, s.req.max_tokens - s.generated - 1,
                           self.max_model_len - len(s.tokens) - 1))
 
-    def _compute(self, batch: list[_Seq]) -> tuple[list[int], list[list[int]]]:
+    def _compute(self, batch: list[Seq]) -> tuple[list[int], list[list[int]]]:
         """Propose, forward and verify `batch` without committing: -> (k per request, emitted tokens per
         request, -1 padded)."""
         # 1. drafts, one batched call per proposer
@@ -734,7 +588,7 @@ class Engine:
                 out[i] = r
         return ks, out
 
-    def _verify_probs(self, batch: list[_Seq], drafts: list[Draft], ks: list[int],
+    def _verify_probs(self, batch: list[Seq], drafts: list[Draft], ks: list[int],
                       logits: torch.Tensor) -> list[list[int]]:
         """The general path: per-row temperature/top_p probabilities, then `verify_drafts`."""
         reps = torch.tensor([k + 1 for k in ks])
@@ -757,12 +611,12 @@ class Engine:
         return verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
                              generator=gens or None).tolist()
 
-    def _commit(self, batch: list[_Seq], ks: list[int], out: list[list[int]], started: float | None = None,
+    def _commit(self, batch: list[Seq], ks: list[int], out: list[list[int]], started: float | None = None,
                 tally: tuple | None = None) -> None:
         """Commit verified tokens, apply stops, stream. The step's telemetry (started at `started`) is counted
         before anything is streamed, so a client that sees its last token also sees its last step counted."""
-        finished: list[_Seq] = []
-        outputs: list[tuple[_Seq, StepOutput]] = []
+        finished: list[Seq] = []
+        outputs: list[tuple[Seq, StepOutput]] = []
         with self._lock:
             m = self._m
             m.num_steps += 1
