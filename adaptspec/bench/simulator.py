@@ -39,11 +39,12 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from adaptspec.bench.oracle import LiveBatch, Oracle, OracleStep
+from adaptspec.bench.sim_policies import PolicySpec, parse_policy, policy_from_file  # noqa: F401 (re-exported)
+from adaptspec.bench.stepcost import ProfileCost, StepCost
 from adaptspec.bench.stepwise import HybridRule, StepPlan, hybrid_plan, walk_hybrid
 from adaptspec.bench.trace_predict import TracePredictor
 from adaptspec.bench.traces import TraceRequest, TraceWorkload
@@ -67,80 +68,6 @@ WORKER = "sim0"
 _SPAN_ELEMENTS = 1 << 16  # cap on coins drawn at once (n_requests * span * gamma)
 _PROPOSER_INDEX = {p: i for i, p in enumerate(PROPOSERS)}  # none=0, ngram=1, draft=2, eagle=3
 _CLASS_INDEX = {c: i for i, c in enumerate(CONTENT_CLASSES)}
-
-
-class StepCost(Protocol):
-    """Seconds per engine step; the simulator's only view of the hardware."""
-
-    def verify_time(self, tokens: int, kv_tokens: int) -> float:
-        """One target forward over `tokens` batched tokens with `kv_tokens` of context in the KV cache."""
-        ...
-
-    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int, verify_s: float = 0.0) -> float:
-        """Drafting `gammas[i]` tokens for each request (all > 0) that uses `proposer` in this step, whose
-        verification takes `verify_s` (a proposer priced as a share of the verify step needs it)."""
-        ...
-
-
-class ProfileCost:
-    """`StepCost` from a controller profile (the same step-time model the policies plan with)."""
-
-    def __init__(self, profile: Profile) -> None:
-        self.profile = profile
-        # no hybrid option here: the synthetic workloads have no acceptance model for a lookup / model mix; on
-        # trace replay "hybrid" is a per-step plan of its parts (`hybrid_head`), priced per step by them
-        self._drafts = {p: profile.draft(p) for p in PROPOSERS[1:] if profile.offers(p)
-                        and profile.draft(p).kind != "hybrid"}
-        self.hybrid_head = _hybrid_head(profile, self._drafts)
-
-    def verify_time(self, tokens: int, kv_tokens: int) -> float:
-        return self.profile.target.time(tokens, kv_tokens)
-
-    def draft_time(self, proposer: str, gammas: np.ndarray, kv_tokens: int, verify_s: float = 0.0) -> float:
-        cost = self._drafts[proposer]
-        n = len(gammas)
-        if cost.kind == "ngram":  # one lookup per step, whatever gamma
-            return cost.time(1, n, kv_tokens, self.profile.target, verify_s=verify_s)
-        if cost.per_step:  # measured EAGLE form: a cost per step, not per pass
-            return cost.overhead_s + cost.per_token_s * float(gammas.sum()) + cost.kv_s_per_token * kv_tokens
-        # a draft model / head runs max(gamma) sequential passes; pass k carries the requests with gamma >= k
-        reach = np.cumsum(np.bincount(gammas)[::-1])[::-1][1:]  # reach[k-1] = #(gamma >= k)
-        return sum(cost.time(1, int(b), kv_tokens * b / n, self.profile.target) for b in reach)
-
-    def hybrid_option(self):
-        """The hybrid's DraftCost: the profile's hybrid option, or one implied by its parts (n-gram lookup and
-        `hybrid_head`); None when the profile lacks a part. What the replay's per-step pricing averages to:
-        `DraftCost.time(..., lookup_rate=the share of its steps that use lookup)`."""
-        from adaptspec.control.profiles import implied_hybrid
-
-        if self.hybrid_head is None:
-            return None
-        return implied_hybrid(self.profile, self.hybrid_head).draft("hybrid")
-
-    def worker(self, max_gamma: int = 8, name: str = "sim0", profile: str | None = None) -> WorkerState:
-        """The simulated worker; `profile` is what its policy prices with (a name or path; default this one)."""
-        return WorkerState(name=name, proposers=tuple(self._drafts), max_gamma=max_gamma,
-                           profile=profile or self.profile.name)
-
-    def truth_aliases(self) -> dict[str, str]:
-        """Which ground-truth acceptance row each proposer uses: a ~1B draft gets `draft-small`."""
-        if "draft" not in self._drafts:
-            return {}
-        option = self.profile.resolve("draft")
-        return {"draft": "draft-small" if "1b" in option.lower() or "small" in option.lower() else "draft"}
-
-
-def _hybrid_head(profile: Profile, drafts: dict) -> str | None:
-    """The trace proposer a hybrid drafts with where lookup does not: the profile's hybrid option's model part
-    when it has one, else EAGLE, else the draft model (the reference worker's choice); None without n-gram."""
-    if "ngram" not in drafts:
-        return None
-    for cost in profile.drafts.values():
-        if cost.kind == "hybrid" and cost.parts:
-            for p in ("eagle", "draft"):
-                if p in drafts and profile.resolve(p) == cost.parts[1]:
-                    return p
-    return next((p for p in ("eagle", "draft") if p in drafts), None)
 
 
 @dataclass
@@ -925,82 +852,6 @@ def _with_load(w: WorkerState, running: int, waiting: int, traffic: TrafficShape
 
 
 # ---- policy sweeps ------------------------------------------------------------------------------------
-
-# The threshold policy of the shipped policies/threshold.yaml (vLLM DSD / TRT-LLM draft_len_schedule style).
-THRESHOLD_TABLE = ((4, 5), (16, 3), (32, 1))
-
-
-@dataclass
-class PolicySpec:
-    """A named policy for a sweep: its config section and the estimator config it learns with."""
-
-    name: str
-    policy: object  # adaptspec.control.config.PolicyConfig (None for the oracle)
-    estimator: object | None = None  # adaptspec.control.config.EstimatorConfig
-    hindsight: bool = False  # the bench-only oracle (adaptspec.bench.oracle), needs a trace
-    stepwise: bool = False  # with hindsight: `oracle-step`, the per-step hindsight bound (bench/stepwise.py)
-    predict: bool | None = None  # per-request acceptance prediction on traces (None: the estimator's `predict`)
-
-    def predicting(self) -> bool:
-        if self.predict is not None:
-            return self.predict
-        from adaptspec.control.config import EstimatorConfig
-
-        return (self.estimator or EstimatorConfig()).predict
-
-
-def parse_policy(spec: str, profile: str, seed: int = 0) -> PolicySpec:
-    """`off`, `static:<proposer>:<gamma>`, `threshold`, `adaptive` (= `goodput`), `adaptive-schedule` (goodput
-    with per-request gamma schedules), `bandit` (= `explore`), `oracle` (hindsight, trace replay only),
-    `oracle-step` (per-step hindsight bound, trace replay only). `static:hybrid:<g>` replays the causal per-step
-    hybrid (bench/stepwise.py) on traces; the worker must offer "hybrid" (`proposers`).
-    On traces with prompts `adaptive` predicts per request as `estimator.predict` says (default on);
-    `adaptive+predict` / `adaptive-class` force the prediction on / off (class-level alphas only)."""
-    from adaptspec.control.config import (
-        BanditPolicy,
-        GoodputPolicy,
-        StaticPolicy,
-        ThresholdPolicy,
-        ThresholdRow,
-    )
-    from adaptspec.errors import ConfigError
-
-    s = spec.strip()
-    if s == "off":
-        return PolicySpec(s, StaticPolicy(kind="static", proposer="none", gamma=0))
-    if s.startswith("static:"):
-        parts = s.split(":")
-        if len(parts) != 3 or parts[1] not in PROPOSERS or not parts[2].isdigit():
-            raise ConfigError("expected static:<proposer>:<gamma>, proposer one of "
-                              f"{', '.join(PROPOSERS)}", key="--policies", value=s)
-        return PolicySpec(s, StaticPolicy(kind="static", proposer=parts[1], gamma=int(parts[2])))
-    if s == "threshold":
-        return PolicySpec(s, ThresholdPolicy(kind="threshold", proposer="draft", proposer_by_class={"summarize": "ngram"},
-                                             table=[ThresholdRow(max_load=m, gamma=g) for m, g in THRESHOLD_TABLE]))
-    if s in ("adaptive", "goodput"):
-        return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile))
-    if s in ("adaptive+predict", "adaptive-class"):
-        return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile), predict=s == "adaptive+predict")
-    if s in ("adaptive-schedule", "goodput-schedule"):
-        return PolicySpec(s, GoodputPolicy(kind="goodput", default_profile=profile, schedule=True))
-    if s in ("bandit", "explore"):
-        return PolicySpec(s, BanditPolicy(kind="bandit", default_profile=profile, seed=seed))
-    if s == "oracle":
-        return PolicySpec(s, None, hindsight=True)
-    if s == "oracle-step":
-        return PolicySpec(s, None, hindsight=True, stepwise=True)
-    raise ConfigError("unknown policy; use off, static:<proposer>:<gamma>, threshold, adaptive, adaptive+predict, "
-                      "adaptive-class, adaptive-schedule, bandit, oracle, oracle-step "
-                      "(or --policy-file)", key="--policies", value=s)
-
-
-def policy_from_file(path: str) -> PolicySpec:
-    from pathlib import Path
-
-    from adaptspec.control.config import load_config
-
-    cfg = load_config(path)
-    return PolicySpec(Path(path).stem, cfg.policy, cfg.estimator)
 
 
 def sweep(

@@ -72,30 +72,25 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from adaptspec.control.schedule import Schedule, gamma_at, parse_schedule
-from adaptspec.control.telemetry import StepCounters
+from adaptspec.control.schedule import parse_schedule
 from adaptspec.control.types import PROPOSERS
 from adaptspec.errors import RequestError
 from adaptspec.worker.model import TinyLlama
 from adaptspec.worker.proposers import (
-    Draft,
     DraftModelProposer,
     EagleHead,
     EagleProposer,
     HybridProposer,
     NgramProposer,
-    ProposeInput,
-    SamplingParams,
 )
 from adaptspec.worker.proposers.hybrid import HYBRID_MIN_MATCH
-from adaptspec.worker.sampling import logits_to_probs
+from adaptspec.worker.requests import EngineMetrics, GenRequest, Seq, StepOutput
+from adaptspec.worker.stepping import Stepping
 from adaptspec.worker.tokenizer import Tokenizer
-from adaptspec.worker.verify import verify_drafts
 
 __all__ = ["Engine", "EngineMetrics", "GenRequest", "StepOutput"]
 
@@ -119,153 +114,9 @@ HYBRID_MODEL_COST = 0.35
 HYBRID_CALL_COST = 0.0
 
 
-@dataclass
-class GenRequest:
-    request_id: str
-    prompt_token_ids: list[int]
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    proposer: str | None = None  # None -> the engine's default speculation
-    num_speculative_tokens: int | None = None
-    content_class: str | None = None
-    stop_token_ids: list[int] | None = None  # None -> the tokenizer's EOS ids
-    ignore_eos: bool = False
-    # caps on k by the running batch, applied at every step: ((max_running_batch, cap), ...) (control/schedule.py)
-    schedule: list | tuple | None = None
 
 
-@dataclass
-class StepOutput:
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None  # "stop" | "length" | "abort" when finished
-    draft_tokens: int  # cumulative for this request
-    accepted_tokens: int
-    steps: int
-    drafts: int = 0  # steps that drafted (k > 0)
-    # per draft position j: drafts that tried it (positions < j accepted, and drafted >= j+1 tokens; an n-gram
-    # draft: the step's room allowed j+1, so a lookup cut short by the text counts as a miss at its end), and
-    # drafts that accepted it: exact per-position rates even when draft lengths vary
-    tried_per_position: tuple[int, ...] = ()
-    accepted_per_position: tuple[int, ...] = ()
-    # steps by the gamma the step allowed the request (min(k, schedule cap at the running batch); 0: none)
-    steps_by_gamma: dict[int, int] = field(default_factory=dict)
-    # seconds the request waited in the queue before it joined the running batch (vLLM's queue time)
-    queue_s: float = 0.0
-    lookup_drafts: int = 0  # hybrid: drafting steps whose draft came from n-gram lookup (not the model)
-
-
-@dataclass
-class EngineMetrics:
-    running: int = 0
-    waiting: int = 0
-    kv_cache_usage: float = 0.0
-    spec_num_drafts: int = 0
-    spec_num_draft_tokens: int = 0
-    spec_num_accepted_tokens: int = 0
-    spec_accepted_per_pos: list[int] = field(default_factory=list)
-    spec_by_class: dict[tuple[str, str], tuple[int, int, int]] = field(default_factory=dict)
-    num_steps: int = 0
-    num_generated_tokens: int = 0
-    # step telemetry for the proxy's online calibration (control/telemetry.py): wall time of whole steps
-    # (drafting, forward, verification, commit), tokens through the target forward, context attended,
-    # drafted tokens and batched draft-model passes per proposer
-    step_counters: StepCounters = field(default_factory=StepCounters)
-
-
-def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) -> list[list[int]]:
-    """Greedy verification straight from the logits: `logits` holds, per request, its k_i draft positions
-    then its bonus position ([sum(k) + B, V]). Request i accepts the longest prefix of its drafts equal to
-    the argmax at each position and then emits the argmax at the first mismatch (or the bonus position).
-    The same tokens as `verify_drafts(logits_to_probs(logits, 0.0).probs, ..., greedy=True)` (argmax, first
-    index on ties, in both), without building probabilities."""
-    am = logits.argmax(dim=-1).tolist()
-    out, o = [], 0
-    for d, k in zip(drafts, ks, strict=True):
-        a = 0
-        while a < k and d[a] == am[o + a]:
-            a += 1
-        out.append(am[o:o + a + 1])
-        o += k + 1
-    if o != len(am):
-        raise ValueError(f"logits has {len(am)} rows, expected sum(k) + B = {o}")
-    return out
-
-
-class _Seq:
-    __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
-                 "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
-                 "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma", "queued_at",
-                 "queue_s", "source", "lookup_drafts", "room")
-
-    def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
-                 schedule: Schedule | None = None):
-        self.req = req
-        self.tokens = list(req.prompt_token_ids)
-        self.num_prompt = len(self.tokens)
-        self.slot = -1
-        self.kv_len = 0
-        self.proposer, self.k = proposer, k
-        gen = torch.Generator().manual_seed(req.seed) if req.seed is not None else None
-        self.sampling = SamplingParams(req.temperature, req.top_p, gen)
-        self.stop_ids = stop_ids
-        self.sink = sink  # callable(StepOutput | BaseException), thread-safe
-        self.draft_tokens = self.accepted_tokens = self.steps = self.generated = self.drafts = 0
-        self.pos_tried: list[int] = []
-        self.pos_accepted: list[int] = []
-        self.cls = req.content_class or "unknown"
-        # EAGLE-style proposers: the target's final hidden state at the position before the last committed
-        # token ([h]; None before the first forward), and the rows of the step being verified ([k + 1, h])
-        self.hidden: torch.Tensor | None = None
-        self.pending_hidden: torch.Tensor | None = None
-        self.schedule = schedule
-        self.step_k = k  # this step's gamma: min(k, the schedule's cap at the running batch)
-        self.by_gamma: dict[int, int] = {}
-        self.queued_at = time.monotonic()  # built when submitted; admission sets queue_s
-        self.queue_s = 0.0
-        # the proposer that drafted this step (a hybrid's part: "ngram" or its model), and the steps a hybrid
-        # request's draft came from n-gram lookup (the propose rate of its lookup part, for the cost model)
-        self.source = proposer
-        self.lookup_drafts = 0
-        self.room = 0  # this step's draft cap: step_k, less what max_tokens and the context leave
-
-    def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
-        return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
-                          self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma),
-                          self.queue_s, self.lookup_drafts)
-
-
-def _step_tally(done: list[_Seq], ks: list[int], groups: list[list[_Seq]]
-                ) -> tuple[float, float, dict[str, float], dict[str, float], float]:
-    """(batched tokens, KV tokens attended, drafted tokens per proposer, model passes per proposer, requests)
-    of one step: every uncached token and drafted token goes through the target forward and attends to the cached
-    context plus itself; a model proposer runs max(k) batched passes per call, one call per proposer per
-    forward group (n-gram lookup: none). Counted by what drafted (`_Seq.source`): a hybrid step served by
-    lookup is n-gram tokens and no pass; one served by its model is that model's tokens and passes (its
-    misses share the call of the requests that asked for the model directly: `_compute`)."""
-    batched = kv = 0.0
-    drafted: dict[str, float] = {}
-    k_of = {id(s): k for s, k in zip(done, ks, strict=True)}
-    for s, k in zip(done, ks, strict=True):
-        batched += len(s.tokens) - s.kv_len + k
-        kv += len(s.tokens) + k
-        if k:
-            drafted[s.source] = drafted.get(s.source, 0.0) + k
-    passes: dict[str, float] = {}
-    for group in groups:
-        longest: dict[str, int] = {}  # model that ran -> max k (one call per model)
-        for s in group:
-            k = k_of.get(id(s), 0)
-            if k and s.source != "ngram":
-                longest[s.source] = max(longest.get(s.source, 0), k)
-        for model, k in longest.items():
-            passes[model] = passes.get(model, 0.0) + k
-    return batched, kv, drafted, passes, float(len(done))
-
-
-class Engine:
+class Engine(Stepping):
     def __init__(self, model: TinyLlama, tokenizer: Tokenizer, draft_model: TinyLlama | None = None, *,
                  max_batch: int = 32, max_model_len: int | None = None,
                  default_speculation: dict | tuple | None = None, max_speculative_tokens: int = 16,
@@ -312,9 +163,9 @@ class Engine:
         self.speculation_cap: int | None = None  # worker-wide cap on every running request's gamma (None: none)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._waiting: deque[_Seq] = deque()
+        self._waiting: deque[Seq] = deque()
         self._aborts: set[str] = set()
-        self._running: list[_Seq] = []
+        self._running: list[Seq] = []
         self._free_slots = list(range(max_batch))  # a min-heap: lowest slots first keeps them compact
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -403,7 +254,7 @@ class Engine:
         self.stop()
 
     # ------------------------------------------------------------------ requests
-    def _make_seq(self, req: GenRequest, sink) -> _Seq:
+    def _make_seq(self, req: GenRequest, sink) -> Seq:
         ids = req.prompt_token_ids
         if not ids:
             raise RequestError("the prompt is empty", param="prompt")
@@ -434,7 +285,7 @@ class Engine:
                 schedule = parse_schedule(req.schedule, self.max_speculative_tokens)
             except ValueError as e:
                 raise RequestError(f"speculation.schedule {e}", param="speculation.schedule") from None
-        return _Seq(req, name, k, stop, sink, schedule if name != "none" else None)
+        return Seq(req, name, k, stop, sink, schedule if name != "none" else None)
 
     @staticmethod
     def _check_sampling(req: GenRequest) -> None:
@@ -577,260 +428,12 @@ class Engine:
             budget -= n
             admitted += 1
 
-    def _finish_locked(self, s: _Seq) -> None:
+    def _finish_locked(self, s: Seq) -> None:
         if s in self._running:
             self._running.remove(s)
             heapq.heappush(self._free_slots, s.slot)
             if s.proposer != "none":
                 self._proposers[s.proposer].remove(s.req.request_id)
-
-    @torch.inference_mode()
-    def step(self, batch: list[_Seq]) -> None:
-        """One engine step over `batch` (all running): propose, one target forward, verify, commit.
-
-        Isolation: if the batched propose/forward/verify raises, every request is retried alone (nothing is
-        committed before verification, and stale K/V past a request's cached length is harmless), so only
-        the request(s) that fail alone are failed (a RuntimeError to their sink); the others make their
-        step.
-
-        Prefill split: requests feeding more than `prefill_split_tokens` uncached tokens (a prompt) run in
-        their own forward when others are decoding, so one long prompt does not pad every decode row to its
-        length (one 300-token prefill inside a 32-request decode batch: ~200 ms, vs ~15 + ~30 ms apart)."""
-        t0 = time.perf_counter()
-        cap = self.speculation_cap
-        for s in batch:  # the running batch of this step sets each request's gamma (its schedule's cap)
-            s.step_k = gamma_at(s.k, s.schedule, len(batch))
-            if cap is not None:  # the worker-wide cap (a switchback's off window), running requests included
-                s.step_k = min(s.step_k, cap)
-        long = [s for s in batch if len(s.tokens) - s.kv_len > self.prefill_split_tokens]
-        if long and len(long) < len(batch):
-            short = [s for s in batch if len(s.tokens) - s.kv_len <= self.prefill_split_tokens]
-            groups = [short, long]
-        else:
-            groups = [batch]
-        done, ks, out = [], [], []
-        for group in groups:
-            g, k1, o1 = self._compute_isolated(group)
-            done += g
-            ks += k1
-            out += o1
-        tally = _step_tally(done, ks, groups)  # before the commit moves the requests' positions
-        self._commit(done, ks, out, t0, tally)
-
-    def _compute_isolated(self, batch: list[_Seq]) -> tuple[list[_Seq], list[int], list[list[int]]]:
-        """`_compute(batch)`; if it raises, each request alone, failing only those that raise alone.
-        -> (the requests computed, their k, their emitted tokens)."""
-        try:
-            ks, out = self._compute(batch)
-            return batch, ks, out
-        except Exception as e:
-            if len(batch) == 1:
-                self._fail(batch[0], e)
-                return [], [], []
-            log.exception("engine step over %d requests failed; retrying each request alone", len(batch))
-        good, ks, out = [], [], []
-        for s in batch:
-            try:
-                k1, o1 = self._compute([s])
-            except Exception as e:
-                self._fail(s, e)
-            else:
-                good.append(s)
-                ks += k1
-                out += o1
-        return good, ks, out
-
-    def _fail(self, s: _Seq, e: Exception) -> None:
-        log.error("request %s failed in the engine step; failing it", s.req.request_id, exc_info=e)
-        with self._lock:
-            self._finish_locked(s)
-        self._emit(s, RuntimeError(f"engine step failed for request {s.req.request_id}: {e}"))
-
-    def _emit(self, s: _Seq, item) -> None:
-        try:
-            s.sink(item)
-        except Exception:  # one broken consumer must not take the others' outputs down
-            log.exception("output sink of request %s raised", s.req.request_id)
-
-    def _hard_room(self, s: _Seq) -> int:
-        """The most tokens a draft for `s` may have this step whatever its gamma: max_tokens, the context and the
-        engine's draft bound (a hybrid's lookup part drafts past gamma inside a long match)."""
-        return max(0, min(self.max_speculative_tokens, s.req.max_tokens - s.generated - 1,
-                          self.max_model_len - len(s.tokens) - 1))
-
-    def _compute(self, batch: list[_Seq]) -> tuple[list[int], list[list[int]]]:
-        """Propose, forward and verify `batch` without committing: -> (k per request, emitted tokens per
-        request, -1 padded)."""
-        # 1. drafts, one batched call per proposer
-        drafts: list[Draft] = [Draft([]) for _ in batch]
-        groups: dict[str, list[int]] = {}
-        for i, s in enumerate(batch):
-            # room: every drafted token plus the bonus must fit both max_tokens and the context
-            k = s.room = min(s.step_k, self._hard_room(s))  # step_k <= max_speculative_tokens (validated)
-            if s.proposer != "none" and k > 0:
-                groups.setdefault(s.proposer, []).append(i)
-        def inputs(proposer, idx: list[int]) -> list[ProposeInput]:
-            return [ProposeInput(batch[i].req.request_id, batch[i].tokens, batch[i].room, batch[i].sampling,
-                                 batch[i].hidden if proposer.needs_hidden_states else None,
-                                 room=self._hard_room(batch[i])) for i in idx]
-
-        hybrid = self._proposers.get("hybrid")
-        if "hybrid" in groups and hybrid.model.name in groups:
-            # the hybrid's misses and the requests that ask its model directly share one call: one set of
-            # batched passes (max k) for the step, not one per proposer name
-            h_idx, m_idx = groups.pop("hybrid"), groups.pop(hybrid.model.name)
-            h_in = inputs(hybrid, h_idx)
-            looked, asked, m_extra = hybrid.plan(h_in)
-            m_in = inputs(hybrid.model, m_idx)
-            got = hybrid.model.propose(m_in + m_extra)
-            for i, d in zip(m_idx, got[:len(m_in)], strict=True):
-                drafts[i] = d
-            for i, d in zip(h_idx, hybrid.settle(h_in, looked, asked, got[len(m_in):]), strict=True):
-                drafts[i] = d
-        for name, idx in groups.items():
-            proposer = self._proposers[name]
-            for i, d in zip(idx, proposer.propose(inputs(proposer, idx)), strict=True):
-                drafts[i] = d
-        for s, d in zip(batch, drafts, strict=True):
-            s.source = d.source or s.proposer
-        ks = [len(d.token_ids) for d in drafts]
-
-        # 2. one target forward: uncached tokens + drafts for every request
-        chunks = [s.tokens[s.kv_len:] + d.token_ids for s, d in zip(batch, drafts, strict=True)]
-        lens = torch.tensor([len(c) for c in chunks])
-        ends = lens.cumsum(0)
-        rows = torch.cat([torch.arange(e - k - 1, e) for e, k in zip(ends.tolist(), ks, strict=True)])
-        want_hidden = [s.proposer != "none" and self._proposers[s.proposer].needs_hidden_states for s in batch]
-        out = self.model.forward(chunks, [s.slot for s in batch], [s.kv_len for s in batch], self.cache,
-                                 logit_rows=rows, return_hidden=any(want_hidden))
-        logits = out[0] if any(want_hidden) else out  # [sum(k) + B, V]
-        if any(want_hidden):
-            hidden, o = out[1], 0  # [sum(k) + B, h]
-            for s, k, w in zip(batch, ks, want_hidden, strict=True):
-                s.pending_hidden = hidden[o:o + k + 1] if w else None  # committed (one row) in _commit
-                o += k + 1
-
-        # 3. verify the ragged batch: greedy requests by argmax of the logits, the others by probabilities
-        greedy = [s.sampling.temperature == 0 for s in batch]
-        if not self.greedy_fast_path or not any(greedy):
-            return ks, self._verify_probs(batch, drafts, ks, logits)
-        row_starts = [0]
-        for k in ks:
-            row_starts.append(row_starts[-1] + k + 1)
-        g_idx = [i for i, g in enumerate(greedy) if g]
-        if len(g_idx) == len(batch):
-            return ks, greedy_verify(logits, [d.token_ids for d in drafts], ks)
-        s_idx = [i for i, g in enumerate(greedy) if not g]
-        out: list[list[int]] = [[] for _ in batch]
-        for idx, fn in ((g_idx, None), (s_idx, self._verify_probs)):
-            rows = torch.cat([torch.arange(row_starts[i], row_starts[i + 1]) for i in idx])
-            sub_logits = logits.index_select(0, rows)
-            sub_ks = [ks[i] for i in idx]
-            if fn is None:
-                res = greedy_verify(sub_logits, [drafts[i].token_ids for i in idx], sub_ks)
-            else:
-                res = fn([batch[i] for i in idx], [drafts[i] for i in idx], sub_ks, sub_logits)
-            for i, r in zip(idx, res, strict=True):
-                out[i] = r
-        return ks, out
-
-    def _verify_probs(self, batch: list[_Seq], drafts: list[Draft], ks: list[int],
-                      logits: torch.Tensor) -> list[list[int]]:
-        """The general path: per-row temperature/top_p probabilities, then `verify_drafts`."""
-        reps = torch.tensor([k + 1 for k in ks])
-        temps = torch.repeat_interleave(torch.tensor([s.sampling.temperature for s in batch]), reps)
-        top_ps = torch.repeat_interleave(torch.tensor([s.sampling.top_p for s in batch]), reps)
-        target = logits_to_probs(logits, temps, top_ps).probs
-        draft_ids = torch.tensor([t for d in drafts for t in d.token_ids], dtype=torch.long)
-        draft_probs = None
-        if any(d.probs is not None for d in drafts):
-            parts = []
-            for d in drafts:
-                if d.probs is not None:
-                    parts.append(d.probs)
-                elif d.token_ids:  # point-mass rows for n-gram drafts in a batch with draft-model drafts
-                    parts.append(torch.zeros(len(d.token_ids), self.vocab_size).scatter_(
-                        1, torch.tensor(d.token_ids)[:, None], 1.0))
-            draft_probs = torch.cat(parts) if parts else None
-        greedy = [s.sampling.temperature == 0 for s in batch]
-        gens = {i: s.sampling.generator for i, s in enumerate(batch) if s.sampling.generator is not None}
-        return verify_drafts(target, draft_ids, ks, draft_probs=draft_probs, greedy=greedy,
-                             generator=gens or None).tolist()
-
-    def _commit(self, batch: list[_Seq], ks: list[int], out: list[list[int]], started: float | None = None,
-                tally: tuple | None = None) -> None:
-        """Commit verified tokens, apply stops, stream. The step's telemetry (started at `started`) is counted
-        before anything is streamed, so a client that sees its last token also sees its last step counted."""
-        finished: list[_Seq] = []
-        outputs: list[tuple[_Seq, StepOutput]] = []
-        with self._lock:
-            m = self._m
-            m.num_steps += 1
-            for s, k, row in zip(batch, ks, out, strict=True):
-                emitted = [t for t in row if t >= 0]
-                accepted = len(emitted) - 1
-                s.kv_len = len(s.tokens) + accepted
-                if s.pending_hidden is not None:  # the row that produced the last emitted token
-                    s.hidden, s.pending_hidden = s.pending_hidden[accepted].clone(), None
-                s.steps += 1
-                s.by_gamma[s.step_k] = s.by_gamma.get(s.step_k, 0) + 1
-                if k:
-                    s.draft_tokens += k
-                    s.accepted_tokens += accepted
-                    s.drafts += 1
-                    if s.source == "ngram" and s.proposer == "hybrid":
-                        s.lookup_drafts += 1
-                    observe = getattr(self._proposers.get(s.proposer), "observe", None)
-                    if observe is not None:  # proposers that adapt to their verdicts (hybrid)
-                        observe(s.req.request_id, s.source, k, accepted)
-                    # positions tried: the accepted ones and the first rejection. A lookup draft the text cut
-                    # short (fewer tokens than the step's room) stops the step where it ends: that position
-                    # counts as tried and not accepted, so that the per-position rates price the truncation
-                    # (the cost model takes every draft as long as gamma); a model's draft is conditional on
-                    # its length, which it chose (a hybrid's model part: costmodel.hybrid_step)
-                    # (a hybrid chooses its lookup draft's length too: the match it follows)
-                    plain_lookup = s.source == "ngram" and s.proposer != "hybrid"
-                    reached = min(s.room if plain_lookup else k, accepted + 1)
-                    if len(s.pos_tried) < max(k, reached):
-                        grow = max(k, reached) - len(s.pos_tried)
-                        s.pos_tried += [0] * grow
-                        s.pos_accepted += [0] * grow
-                    for j in range(reached):
-                        s.pos_tried[j] += 1
-                    for j in range(accepted):
-                        s.pos_accepted[j] += 1
-                    m.spec_num_drafts += 1
-                    m.spec_num_draft_tokens += k
-                    m.spec_num_accepted_tokens += accepted
-                    for j in range(accepted):
-                        m.spec_accepted_per_pos[j] += 1
-                    key = (s.cls, s.proposer)
-                    d0, t0, a0 = m.spec_by_class.get(key, (0, 0, 0))
-                    m.spec_by_class[key] = (d0 + 1, t0 + k, a0 + accepted)
-                new: list[int] = []
-                reason = None
-                for t in emitted:
-                    if t in s.stop_ids:
-                        reason = "stop"
-                        break
-                    new.append(t)
-                    if s.generated + len(new) >= s.req.max_tokens or len(s.tokens) + len(new) >= self.max_model_len:
-                        reason = "length"
-                        break
-                s.tokens.extend(new)
-                s.generated += len(new)
-                m.num_generated_tokens += len(new)
-                if reason is None and s.req.request_id in self._aborts:
-                    self._aborts.discard(s.req.request_id)
-                    reason = "abort"
-                if reason is not None:
-                    finished.append(s)
-                    self._finish_locked(s)
-                outputs.append((s, s.output(new, reason is not None, reason)))
-            if started is not None and tally is not None:
-                m.step_counters = m.step_counters.add_step(time.perf_counter() - started, *tally)
-        for s, o in outputs:
-            self._emit(s, o)
 
     # ------------------------------------------------------------------ blocking helper (scripts, tests)
     def generate_sync(self, reqs: list[GenRequest], timeout: float = 300.0) -> dict[str, list[int]]:

@@ -33,13 +33,12 @@ Stop strings are matched on text: the output ends before the first stop string. 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,12 +47,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import Message, Receive, Scope, Send
 
 from adaptspec.control.shadow import SHADOW_K, ShadowStats, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.worker import _metrics, _tokenize
+from adaptspec.worker._asgi import BodyLimit, Guard, SSEResponse, collect_unless_gone, sse
 from adaptspec.worker._openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -169,165 +168,6 @@ class _Job:
     ignore_eos: bool
     stream: bool
     result: _Result = field(default_factory=_Result)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Disconnect-aware running of a coroutine.
-
-
-class _ClientGone(Exception):
-    pass
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
-    """Run `work`; if the client disconnects first, cancel it and raise _ClientGone."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
-    try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    raise _ClientGone
-
-
-async def _collect_unless_gone(request: Request, worker: Any, job: Any) -> Any:
-    """A non-stream job's result, or None when the client left first (generation cancelled)."""
-    try:
-        return await _until_disconnect(request.receive, worker.collect(job))
-    except _ClientGone:
-        log.info("client disconnected before %s finished; generation cancelled", job.request_id)
-        return None
-
-
-class _SSEResponse(Response):
-    """Server-sent events from an async iterator of strings; closes the iterator however the stream ends."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, events: AsyncIterator[str]) -> None:
-        self.status_code, self.background, self._events = 200, None, events
-        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
-                            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def stream() -> None:
-            await send({"type": "http.response.start", "status": self.status_code,
-                        "headers": self.raw_headers})
-            async for event in self._events:
-                await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        try:
-            await _until_disconnect(receive, stream())
-        except (_ClientGone, OSError):
-            log.info("client disconnected mid-stream; generation cancelled")
-        finally:
-            await self._events.aclose()  # type: ignore[attr-defined]
-
-
-def _sse(obj: dict) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Body-size limit (413 before the body is buffered).
-
-
-class _BodyLimit:
-    """413 past `max_bytes`; 408 when the body is not complete within `timeout_s` (uvicorn has no such
-    limit: a client announcing more body than it sends, or a huge chunk size, would hold a handler forever)."""
-
-    def __init__(self, app: Callable, max_bytes: int, timeout_s: float = 60.0) -> None:
-        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or ()).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refuse(send)
-            return
-        seen = 0
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
-        complete = False
-
-        async def counted() -> Message:
-            nonlocal seen, complete
-            if complete:  # afterwards the app only waits for a disconnect: no deadline
-                return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                raise RequestError(f"Request body not received within {self.timeout_s:g} s.", status=408,
-                                   code="body_timeout") from None
-            if message["type"] == "http.request":
-                complete = not message.get("more_body", False)
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:  # chunked upload with no content-length: caught by the app
-                    raise RequestError(f"Request body exceeds {self.max_bytes} bytes.", status=413,
-                                       code="request_too_large")
-            return message
-
-        await self.app(scope, counted, send)
-
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps(error_body(413, f"Request body exceeds {self.max_bytes} bytes.",
-                                     code="request_too_large")).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-
-class _Guard:
-    """Outermost layer: no exception reaches uvicorn, which would close the keep-alive connection.
-
-    Starlette answers an unhandled error with our JSON 500 and then re-raises it; uvicorn then drops the
-    connection, resetting the client's next request on it. The error is logged by the app's handler;
-    here it ends. Errors before any response get the JSON 500 here.
-    """
-
-    def __init__(self, app: Callable) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracked)
-        except Exception:
-            if scope["type"] != "http":
-                raise
-            if started:
-                return  # answered (500) and logged by the app's handler
-            log.exception("unhandled error before any response")
-            body = json.dumps(error_body(500, "Internal server error")).encode()
-            await send({"type": "http.response.start", "status": 500,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -605,8 +445,8 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
 
         if req.stream:
-            return _SSEResponse(_stream(worker, job, req, chunk, created, "text_completion"))
-        res = await _collect_unless_gone(request, worker, job)
+            return SSEResponse(_stream(worker, job, req, chunk, created, "text_completion"))
+        res = await collect_unless_gone(request, worker, job)
         if res is None:
             return Response(status_code=499)
         body = chunk(res.text, res.finish_reason)
@@ -630,8 +470,8 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
         if req.stream:
-            return _SSEResponse(_stream(worker, job, req, chunk, created, "chat.completion.chunk"))
-        res = await _collect_unless_gone(request, worker, job)
+            return SSEResponse(_stream(worker, job, req, chunk, created, "chat.completion.chunk"))
+        res = await collect_unless_gone(request, worker, job)
         if res is None:
             return Response(status_code=499)
         return _json({
@@ -643,7 +483,7 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
         })
 
     _tokenize.add_routes(app, worker, _json)
-    return _Guard(_BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
+    return Guard(BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
 
 
 def _add_cap_routes(app: FastAPI, engine: Any) -> None:
@@ -673,27 +513,27 @@ async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dic
     # vLLM's extension: cumulative usage on every chunk (load generators count tokens per chunk with it)
     continuous = include_usage and bool(req.stream_options.continuous_usage_stats)
     if chat:
-        yield _sse(chunk("", None, first=True))
+        yield sse(chunk("", None, first=True))
     gen = worker.generate(job)
     try:
         async for delta in gen:
             body = chunk(delta, None)
             if continuous:
                 body["usage"] = worker.usage(job)
-            yield _sse(body)
+            yield sse(body)
     except RequestError as exc:  # refused by the engine after the 200 went out: an error event, as vLLM does
-        yield _sse(error_body(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param))
+        yield sse(error_body(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param))
         yield "data: [DONE]\n\n"
         return
     except RuntimeError as exc:  # the engine step failed (logged by the engine)
-        yield _sse(error_body(500, str(exc)))
+        yield sse(error_body(500, str(exc)))
         yield "data: [DONE]\n\n"
         return
     finally:
         await gen.aclose()
-    yield _sse(chunk("", job.result.finish_reason))
+    yield sse(chunk("", job.result.finish_reason))
     if include_usage:
-        yield _sse({"id": job.request_id, "object": obj, "created": created,
+        yield sse({"id": job.request_id, "object": obj, "created": created,
                     "model": worker.settings.served_model_name, "choices": [], "usage": worker.usage(job)})
     yield "data: [DONE]\n\n"
 

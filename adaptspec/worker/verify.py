@@ -61,7 +61,7 @@ from adaptspec.worker.sampling import (
     race_sample,
 )
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "VerifyInputs", "prepare_inputs", "verify_drafts"]
+__all__ = ["PLACEHOLDER_TOKEN_ID", "VerifyInputs", "greedy_verify", "prepare_inputs", "verify_drafts"]
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -312,3 +312,22 @@ def verify_drafts(target_probs: torch.Tensor, draft_token_ids: torch.Tensor,
 
         return verify_triton(inp, uniforms, race)
     return _verify_torch(inp, uniforms, race)
+
+
+def greedy_verify(logits: torch.Tensor, drafts: list[list[int]], ks: list[int]) -> list[list[int]]:
+    """Greedy verification straight from the logits: `logits` holds, per request, its k_i draft positions
+    then its bonus position ([sum(k) + B, V]). Request i accepts the longest prefix of its drafts equal to
+    the argmax at each position and then emits the argmax at the first mismatch (or the bonus position).
+    The same tokens as `verify_drafts(logits_to_probs(logits, 0.0).probs, ..., greedy=True)` (argmax, first
+    index on ties, in both), without building probabilities."""
+    am = logits.argmax(dim=-1).tolist()
+    out, o = [], 0
+    for d, k in zip(drafts, ks, strict=True):
+        a = 0
+        while a < k and d[a] == am[o + a]:
+            a += 1
+        out.append(am[o:o + a + 1])
+        o += k + 1
+    if o != len(am):
+        raise ValueError(f"logits has {len(am)} rows, expected sum(k) + B = {o}")
+    return out

@@ -260,7 +260,7 @@ def test_eagle_and_a_hybrid_on_the_same_head_share_one_gamma_at_load():
 
 def test_a_draft_model_is_planned_apart_from_a_head():
     """Different models run different passes: the pass groups follow the model, not the kind of proposer."""
-    from adaptspec.control.policy import _pass_group
+    from adaptspec.control.policies.batchplan import _pass_group
 
     w = WorkerState("w", proposers=("ngram", "draft", "eagle", "hybrid"), profile="cpu-tiny", running=15.0)
     assert _pass_group(w, TINY, "eagle") == ("eagle", "hybrid") == _pass_group(w, TINY, "hybrid")

@@ -12,10 +12,10 @@ import torch
 from engine_requests import chat_ids, greedy_request
 
 from adaptspec.errors import RequestError
-from adaptspec.worker import engine as engine_module
-from adaptspec.worker.engine import Engine, GenRequest, greedy_verify
+from adaptspec.worker import stepping as stepping_module
+from adaptspec.worker.engine import Engine, GenRequest
 from adaptspec.worker.sampling import logits_to_probs
-from adaptspec.worker.verify import verify_drafts
+from adaptspec.worker.verify import greedy_verify, verify_drafts
 
 ASSETS = Path(__file__).resolve().parents[2] / "adaptspec" / "assets"
 
@@ -202,7 +202,7 @@ def test_fast_path_and_general_path_give_identical_tokens(engine, mixed, monkeyp
         calls.append(len(args[1]))
         return greedy_verify(*args)
 
-    monkeypatch.setattr(engine_module, "greedy_verify", spy)
+    monkeypatch.setattr(stepping_module, "greedy_verify", spy)
     assert engine.greedy_fast_path
     fast = engine.generate_sync(batch())
     assert calls

@@ -91,7 +91,8 @@ def test_an_unhandled_error_keeps_the_keep_alive_connection():
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from adaptspec.worker.server import ServerThread, _Guard
+    from adaptspec.worker._asgi import Guard
+    from adaptspec.worker.server import ServerThread
 
     async def boom(request):
         raise RuntimeError("bug")
@@ -103,7 +104,7 @@ def test_an_unhandled_error_keeps_the_keep_alive_connection():
         return JSONResponse({"error": {"message": "Internal server error"}}, status_code=500)
 
     app = Starlette(routes=[Route("/boom", boom), Route("/fine", fine)], exception_handlers={Exception: as_json})
-    with ServerThread(_Guard(app), log_level="critical") as server, \
+    with ServerThread(Guard(app), log_level="critical") as server, \
             socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         assert _exchange(s, b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 500
         assert _exchange(s, b"GET /fine HTTP/1.1\r\nHost: x\r\n\r\n") == (200, b'{"ok":true}')

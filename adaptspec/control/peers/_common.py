@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from adaptspec.control import costmodel
 from adaptspec.control.alpha import ANY_CLASS
-from adaptspec.control.policy import _healthy, _least_loaded, _offers, fixed_config
+from adaptspec.control.policies.common import fixed_config, healthy, least_loaded, offers
 from adaptspec.control.profiles import Profile, load_profile
 from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, max_cap
 from adaptspec.control.types import CONTENT_CLASSES, AlphaEstimate, AlphaSource, Decision, WorkerState
@@ -58,8 +58,8 @@ def tier_schedule(tiers: Sequence[tuple[int, int]]) -> Schedule:
 
 def per_request_worker(workers: Sequence[WorkerState], proposer: str) -> WorkerState | None:
     """The least-loaded healthy worker that takes `proposer` per request (None: no such worker)."""
-    able = [w for w in _healthy(workers) if w.per_request and _offers(w, proposer)]
-    return _least_loaded(able) if able else None
+    able = [w for w in healthy(workers) if w.per_request and offers(w, proposer)]
+    return least_loaded(able) if able else None
 
 
 def scheduled(w: WorkerState, proposer: str, sched: Schedule, content_class: str, policy: str,
@@ -79,7 +79,7 @@ def scheduled(w: WorkerState, proposer: str, sched: Schedule, content_class: str
 
 def fallback(workers: Sequence[WorkerState], content_class: str, policy: str, proposer: str) -> Decision:
     """No per-request worker offers `proposer`: the least-loaded worker as launched (fixed pools)."""
-    w = _least_loaded(_healthy(workers))
+    w = least_loaded(healthy(workers))
     p, g = fixed_config(w) if not w.per_request else ("none", 0)
     return Decision(w.name, p, g, content_class, policy,
                     f"{policy}: no per-request worker offers {proposer}; {w.name} runs {p} g={g}")

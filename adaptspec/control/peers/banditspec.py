@@ -24,7 +24,8 @@ import math
 from collections.abc import Sequence
 
 from adaptspec.control.peers._common import ProfileBook, fallback, pooled
-from adaptspec.control.policy import PlanCache, _healthy, _least_loaded, _offers
+from adaptspec.control.plancache import PlanCache
+from adaptspec.control.policies.common import healthy, least_loaded, offers
 from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import Profile
 from adaptspec.control.types import AlphaSource, Decision, WorkerState
@@ -48,7 +49,7 @@ class BanditSpecUCB(PolicyBase):
         return self._profiles.get(name)
 
     def arms(self, w: WorkerState, prof: Profile) -> list[tuple[str, int]]:
-        return [(p, g) for p in self.proposers if _offers(w, p) and prof.offers(p)
+        return [(p, g) for p in self.proposers if offers(w, p) and prof.offers(p)
                 for g in self.gammas if g <= w.max_gamma]
 
     def choose(self, arms: list[tuple[str, int]]) -> tuple[tuple[str, int], str]:
@@ -67,10 +68,10 @@ class BanditSpecUCB(PolicyBase):
         return best, f"ucb {score(best):.1f}"
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
-        ws = [w for w in _healthy(workers) if w.per_request and any(_offers(w, p) for p in self.proposers)]
+        ws = [w for w in healthy(workers) if w.per_request and any(offers(w, p) for p in self.proposers)]
         if not ws:
             return fallback(workers, content_class, self.name, "/".join(self.proposers))
-        w = _least_loaded(ws)
+        w = least_loaded(ws)
         prof = self.profile(w.profile)
         arms = self.arms(w, prof)
         if not arms:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adaptspec.control.peers._common import ProfileBook, fallback, per_request_worker, pooled, scheduled
-from adaptspec.control.policy import PlanCache
+from adaptspec.control.plancache import PlanCache
 from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import Profile
 from adaptspec.control.schedule import ANY_BATCH, compress, levels

@@ -1,0 +1,199 @@
+"""Batch-wide gamma planning of the cost-model policies (goodput, bandit): a draft model's or head's passes are
+shared by the batch (a step runs max(gamma) of them), so one gamma per pass group and worker, planned over the
+worker's recent class mix; and the passes a loaded worker's batch keeps, which every request of its steps waits
+for (`sunk_passes`). A mixin of `policies.goodput.CostModelPolicy`, which creates the state it reads."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter, deque
+
+from adaptspec.control import costmodel
+from adaptspec.control.plancache import PlanCache, prefill_bucket
+from adaptspec.control.policies.common import estimate
+from adaptspec.control.profiles import Profile
+from adaptspec.control.types import AlphaSource, WorkerState
+
+_MIX_WINDOW = 256  # recent requests per worker that describe its class mix
+_REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
+
+
+def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
+    """The worker's proposers whose drafts come from the same model as `proposer`'s (its passes): a draft
+    model or head and every hybrid whose model part it is; an n-gram lookup alone."""
+    def model(p: str) -> str | None:
+        cost = prof.draft(p)
+        if cost.kind == "hybrid":
+            return cost.parts[1] if cost.parts else None
+        return None if cost.kind == "ngram" else prof.resolve(p)
+
+    mine = model(proposer)
+    if mine is None:
+        return (proposer,)
+    return tuple(q for q in w.proposers if q != "none" and prof.offers(q) and prof.shared_gamma(q)
+                 and model(q) == mine) or (proposer,)
+
+
+class BatchPlanning:
+    """`batch_gamma`, `sunk_passes`, `pass_groups` and the class mix they plan over (`_note`); the class mixing it
+    in provides the state below and `hopeful`, `_estimate` and `head_alpha` (policies/goodput.py)."""
+
+    cache: PlanCache
+    margin: float
+    _recent: dict[str, deque[str]]
+    _seen: dict[str, int]
+    _mix_version: dict[str, int]
+    _common: dict[tuple, tuple[int, int]]
+    _groups: dict[tuple, dict[str, tuple[str, ...]]]
+    _sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]]
+
+    def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
+                    bound: int, exact: bool = False, content_class: str = "chat") -> int:
+        """One gamma for every request a draft model / head drafts for on this worker (0: do not use it); on a
+        padded verify (`Profile.padded_verify`) for every proposer, n-gram lookup included.
+
+        Its passes are shared by the batch (a step runs max(gamma) of them; a hybrid's model part runs them for
+        the requests whose lookup missed, priced at their hit rate), so per-class gammas make the
+        requests with short drafts wait for the long ones. The passes belong to the model, not to the
+        proposer name: EAGLE and a hybrid whose model part is the same head (`_pass_group`) run one set of
+        passes, so they are planned together, with one gamma. Pick the gamma with the highest total goodput
+        over the worker's recent class mix (posterior-mean alphas; each class at the best of the group's
+        proposers), replanned when the mix is refreshed. The passes also delay the requests of the step that
+        use other proposers (n-gram) or none: of the group's subsets (each at its own best gamma, the empty one
+        included) keep the one with the highest total over the mix, each class valued at the plan its requests
+        will pick (`options`), paying the passes when that is not one of the subset's.
+
+        Memoised per half-octave of batch for admissions (the first batch asked prices its bucket);
+        `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
+        its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
+        `content_class`: the mix of a worker with no recent requests yet (the request being decided).
+        """
+        group = self.pass_groups(w, prof).get(proposer) or (proposer,)
+        return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
+
+    def _group_plan(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
+                    batch: float, bound: int, exact: bool = False,
+                    content_class: str = "chat") -> tuple[dict[str, int], float]:
+        """`_group_gammas`, memoised as `batch_gamma` says."""
+        # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
+        # for every request of the mix): a per-request view (control/predict.py) names its class-level source
+        alphas = getattr(alphas, "class_level", alphas)
+        version, cold = self._mix_state(w, content_class)
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        where = ("at", batch) if exact else round(2.0 * math.log2(batch))
+        key = (w.name, prof.name, group, where, prefill_bucket(rho), cold)
+        hit = self._common.get(key)
+        if hit is None or hit[1] != version:
+            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat"), version)
+            if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
+                self._common.clear()
+            self._common[key] = hit
+        return hit[0]
+
+    def _mix_state(self, w: WorkerState, content_class: str) -> tuple[int, str | None]:
+        """(the worker's class-mix version, the class its plans assume while it has no mix yet or None): what
+        memoised batch-wide plans are keyed by."""
+        return self._mix_version.get(w.name, 0), None if self._recent.get(w.name) else content_class
+
+    def sunk_passes(self, w: WorkerState, prof: Profile, alphas: AlphaSource, batch: float,
+                    bound: int, content_class: str = "chat") -> dict[tuple[str, ...], float]:
+        """Seconds per step of every pass group this loaded worker's batch keeps (`batch_gamma` > 0): its
+        steps run those passes whatever one more request does, so a request that does not draft with the
+        group still waits for them. Memoised with the groups' plans (per batch bucket and mix version)."""
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        version, cold = self._mix_state(w, content_class)
+        key = (w.name, prof.name, round(2.0 * math.log2(batch)), prefill_bucket(rho), cold, bound)
+        hit = self._sunk.get(key)
+        if hit is not None and hit[1] == version:
+            return hit[0]
+        groups = {g for p, g in self.pass_groups(w, prof).items() if prof.draft(p).kind != "ngram"
+                  and prof.shared_gamma(p)}
+        sunk = {}
+        for group in sorted(groups):
+            gammas, pass_s = self._group_plan(w, prof, group, alphas, batch, bound, content_class=content_class)
+            if pass_s > 0.0 and any(gammas.values()):
+                sunk[group] = pass_s
+        if len(self._sunk) >= 50_000:
+            self._sunk.clear()
+        self._sunk[key] = (sunk, version)
+        return sunk
+
+    def pass_groups(self, w: WorkerState, prof: Profile) -> dict[str, tuple[str, ...]]:
+        """`_pass_group` of every proposer the worker offers, memoised per profile and proposer list."""
+        key = (prof.name, w.proposers)
+        got = self._groups.get(key)
+        if got is None:
+            if len(self._groups) >= 4096:
+                self._groups.clear()
+            got = self._groups[key] = {p: _pass_group(w, prof, p) for p in w.proposers
+                                       if p != "none" and prof.offers(p)}
+        return got
+
+    def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
+                      batch: float, bound: int, cold: str = "chat") -> tuple[dict[str, int], float]:
+        """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
+        the others 0; and the seconds of the kept subset's passes per step for the share of the batch whose
+        classes draft with it (0 when none is kept): what a request that does not draft with them waits."""
+        rho = (w.prefill_ratio, w.prompt_tokens)
+        recent = self._recent.get(w.name) or ()
+        mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
+        total = sum(mix.values())
+        ests = {(p, c): self.hopeful(self._estimate(w, prof, alphas, p, c), alphas, w.name, p, c)
+                for p in group for c in mix}
+        heads = {(p, c): self.head_alpha(w, prof, p, c, alphas, mean=True) for p in group for c in mix}
+        curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho, heads[pc])
+                 for pc, e in ests.items()}
+        # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
+        # (draft models and heads run theirs whatever the rate)
+        mix_rate = {p: sum(n * ests[(p, c)].propose_rate for c, n in mix.items()) / total for p in group}
+        # ... a per-step hybrid's rate counts its lookup steps per output position: its head passes run at the
+        # share of steps the head drafts, given the head's acceptance (the mix's commonest class's)
+        common = mix.most_common(1)[0][0]
+        stand = {p: heads[(p, common)] for p in group}
+        cheap = [q for q in w.proposers if q not in ("none", *group) and prof.offers(q)
+                 and prof.draft(q).kind == "ngram"]
+        alt: dict[str, costmodel.Plan] = {}  # each class's best plan without the group's passes
+        for c in mix:
+            alts = [self.cache.off(prof, batch, rho)]
+            for q in cheap:
+                e = estimate(alphas, w.name, q, c)
+                alts.append(self.cache.best(prof, q, e.priced, batch, bound, e.propose_rate, rho))
+            alt[c] = max(alts, key=lambda p: p.goodput)
+        best: tuple[float, int, tuple[str, ...], float] = (sum(n * alt[c].goodput for c, n in mix.items()), 0, (),
+                                                           0.0)
+        for size in range(1, len(group) + 1):
+            for subset in itertools.combinations(group, size):
+                g = max(range(1, bound + 1),
+                        key=lambda g: sum(n * max(curve[(p, c)][g - 1] for p in subset) for c, n in mix.items()))
+                # the step pays the longest of the subset's passes
+                pass_s = max(self.cache.at(prof, p, 0.5, batch, g, mix_rate[p], rho, stand[p]).draft_time_s
+                             for p in subset)
+                value, users = 0.0, 0
+                for c, n in mix.items():
+                    mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
+                                             rho, heads[(p, c)]).goodput for p in subset)
+                    a = alt[c]
+                    # what the class's requests will do (`options` compares the plans without the passes) and
+                    # what that is worth with the passes in the step: an alternative still pays them
+                    value += n * (mine if mine >= a.goodput else
+                                  a.expected_tokens / (a.draft_time_s + a.verify_time_s + pass_s))
+                    # the classes that draft with it even when they alone pay its passes (by the margin, as
+                    # `options` asks of a plan over a plain step) make it run; the others may join them
+                    users += n if mine >= self.margin * a.goodput else 0
+                if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
+                    best = (value, g, subset, users / total)
+        _, g, kept, share = best
+        # what the kept passes cost a request that does not draft with them: the passes of the share of the
+        # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
+        rows = max(1.0, share * batch)
+        sunk_s = max((self.cache.at(prof, p, 0.5, rows, g, mix_rate[p], rho, stand[p]).draft_time_s for p in kept),
+                     default=0.0) if share > 0 else 0.0
+        return {p: g if p in kept else 0 for p in group}, sunk_s
+
+    def _note(self, w: WorkerState, content_class: str) -> None:
+        """Record the request in the worker's recent class mix (what its running batch is made of)."""
+        self._recent.setdefault(w.name, deque(maxlen=_MIX_WINDOW)).append(content_class)
+        seen = self._seen[w.name] = self._seen.get(w.name, 0) + 1
+        if seen in (4, 8, 16) or seen % _REFRESH == 0:  # the mix moved: replan (often while history is short)
+            self._mix_version[w.name] = self._mix_version.get(w.name, 0) + 1
