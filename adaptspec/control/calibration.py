@@ -499,10 +499,9 @@ class StepCalibrator:
         """Grid indices of `values` with hysteresis: a coefficient keeps its last grid point while the fit stays
         within 1.5 grid points (~4.4%) of it or within one standard error (`errors`, NaN: none) of it; the
         context per request (the last value, an average that follows the requests' progress) within 3.5 points
-        (~10%). A fit that
-        only jitters across a grid boundary, or a slope the windows determine loosely, would otherwise give the
-        worker a new price list (a new profile name) every few scrapes, and every plan memoised under the old one
-        would be recomputed (measured: 162 new names in 400 requests at one client)."""
+        (~10%). A fit that only jitters across a grid boundary, or a slope the windows determine loosely, would
+        otherwise give the worker a new price list (a new profile name) every few scrapes, and every plan memoised
+        under the old one would be recomputed (measured: 162 new names in 400 requests at one client)."""
         grid = tuple(_snap(float(v))[1] for v in values)
         last = self._grid
         if last is not None and len(last) == len(grid):
@@ -539,9 +538,8 @@ class StepCalibrator:
             theta, errors, sigma, _ = self._solve(free, tied)
         kv, reqs = self._ctx
         grid = self._hold((*theta, kv / reqs if reqs > 0 and kv > 0 else 0.0), errors)
-        snapped = tuple(0.0 if i is None else _GRID**i for i in grid)
-        (*grid, ctx_i), (*snapped, ctx) = grid, snapped
-        key = ".".join("z" if i is None else str(i) for i in (*grid, ctx_i))
+        key = ".".join("z" if i is None else str(i) for i in grid)
+        *snapped, ctx = (0.0 if i is None else _GRID**i for i in grid)
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         contrast = self.drafted_contrast()
         evidence = n * contrast * contrast if math.isfinite(contrast) else math.nan
