@@ -26,7 +26,7 @@ Step-time calibration is not per request: both feed a `StepCalibrator` each scra
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from adaptspec.control.predict import AcceptancePredictor, RequestFeatures
@@ -157,6 +157,23 @@ def learn(outcome: Outcome, alphas: AlphaSource) -> Updates:
         observations.append(shadow_observation(o.worker, p, o.content_class, sh, o.regime, o.now))
     traffic = (o.prompt_tokens, o.output_tokens) if o.output_tokens > 0 and o.prompt_tokens is not None else None
     return Updates(tuple(x for x in observations if not x.empty), tuple(lessons), traffic, counted)
+
+
+def source_parts(proposer: str, by_source: Mapping[str, ShadowStats]) -> tuple[Part, ...] | None:
+    """A per-step hybrid's report by draft source (the reference worker's `usage.speculative.by_source`,
+    worker/requests.py `SourceTally`) as `Speculation.parts`: its lookup steps ("ngram") teach the hybrid's own
+    key (drafts / steps: the rule's lookup density), its model's drafting steps the model's key, as trace replay
+    teaches them (bench/simulator.py). None without the lookup's part."""
+    lookup = by_source.get("ngram")
+    if lookup is None:
+        return None
+    parts = [Part(proposer, float(lookup.draft_tokens), tuple(map(float, lookup.tried_per_position)),
+                  tuple(map(float, lookup.accepted_per_position)), float(lookup.steps), float(lookup.drafts))]
+    for name, stats in by_source.items():
+        if name not in ("ngram", proposer) and stats.drafts > 0:
+            parts.append(Part(name, float(stats.draft_tokens), tuple(map(float, stats.tried_per_position)),
+                              tuple(map(float, stats.accepted_per_position))))
+    return tuple(parts)
 
 
 def shadow_observation(worker: str, proposer: str, content_class: str, shadow: ShadowStats, regime: str = GREEDY,

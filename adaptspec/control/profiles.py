@@ -22,7 +22,8 @@ tokens) or `kind: ngram` (`step_s`, `request_s`, and/or `verify_fraction`: a sha
 `kind: hybrid` (`{lookup: <an ngram option>, fallback: <a draft or eagle option>, model_cost: 0.35,
 model_call_cost: 0}`: lookup where it matches, the model elsewhere, priced from its two parts, see
 costmodel.DraftCost; `model_cost` / `model_call_cost`, the worker's `--hybrid-model-cost` / `--hybrid-call-cost`,
-price the model's shorter drafts, default 0: gamma at every miss). `aliases:` maps the generic
+price the model's shorter drafts, default 0: gamma at every miss; `stepwise: true`: a hybrid that picks its draft's
+source at every step, as the reference worker's does, priced by costmodel.stepwise_hybrid). `aliases:` maps the generic
 proposer names of the worker protocol (`draft`) to an option (`draft-8b`).
 """
 
@@ -123,20 +124,25 @@ class DraftSpec(ModelSpec):
     # `--hybrid-call-cost`); model_cost 0: its model drafts gamma
     model_cost: float = Field(default=0.0, ge=0, lt=1)
     model_call_cost: float = Field(default=0.0, ge=0, lt=4)
+    # hybrid: true for a hybrid that picks its draft's source at every step (the reference worker's default rule,
+    # worker/proposers/hybrid.py): priced by `costmodel.stepwise_hybrid`, its lookup steps and its model's apart,
+    # from the report it splits by source; false: lookup first, the model at every miss
+    stepwise: bool = False
 
     @model_validator(mode="after")
     def _kind_fields(self) -> DraftSpec:
         if self.kind == "hybrid":
             if not self.lookup or not self.fallback:
                 raise ValueError("kind 'hybrid' needs lookup (an ngram option) and fallback (a draft/eagle option)")
-            if set(self.model_fields_set) - {"kind", "lookup", "fallback", "model_cost", "model_call_cost"}:
-                raise ValueError("kind 'hybrid' takes only lookup and fallback (it is priced from those options) "
-                                 "and model_cost, model_call_cost")
+            if set(self.model_fields_set) - {"kind", "lookup", "fallback", "model_cost", "model_call_cost",
+                                             "stepwise"}:
+                raise ValueError("kind 'hybrid' takes only lookup and fallback (it is priced from those options), "
+                                 "model_cost, model_call_cost and stepwise")
             return self
         if self.lookup is not None or self.fallback is not None:
             raise ValueError("lookup / fallback are for kind 'hybrid'")
-        if self.model_cost or self.model_call_cost:
-            raise ValueError("model_cost / model_call_cost are for kind 'hybrid'")
+        if self.model_cost or self.model_call_cost or self.stepwise:
+            raise ValueError("model_cost / model_call_cost / stepwise are for kind 'hybrid'")
         if self.kind == "draft":
             self._check_form()
         elif self.params is not None or self.memory_floor_s is not None:
@@ -244,7 +250,8 @@ class Profile:
                 assert d.lookup is not None and d.fallback is not None
                 drafts[name] = DraftCost("hybrid", parts=(spec.aliases.get(d.lookup, d.lookup),
                                                           spec.aliases.get(d.fallback, d.fallback)),
-                                         model_cost=d.model_cost, model_call_cost=d.model_call_cost)
+                                         model_cost=d.model_cost, model_call_cost=d.model_call_cost,
+                                         stepwise=d.stepwise)
             else:
                 drafts[name] = DraftCost("ngram", step_s=d.step_s, request_s=d.request_s,
                                          verify_fraction=d.verify_fraction)

@@ -41,7 +41,7 @@ from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.config import CalibrationConfig
 from adaptspec.control.counters import shadow_deltas
 from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
-from adaptspec.control.learn import Outcome, Speculation, learn, shadow_observation
+from adaptspec.control.learn import Outcome, Speculation, learn, shadow_observation, source_parts
 from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.predict import AcceptancePredictor
 from adaptspec.control.profiles import Profile, load_profile
@@ -134,6 +134,18 @@ def shadow_stats(payload: dict) -> ShadowStats | None:
     return ShadowStats.from_dict(shadow.get("ngram")) if isinstance(shadow, dict) else None
 
 
+def source_stats(payload: dict) -> dict[str, ShadowStats] | None:
+    """A per-step hybrid's decode steps by draft source (`usage.speculative.by_source`: {"ngram": ..., "<its
+    model>": ...}, each in the shadow's form); None when absent or any part is inconsistent."""
+    usage = payload.get("usage")
+    spec = usage.get("speculative") if isinstance(usage, dict) else None
+    by_source = spec.get("by_source") if isinstance(spec, dict) else None
+    if not isinstance(by_source, dict) or not by_source or len(by_source) > 4:
+        return None
+    out = {name: ShadowStats.from_dict(d) for name, d in by_source.items() if isinstance(name, str)}
+    return out if len(out) == len(by_source) and all(v is not None for v in out.values()) else None
+
+
 def lookup_drafts(payload: dict) -> float | None:
     """A hybrid request's drafting steps that its n-gram lookup served (`usage.speculative.lookup_drafts`)."""
     usage = payload.get("usage")
@@ -173,12 +185,14 @@ class Feedback:
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
                     prompt: float | None = None, regime: str = GREEDY, features=None,
-                    lookups: float | None = None, shadow: ShadowStats | None = None, idle: float = 0.0) -> None:
+                    lookups: float | None = None, shadow: ShadowStats | None = None, idle: float = 0.0,
+                    sources: dict[str, ShadowStats] | None = None) -> None:
         """Account one response; what it teaches is control/learn.py's. `features`: the request's
         (control/predict.py), to teach the predictor. `lookups`: for proposer "hybrid", its drafting steps that
         n-gram lookup served. `shadow`: n-gram lookup scored along the output of a request that ran without it
         (`shadow_stats`), counted for the worker's n-gram key. `idle`: its steps capped to gamma 0
-        (`idle_steps`)."""
+        (`idle_steps`). `sources`: a per-step hybrid's steps by draft source (`source_stats`): each source teaches
+        its own key (control/learn.py `source_parts`)."""
         m = self.metrics
         if output_tokens > 0:
             mn.inc(m.child(m.output_tokens, worker.name, proposer, content_class), output_tokens)
@@ -191,7 +205,8 @@ class Feedback:
                              "counters", worker.name)
             draft, accepted, steps = stats
             tried, acc = (tuple(positions[0]), tuple(positions[1])) if positions is not None else (None, None)
-            spec = Speculation(draft, accepted, steps, tried, acc, lookups, idle)
+            parts = source_parts(proposer, sources) if proposer == "hybrid" and sources else None
+            spec = Speculation(draft, accepted, steps, tried, acc, lookups, idle, parts)
             if draft > 0 and proposer != "none":
                 m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
                 m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)

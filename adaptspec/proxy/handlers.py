@@ -33,6 +33,7 @@ from adaptspec.proxy.feedback import (
     position_stats,
     prompt_tokens,
     shadow_stats,
+    source_stats,
     spec_stats,
 )
 from adaptspec.proxy.h1client import Response
@@ -223,7 +224,7 @@ def _count_request(ctx: _Attempt, status: int) -> None:
 class _Outcome:
     """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
 
-    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadow")
+    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadow", "sources")
 
     def __init__(self) -> None:
         self.tokens: float | None = None
@@ -233,6 +234,7 @@ class _Outcome:
         self.lookups: float | None = None  # hybrid: drafting steps its n-gram lookup served
         self.idle = 0.0  # steps whose gamma was capped to 0 (a schedule, an engine switched off)
         self.shadow: ShadowStats | None = None  # n-gram lookup scored along the output (control/shadow.py)
+        self.sources: dict[str, ShadowStats] | None = None  # a per-step hybrid's steps by draft source
 
     def read(self, payload: dict) -> None:
         """Take usage and speculation stats from one response body or stream chunk (later ones win)."""
@@ -243,7 +245,7 @@ class _Outcome:
         stats = spec_stats(payload)
         if stats is not None:
             self.stats, self.positions, self.lookups = stats, position_stats(payload), lookup_drafts(payload)
-            self.idle, self.shadow = idle_steps(payload), shadow_stats(payload)
+            self.idle, self.shadow, self.sources = idle_steps(payload), shadow_stats(payload), source_stats(payload)
 
     def scan_bytes(self, data: bytes) -> None:
         """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
@@ -261,7 +263,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
                                    out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadow,
-                                   idle=out.idle)
+                                   idle=out.idle, sources=out.sources)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy.policy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,

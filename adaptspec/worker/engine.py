@@ -35,6 +35,7 @@ API (docs/INTERFACES.md, "Worker"):
         out.steps_by_gamma                                   # {gamma the step allowed: steps}
         out.queue_s                                          # seconds queued before joining the batch
         out.lookup_drafts                                    # hybrid: drafting steps n-gram lookup served
+        out.by_source                                        # hybrid, last output: steps by draft source
     engine.abort("r1"); engine.metrics(); engine.stop()
 
 - `generate` is an async generator; closing it early (client gone) aborts the request and frees its slot.
@@ -88,7 +89,7 @@ from adaptspec.worker.proposers import (
     NgramProposer,
 )
 from adaptspec.worker.proposers.hybrid import HYBRID_MIN_MATCH
-from adaptspec.worker.requests import EngineMetrics, GenRequest, Seq, StepOutput
+from adaptspec.worker.requests import EngineMetrics, GenRequest, Seq, SourceTally, StepOutput
 from adaptspec.worker.stepping import Stepping
 from adaptspec.worker.tokenizer import Tokenizer
 
@@ -285,7 +286,10 @@ class Engine(Stepping):
                 schedule = parse_schedule(req.schedule, self.max_speculative_tokens)
             except ValueError as e:
                 raise RequestError(f"speculation.schedule {e}", param="speculation.schedule") from None
-        return Seq(req, name, k, stop, sink, schedule if name != "none" else None)
+        seq = Seq(req, name, k, stop, sink, schedule if name != "none" else None)
+        if name == "hybrid":
+            seq.tally = SourceTally()
+        return seq
 
     @staticmethod
     def _check_sampling(req: GenRequest) -> None:

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import torch
 
 from adaptspec.control.schedule import Schedule
+from adaptspec.control.shadow import ShadowStats
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.worker.proposers import SamplingParams
 
-__all__ = ["EngineMetrics", "GenRequest", "Seq", "StepOutput", "step_tally"]
+__all__ = ["EngineMetrics", "GenRequest", "Seq", "SourceTally", "StepOutput", "step_tally"]
 
 
 @dataclass
@@ -52,6 +53,74 @@ class StepOutput:
     # seconds the request waited in the queue before it joined the running batch (vLLM's queue time)
     queue_s: float = 0.0
     lookup_drafts: int = 0  # hybrid: drafting steps whose draft came from n-gram lookup (not the model)
+    # a per-step hybrid: its steps by draft source (`SourceTally.report`), None for every other request
+    by_source: dict[str, ShadowStats] | None = None
+
+
+class _PositionCounts:
+    """Drafting steps, drafted tokens and tried / accepted counts per draft position, for one draft source."""
+
+    __slots__ = ("steps", "drafts", "draft_tokens", "tried", "accepted")
+
+    def __init__(self) -> None:
+        self.steps = self.drafts = self.draft_tokens = 0
+        self.tried: list[int] = []
+        self.accepted: list[int] = []
+
+    def draft(self, drafted: int, accepted: int, reached: int) -> None:
+        """One step that drafted `drafted` tokens and had `accepted` kept; positions 0..reached-1 were tried."""
+        self.drafts += 1
+        self.draft_tokens += drafted
+        if len(self.tried) < reached:
+            self.tried += [0] * (reached - len(self.tried))
+            self.accepted += [0] * (reached - len(self.accepted))
+        for j in range(reached):
+            self.tried[j] += 1
+        for j in range(accepted):
+            self.accepted[j] += 1
+
+    def stats(self) -> ShadowStats:
+        return ShadowStats(self.steps, self.drafts, self.draft_tokens, sum(self.accepted), tuple(self.tried),
+                           tuple(self.accepted))
+
+
+class SourceTally:
+    """A per-step hybrid request's decode steps by draft source, in the form trace replay reports them
+    (bench/simulator.py `_hybrid_parts`, `stepwise.walk_hybrid`) and the proxy's learning splits them
+    (control/learn.py `Part`): what `costmodel.stepwise_hybrid` prices a per-step hybrid from.
+
+    - "ngram", its lookup steps: `drafts` the lookup steps, `steps` those plus the output positions every other
+      step emitted (so drafts / steps is the rule's lookup density q); per position tried / accepted, a draft
+      accepted to its full length L counting position L + 1 as tried and not accepted (the rates then give the
+      lookup steps' mean emitted tokens, whatever lengths the rule drafted);
+    - the model's name (its head or draft model), its drafting steps: tried positions are those up to the
+      first rejection within the draft, as for the model's own requests.
+    The prompt's prefill step is left out when it drafted nothing, as replay starts at output position 1."""
+
+    __slots__ = ("lookup", "model", "model_name")
+
+    def __init__(self) -> None:
+        self.lookup = _PositionCounts()
+        self.model = _PositionCounts()
+        self.model_name: str | None = None
+
+    def step(self, source: str, drafted: int, accepted: int) -> None:
+        """One decode step of the request: its draft's source, length (0: none) and accepted tokens."""
+        if drafted and source == "ngram":
+            self.lookup.steps += 1
+            self.lookup.draft(drafted, accepted, accepted + 1)
+            return
+        self.lookup.steps += accepted + 1  # positions another step covered
+        if drafted:
+            self.model_name = source
+            self.model.steps += 1
+            self.model.draft(drafted, accepted, min(accepted + 1, drafted))
+
+    def report(self) -> dict[str, ShadowStats]:
+        out = {"ngram": self.lookup.stats()}
+        if self.model_name is not None:
+            out[self.model_name] = self.model.stats()
+        return out
 
 
 @dataclass
@@ -76,7 +145,7 @@ class Seq:
     __slots__ = ("req", "tokens", "num_prompt", "slot", "kv_len", "proposer", "k", "sampling", "stop_ids",
                  "sink", "draft_tokens", "accepted_tokens", "steps", "generated", "cls", "drafts", "pos_tried",
                  "pos_accepted", "hidden", "pending_hidden", "schedule", "step_k", "by_gamma", "queued_at",
-                 "queue_s", "source", "lookup_drafts", "room")
+                 "queue_s", "source", "lookup_drafts", "room", "tally")
 
     def __init__(self, req: GenRequest, proposer: str, k: int, stop_ids: set[int], sink,
                  schedule: Schedule | None = None):
@@ -108,11 +177,13 @@ class Seq:
         self.source = proposer
         self.lookup_drafts = 0
         self.room = 0  # this step's draft cap: step_k, less what max_tokens and the context leave
+        self.tally: SourceTally | None = None  # a per-step hybrid's steps by draft source (the engine sets it)
 
     def output(self, new: list[int], finished: bool, reason: str | None) -> StepOutput:
         return StepOutput(new, finished, reason, self.draft_tokens, self.accepted_tokens, self.steps,
                           self.drafts, tuple(self.pos_tried), tuple(self.pos_accepted), dict(self.by_gamma),
-                          self.queue_s, self.lookup_drafts)
+                          self.queue_s, self.lookup_drafts,
+                          self.tally.report() if finished and self.tally is not None else None)
 
 
 def step_tally(done: list[Seq], ks: list[int], groups: list[list[Seq]]

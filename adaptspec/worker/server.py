@@ -8,7 +8,8 @@ that request only (schedule: `[[max_running_batch, cap], ...]`, k capped by the 
 the response carries `usage.speculative: {"draft_tokens", "accepted_tokens", "steps", "drafts",
 "tried_per_position", "accepted_per_position", "steps_by_gamma"}` (drafts: steps that drafted; steps_by_gamma:
 steps per gamma the step allowed, keys as strings; proposer "hybrid" adds "lookup_drafts": the drafting steps
-that n-gram lookup served; per draft position j, the drafts
+that n-gram lookup served, and "by_source": {"ngram": {...}, "<its model>": {...}}, its decode steps split by draft
+source, each in the shadow's form (requests.py `SourceTally`); per draft position j, the drafts
 that tried it and those that accepted it, so accepted[j] / tried[j] is the per-position acceptance rate (an
 n-gram draft that the text cut short, fewer tokens than the step allowed, counts as tried and missed at the
 position where it ends: the rate then prices the truncation);
@@ -140,6 +141,7 @@ class _Result:
     steps_by_gamma: dict[int, int] = field(default_factory=dict)
     lookup_drafts: int | None = None  # hybrid requests only
     shadow: ShadowStats | None = None  # n-gram lookup scored along the output (requests not run with it)
+    by_source: dict[str, ShadowStats] | None = None  # a hybrid's steps by draft source (requests.SourceTally)
 
     def speculative(self) -> dict:
         out = {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
@@ -150,6 +152,8 @@ class _Result:
             out["lookup_drafts"] = self.lookup_drafts
         if self.shadow is not None:
             out["shadow"] = {"ngram": self.shadow.to_dict()}
+        if self.by_source is not None:
+            out["by_source"] = {name: stats.to_dict() for name, stats in self.by_source.items()}
         return out
 
 
@@ -324,6 +328,8 @@ class _Worker:
                 res.steps_by_gamma = dict(getattr(out, "steps_by_gamma", None) or {})
                 if job.spec.proposer == "hybrid" or out.lookup_drafts:  # (hybrid as the default too)
                     res.lookup_drafts = int(out.lookup_drafts)
+                if getattr(out, "by_source", None) is not None:
+                    res.by_source = out.by_source
                 delta = tracker.add(new)
                 if tracker.stopped:
                     res.finish_reason = "stop"

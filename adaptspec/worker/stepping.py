@@ -227,6 +227,8 @@ class Stepping:
                 s.kv_len = len(s.tokens) + accepted
                 if s.pending_hidden is not None:  # the row that produced the last emitted token
                     s.hidden, s.pending_hidden = s.pending_hidden[accepted].clone(), None
+                if s.tally is not None and (s.steps or k):  # (a prefill step that drafted nothing: left out,
+                    s.tally.step(s.source, k, accepted)   # as replay starts at output position 1)
                 s.steps += 1
                 s.by_gamma[s.step_k] = s.by_gamma.get(s.step_k, 0) + 1
                 if k:

@@ -8,7 +8,7 @@ import pytest
 
 from adaptspec.control import costmodel
 from adaptspec.control.costmodel import DraftCost, StepTimeModel, hybrid_fallback_tokens, hybrid_step
-from adaptspec.control.profiles import Profile, parse_profile
+from adaptspec.control.profiles import Profile, load_profile, parse_profile
 from adaptspec.errors import ConfigError
 
 
@@ -115,7 +115,27 @@ def test_profile_hybrid_takes_the_workers_model_cost():
     assert (prof.draft("hybrid").model_cost, prof.draft("hybrid").model_call_cost) == (0.2, 0.5)
     for bad, msg in (({**hybrid, "model_cost": 1.0}, "model_cost"),
                      ({**hybrid, "model_call_cost": -1}, "model_call_cost"),
-                     ({"kind": "ngram", "step_s": 1e-4, "model_cost": 0.3}, "model_cost / model_call_cost are for"),
-                     ({"kind": "ngram", "step_s": 1e-4, "model_call_cost": 0.3}, "are for kind 'hybrid'")):
+                     ({"kind": "ngram", "step_s": 1e-4, "model_cost": 0.3}, "model_cost / model_call_cost / stepwise are"),
+                     ({"kind": "ngram", "step_s": 1e-4, "model_call_cost": 0.3}, "are for kind 'hybrid'"),
+                     ({"kind": "ngram", "step_s": 1e-4, "stepwise": True}, "are for kind 'hybrid'")):
         with pytest.raises(ConfigError, match=msg):
             parse_profile({**BASE, "proposers": {**BASE["proposers"], "x": bad}}, "p.yaml")
+
+
+def test_profile_hybrid_stepwise_is_priced_as_the_per_step_rule():
+    """`stepwise: true` (the reference worker's per-step hybrid, cpu-tiny): lookup steps and head steps priced
+    apart (costmodel.stepwise_hybrid), so the key's propose rate is the rule's lookup density."""
+    hybrid = {"kind": "hybrid", "lookup": "ngram", "fallback": "head", "stepwise": True}
+    prof = parse_profile({**BASE, "proposers": {**BASE["proposers"], "hybrid": hybrid}}, "p.yaml")
+    assert prof.draft("hybrid").stepwise and not parse_profile(
+        {**BASE, "proposers": {**BASE["proposers"], "hybrid": {**hybrid, "stepwise": False}}}, "p.yaml"
+    ).draft("hybrid").stepwise
+    lookup, head = (0.9, 0.9, 0.9, 0.9), (0.5, 0.5, 0.5)
+    got = costmodel.evaluate(prof, "hybrid", lookup, 3, 1, propose_rate=0.2, fallback_alpha=head)
+    want = costmodel.stepwise_hybrid(prof, "hybrid", lookup, head, 3, 1, 0.2)
+    assert got == want
+    # q = 0.2 lookup steps per covered position, E_H = 1.875: pi = 0.2 / (0.2 + 0.8 / 1.875)
+    e_head, e_lookup = 1 + 0.5 + 0.25 + 0.125, 1 + 0.9 + 0.81 + 0.729 + 0.6561
+    pi = 0.2 / (0.2 + 0.8 / e_head)
+    assert got.expected_tokens == pytest.approx(pi * e_lookup + (1 - pi) * e_head)
+    assert load_profile("cpu-tiny").draft("hybrid").stepwise

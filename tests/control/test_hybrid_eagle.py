@@ -14,22 +14,23 @@ from adaptspec.control.alpha import _PROPOSE_PRIOR_STEPS, AlphaTable, prior_alph
 from adaptspec.control.calibration import CalibratedCosts
 from adaptspec.control.config import parse_config, pool_proposers
 from adaptspec.control.policy import build_policy, estimate
-from adaptspec.control.profiles import PROFILE_DIR, load_profile, parse_profile
+from adaptspec.control.profiles import PROFILE_DIR, parse_profile
 from adaptspec.control.types import PROPOSERS, AlphaEstimate, WorkerState
 from adaptspec.errors import ConfigError
 
-TINY = load_profile("cpu-tiny")
 
-
-def _unpriced_tiny():
-    """cpu-tiny with the hybrid whose model drafts gamma at every miss (model_cost 0, the worker's
-    `--hybrid-model-cost 0`): the closed forms below are that hybrid's."""
+def _lookup_first_tiny(model_cost: float) -> dict:
+    """cpu-tiny with its hybrid priced lookup first (not `stepwise`: the worker's `--hybrid-min-match 0`), the
+    model part priced at `model_cost` (0: it drafts gamma at every miss, `--hybrid-model-cost 0`)."""
     data = yaml.safe_load((PROFILE_DIR / "cpu-tiny.yaml").read_text())
-    data["proposers"]["hybrid"].pop("model_cost", None)
-    return parse_profile(data, "cpu-tiny.yaml (model_cost 0)")
+    data["proposers"]["hybrid"].pop("stepwise")
+    if model_cost:
+        data["proposers"]["hybrid"]["model_cost"] = model_cost
+    return data
 
 
-TINY_K = _unpriced_tiny()
+TINY = parse_profile(_lookup_first_tiny(0.35), "cpu-tiny.yaml (lookup first)")
+TINY_K = parse_profile(_lookup_first_tiny(0.0), "cpu-tiny.yaml (lookup first, model_cost 0)")
 ALL = ("ngram", "draft", "eagle", "hybrid")
 
 
@@ -157,9 +158,17 @@ def est(alpha: float, rate: float = 1.0) -> AlphaEstimate:
     return AlphaEstimate(alpha, 0.0, 1e6, propose_rate=rate)
 
 
-def goodput():
-    return build_policy(parse_config({"policy": {"kind": "goodput", "margin": 1.05, "default_profile": "cpu-tiny",
+def goodput(profile: str = "cpu-tiny"):
+    return build_policy(parse_config({"policy": {"kind": "goodput", "margin": 1.05, "default_profile": profile,
                                                  "explore": 0.0}}).policy)
+
+
+@pytest.fixture
+def lookup_first(tmp_path) -> str:
+    """The path of `TINY` as a profile file (policies load profiles by name or path)."""
+    path = tmp_path / "cpu-tiny-lookup-first.yaml"
+    path.write_text(yaml.safe_dump(_lookup_first_tiny(0.35)))
+    return str(path)
 
 
 def want_plan(alphas: Fixed, batch: float) -> costmodel.Plan:
@@ -174,21 +183,21 @@ def want_plan(alphas: Fixed, batch: float) -> costmodel.Plan:
     # copy-heavy text: lookup serves most steps for free, the head covers the rest: hybrid
     (Fixed(ngram=est(0.7, 0.6), draft=est(0.5), eagle=est(0.6), hybrid=est(0.75, 0.7)), "hybrid"),
 ])
-def test_goodput_chooses_eagle_or_hybrid_where_the_cost_model_does(alphas, chosen):
+def test_goodput_chooses_eagle_or_hybrid_where_the_cost_model_does(alphas, chosen, lookup_first):
     want = want_plan(alphas, 1.0)
     assert want.proposer == chosen  # the closed-form optimum over the four proposers at batch 1
-    d = goodput().decide("code", [WorkerState("w", proposers=ALL, profile="cpu-tiny")], alphas)
+    d = goodput(lookup_first).decide("code", [WorkerState("w", proposers=ALL, profile=lookup_first)], alphas)
     assert (d.proposer, d.gamma) == (want.proposer, want.gamma)
     assert d.expected_speedup == pytest.approx(want.speedup, rel=1e-2)
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.5, 0.95])
-def test_a_busy_worker_gives_a_hybrid_one_gamma_priced_at_its_lookup_rate(rate):
+def test_a_busy_worker_gives_a_hybrid_one_gamma_priced_at_its_lookup_rate(rate, lookup_first):
     """At load, a hybrid's model passes are shared by the batch (batch_gamma): with one class in the mix the
     gamma is the best one for that class at the worker's batch and the hybrid's lookup rate."""
     alphas = Fixed(hybrid=est(0.8, rate))
-    w = WorkerState("w", proposers=("hybrid",), profile="cpu-tiny", running=3.0)
-    d = goodput().decide("code", [w], alphas)
+    w = WorkerState("w", proposers=("hybrid",), profile=lookup_first, running=3.0)
+    d = goodput(lookup_first).decide("code", [w], alphas)
     best = costmodel.best_gamma(TINY, "hybrid", 0.8, 4.0, 8, propose_rate=rate)
     assert best.speedup >= 1.05 and (d.proposer, d.gamma) == ("hybrid", best.gamma)
     assert d.expected_speedup == pytest.approx(best.speedup, rel=1e-2)

@@ -18,7 +18,7 @@ from adaptspec.bench.trace_predict import TracePredictor
 from adaptspec.bench.traces import TraceWorkload, load_traces
 from adaptspec.control.alpha import AlphaTable
 from adaptspec.control.config import parse_config
-from adaptspec.control.learn import Outcome, Part, Speculation, learn
+from adaptspec.control.learn import Outcome, Part, Speculation, learn, source_parts
 from adaptspec.control.policy import build_policy
 from adaptspec.control.predict import AcceptancePredictor
 from adaptspec.control.profiles import load_profile
@@ -31,6 +31,7 @@ from adaptspec.proxy.feedback import (
     position_stats,
     prompt_tokens,
     shadow_stats,
+    source_stats,
     spec_stats,
 )
 from adaptspec.proxy.metrics import ProxyMetrics
@@ -55,13 +56,21 @@ def _response(o: Outcome) -> dict:
     spec = o.speculation
     usage: dict = {"completion_tokens": int(o.output_tokens), "prompt_tokens": int(o.prompt_tokens)}
     if spec is not None:
-        assert spec.parts is None  # a per-step hybrid's split report is the simulator's own (no hybrid here)
         usage["speculative"] = {
             "draft_tokens": int(spec.draft_tokens), "accepted_tokens": int(spec.accepted_tokens),
             "steps": int(spec.steps), "tried_per_position": [int(x) for x in spec.tried],
             "accepted_per_position": [int(x) for x in spec.accepted],
             "steps_by_gamma": {"0": int(spec.idle_steps)},
             **({"shadow": {p: sh.to_dict() for p, sh in o.shadows}} if o.shadows else {})}
+        if spec.parts:  # a per-step hybrid's steps by source (worker/requests.py SourceTally): the lookup's in
+            # the walk's form, the model's with its drafting steps (position 0 is tried by each)
+            usage["speculative"]["by_source"] = {
+                "ngram" if part.proposer == o.proposer else part.proposer: {
+                    "steps": int(part.steps if part.proposer == o.proposer else part.tried[0]),
+                    "drafts": int(part.drafts if part.proposer == o.proposer else part.tried[0]),
+                    "draft_tokens": int(part.draft_tokens), "accepted_tokens": int(sum(part.accepted)),
+                    "tried_per_position": [int(x) for x in part.tried],
+                    "accepted_per_position": [int(x) for x in part.accepted]} for part in spec.parts}
     return {"usage": usage}
 
 
@@ -74,7 +83,8 @@ def _replay(outcomes: list[Outcome], proposers: tuple[str, ...]) -> _Proxy:
         body = _response(o)
         feedback.on_response(worker, o.content_class, o.proposer, o.gamma, float(body["usage"]["completion_tokens"]),
                              spec_stats(body), position_stats(body), prompt_tokens(body["usage"]), o.regime,
-                             o.features, lookup_drafts(body), shadow_stats(body), idle=idle_steps(body))
+                             o.features, lookup_drafts(body), shadow_stats(body), idle=idle_steps(body),
+                             sources=source_stats(body))
     return proxy
 
 
@@ -84,9 +94,11 @@ SCHEDULE = {"kind": "draft_len_schedule", "proposer": "draft", "max_draft_len": 
             "draft_len_schedule": {4: 4, 8: 2, 32: 1}}
 
 
-def _simulate(policy, config: SimConfig, predict: bool) -> tuple[AlphaTable, TracePredictor | None, list]:
+def _simulate(policy, config: SimConfig, predict: bool,
+              proposers: tuple[str, ...] = ("ngram", "draft")) -> tuple[AlphaTable, TracePredictor | None, list]:
     cost = ProfileCost(load_profile("cpu-tiny"))
-    worker = replace(cost.worker(), proposers=("ngram", "draft"))
+    cost.hybrid_head = "draft"  # the traces have lookup and draft-model runs (the worker's head when it has no EAGLE)
+    worker = replace(cost.worker(), proposers=proposers)
     workload = TraceWorkload(load_traces(TRACE), seed=0)
     table, predictor, outcomes = AlphaTable(), TracePredictor() if predict else None, []
     simulate(build_policy(policy), cost, workload, config, alphas=table, worker=worker, predictor=predictor,
@@ -111,6 +123,19 @@ def test_the_proxy_learns_what_the_simulator_learned(policy, config, predict):
     if predict:
         assert any(o.features is not None for o in outcomes)
         assert proxy.predictor.to_dict() == predictor.predictor.to_dict()
+
+
+def test_the_proxy_learns_a_per_step_hybrid_by_source_as_the_simulator_does():
+    """A per-step hybrid (its head the draft model here) reports its steps by source (`usage.speculative.by_source`
+    on the reference worker, `Speculation.parts` in replay): the proxy's parse teaches the same keys."""
+    proposers = ("ngram", "draft", "hybrid")
+    table, _, outcomes = _simulate(parse_policy("static:hybrid:4", "cpu-tiny").policy,
+                                   SimConfig(concurrency=2, requests=48, warmup=8), False, proposers)
+    assert sum(1 for o in outcomes if o.speculation is not None and o.speculation.parts) >= 40
+    proxy = _replay(outcomes, proposers)
+    learned = table.keys()
+    assert {key[1] for key in learned} >= {"hybrid", "draft"}
+    assert proxy.state.alphas.to_dict() == table.to_dict()
 
 
 def _outcome(**kw) -> Outcome:
@@ -156,3 +181,16 @@ def test_without_positions_the_totals_are_fitted():
     (obs,) = learn(_outcome(speculation=spec), AlphaTable()).observations
     assert obs.pos_trials == () and obs.successes == 14.0 and 0.0 < obs.failures < 8.0
     assert learn(_outcome(proposer="none", speculation=spec), AlphaTable()).observations == ()
+
+
+def test_a_malformed_split_report_teaches_nothing_of_it():
+    good = {"steps": 5, "drafts": 2, "draft_tokens": 6, "accepted_tokens": 3, "tried_per_position": [2, 2, 1],
+            "accepted_per_position": [2, 1, 0]}
+    body = lambda by_source: {"usage": {"speculative": {"by_source": by_source}}}  # noqa: E731
+    assert source_stats(body({"ngram": good}))["ngram"].drafts == 2
+    for bad in ({"ngram": {**good, "drafts": 9}},  # more drafts than steps
+                {"ngram": {**good, "tried_per_position": [2, 3, 1]}},  # position 1 tried more than 0 accepted
+                {"ngram": good, "eagle": "x"}, {}, [good], {f"p{i}": good for i in range(5)}):
+        assert source_stats(body(bad)) is None
+    # without the lookup's part there is no split: the whole report teaches the hybrid's key
+    assert source_parts("hybrid", {"eagle": source_stats(body({"eagle": good}))["eagle"]}) is None

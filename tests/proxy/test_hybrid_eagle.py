@@ -45,10 +45,20 @@ def test_hybrid_and_eagle_through_the_proxy_are_greedy_identical_to_none(proxies
     lookups, drafts = spec["lookup_drafts"], spec["drafts"]
     assert 0 < lookups < drafts  # both parts drafted
     assert "lookup_drafts" not in eagle.usage.model_extra["speculative"]
-    # the hybrid key's propose rate: its lookup share, shrunk toward 0 by the prior's pseudo-steps
-    key = {"worker": "embedded-0", "proposer": "hybrid", "content_class": h["x-adaptspec-class"]}
-    want = lookups / (drafts + _PROPOSE_PRIOR_STEPS)
+    assert "by_source" not in eagle.usage.model_extra["speculative"]
+    # the per-step hybrid's report split by source (cpu-tiny prices it `stepwise`): its lookup steps teach the
+    # hybrid key (propose rate: lookup steps per output position covered, shrunk toward 0 by the prior's
+    # pseudo-steps), its head's steps the eagle key
+    lk, head = spec["by_source"]["ngram"], spec["by_source"]["eagle"]
+    assert lk["drafts"] == lookups and head["drafts"] == drafts - lookups
+    cls = h["x-adaptspec-class"]
+    key = {"worker": "embedded-0", "proposer": "hybrid", "content_class": cls}
+    want = lk["drafts"] / (lk["steps"] + _PROPOSE_PRIOR_STEPS)
     assert metric(px.metrics(), "adaptspec_propose_rate_estimate", **key) == pytest.approx(want, rel=1e-2)
+    # the eagle key learned from two reports: the EAGLE request's and the hybrid request's head steps
+    reports = metric(px.metrics(), "adaptspec_alpha_estimate_reports", worker="embedded-0", proposer="eagle",
+                     content_class=cls)
+    assert reports == pytest.approx(2.0, abs=0.01)
 
 
 def test_every_proposer_through_the_proxy_is_greedy_identical_to_none(proxies):

@@ -100,6 +100,17 @@ def test_hybrid_counts_lookup_steps_as_ngram_and_only_model_steps_as_passes(engi
     # alone, a model step runs one pass per token it drafted; lookup steps run none
     assert w.draft_passes["draft"] == w.drafted_tokens["draft"]
     assert w.batched_tokens == len(ids) + last.steps - 1 + last.draft_tokens
+    # the same steps split by source, as the proxy learns them (requests.SourceTally; trace replay's form)
+    lk, model = last.by_source["ngram"], last.by_source["draft"]
+    assert (lk.drafts, model.drafts, model.steps) == (lookup_steps, model_steps, model_steps)
+    assert (lk.draft_tokens, model.draft_tokens) == (w.drafted_tokens["ngram"], w.drafted_tokens["draft"])
+    assert lk.accepted_tokens + model.accepted_tokens == last.accepted_tokens
+    # lookup steps + the output positions every other step emitted: each step emits its accepted tokens and one
+    # more (the prefill step is left out when it drafted nothing)
+    other = last.steps - lookup_steps - (0 if outs[0].drafts else 1)
+    assert lk.steps == lookup_steps + other + (last.accepted_tokens - lk.accepted_tokens)
+    assert lk.tried_per_position[0] == lookup_steps and model.tried_per_position[0] == model_steps
+    assert all(outs[i].by_source is None for i in range(len(outs) - 1))  # reported once, when it finishes
 
 
 def test_a_hybrids_misses_share_the_model_call_of_the_requests_that_ask_the_model(engine):
