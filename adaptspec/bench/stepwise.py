@@ -34,60 +34,16 @@ In a batch the per-position plan of that program is replayed as it is (a bound a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from adaptspec.bench.traces import TraceRequest
-from adaptspec.control.shadow import ShadowStats, _Counts
+from adaptspec.control.hybrid_rule import HybridRule, walk_hybrid
 from adaptspec.control.types import PROPOSERS
 
+__all__ = ["HybridRule", "StepPlan", "hybrid_plan", "mean_emitted", "step_bound_plan", "walk_hybrid"]
+
 _INDEX = {p: i for i, p in enumerate(PROPOSERS)}
-
-
-@dataclass(frozen=True)
-class HybridRule:
-    """The causal per-step rule of proposer "hybrid" in trace replay (module doc).
-
-    min_match: lookup drafts when the match in progress m(p) is at least this (tokens the lookup predicted
-      in a row, up to the last one emitted);
-    multiplier: lookup draft length = floor(multiplier * m(p)) + 1, at most the cap;
-    lookup_cap: the longest lookup draft (None: the simulation's max gamma);
-    window: the longest match looked back on (m(p) <= window).
-    """
-
-    min_match: int = 2
-    multiplier: float = 2.0
-    lookup_cap: int | None = None
-    window: int = 32
-
-    def __post_init__(self) -> None:
-        if self.min_match < 1 or self.window < self.min_match or not self.multiplier > 0:
-            raise ValueError(f"bad hybrid rule {self!r}: need 1 <= min_match <= window and multiplier > 0")
-        if self.lookup_cap is not None and self.lookup_cap < 1:
-            raise ValueError(f"lookup_cap must be >= 1, got {self.lookup_cap}")
-
-    def matches(self, lookup_runs: Sequence[int]) -> np.ndarray:
-        """m(p) for every output position p (module doc), from positions < p as observable at p."""
-        r = np.asarray(lookup_runs, dtype=np.int64)
-        n = len(r)
-        m = np.zeros(n, dtype=np.int64)
-        held = np.ones(n, dtype=bool)
-        for j in range(1, min(self.window, n - 1) + 1):
-            ok = np.zeros(n, dtype=bool)
-            ok[j:] = np.minimum(r[: n - j], j + 1) == j + 1  # observable at p: run[p - j] >= j + 1
-            held &= ok
-            if not held.any():
-                break
-            m += held
-        return m
-
-    def lookup_lengths(self, lookup_runs: Sequence[int], bound: int) -> np.ndarray:
-        """The lookup draft length at every position, 0 where the head drafts."""
-        m = self.matches(lookup_runs)
-        cap = max(1, min(bound, self.lookup_cap or bound))
-        length = np.minimum(np.floor(self.multiplier * m).astype(np.int64) + 1, cap)
-        return np.where(m >= self.min_match, length, 0)
 
 
 class StepPlan:
@@ -171,33 +127,3 @@ def mean_emitted(plan: StepPlan, gamma: int = 10**6) -> float:
         pos += plan.step(pos, gamma)[2]
         steps += 1
     return (plan.n - 1) / steps if steps else 1.0
-
-
-
-
-def walk_hybrid(lookup_runs: Sequence[int], output_tokens: int, rule: HybridRule, bound: int) -> ShadowStats:
-    """The hybrid's lookup steps along a request's recorded n-gram runs, whatever it ran with (the rule reads
-    only lookup runs, so its lookup steps are known on every request, as the n-gram shadow is): from position
-    1, a position where `rule` looks up drafts its length L and emits min(run, L + 1) (a drafting step); every
-    other position is one the head covers (a step that drafts nothing here, one position on). `steps`: lookup
-    steps + head positions, `drafts`: lookup steps, per position tried / accepted of the lookup drafts (a draft
-    accepted to its length, shorter than `bound`, counts the next position tried and not accepted: the rates
-    then give the lookup steps' mean emitted tokens, whatever lengths the rule drafted): what a
-    replayed hybrid request reports for its lookup steps (bench/simulator.py), and what
-    `costmodel.stepwise_hybrid` prices from (the head's steps cover E_H positions each)."""
-    n = min(output_tokens, len(lookup_runs))
-    counts = _Counts(max(bound, 1))
-    if n <= 1 or bound < 1:
-        return counts.stats()
-    lengths = rule.lookup_lengths(lookup_runs[:n], bound)
-    i = 1
-    while i < n:
-        length = int(lengths[i])
-        if length > 0:
-            a = min(max(int(lookup_runs[i]), 1), length + 1) - 1
-            counts.step(length, a, bound)  # a draft run to its length stops there: tried, not accepted
-            i += a + 1
-        else:
-            counts.step(0, 0, 0)
-            i += 1
-    return counts.stats()

@@ -125,13 +125,20 @@ def position_stats(payload: dict) -> tuple[list[float], list[float]] | None:
     return t, a
 
 
-def shadow_stats(payload: dict) -> ShadowStats | None:
-    """The n-gram lookup scored along the output of a request that ran with another proposer or none
-    (`usage.speculative.shadow.ngram`, control/shadow.py); None when absent or inconsistent."""
+_SHADOWED = ("ngram", "hybrid")  # the proposers a worker scores along requests that ran without them
+
+
+def shadow_stats(payload: dict) -> tuple[tuple[str, ShadowStats], ...]:
+    """The proposers scored along the output of a request that ran without them (`usage.speculative.shadow`):
+    n-gram lookup (control/shadow.py) and the per-step hybrid's lookup steps (control/hybrid_rule.py); each
+    left out when absent or inconsistent."""
     usage = payload.get("usage")
     spec = usage.get("speculative") if isinstance(usage, dict) else None
     shadow = spec.get("shadow") if isinstance(spec, dict) else None
-    return ShadowStats.from_dict(shadow.get("ngram")) if isinstance(shadow, dict) else None
+    if not isinstance(shadow, dict):
+        return ()
+    found = ((p, ShadowStats.from_dict(shadow.get(p))) for p in _SHADOWED)
+    return tuple((p, stats) for p, stats in found if stats is not None)
 
 
 def source_stats(payload: dict) -> dict[str, ShadowStats] | None:
@@ -185,12 +192,12 @@ class Feedback:
                     stats: tuple[float, float, float | None] | None,
                     positions: tuple[list[float], list[float]] | None = None,
                     prompt: float | None = None, regime: str = GREEDY, features=None,
-                    lookups: float | None = None, shadow: ShadowStats | None = None, idle: float = 0.0,
+                    lookups: float | None = None, shadows: tuple[tuple[str, ShadowStats], ...] = (), idle: float = 0.0,
                     sources: dict[str, ShadowStats] | None = None) -> None:
         """Account one response; what it teaches is control/learn.py's. `features`: the request's
         (control/predict.py), to teach the predictor. `lookups`: for proposer "hybrid", its drafting steps that
-        n-gram lookup served. `shadow`: n-gram lookup scored along the output of a request that ran without it
-        (`shadow_stats`), counted for the worker's n-gram key. `idle`: its steps capped to gamma 0
+        n-gram lookup served. `shadows`: (proposer, stats) scored along the output of a request that ran without
+        them (`shadow_stats`), each counted for the worker's key of that proposer. `idle`: its steps capped to gamma 0
         (`idle_steps`). `sources`: a per-step hybrid's steps by draft source (`source_stats`): each source teaches
         its own key (control/learn.py `source_parts`)."""
         m = self.metrics
@@ -211,10 +218,11 @@ class Feedback:
                 m.child(m.draft_tokens, worker.name, proposer, content_class).inc(draft)
                 m.child(m.accepted_tokens, worker.name, proposer, content_class).inc(accepted)
         outcome = Outcome(worker.name, proposer, content_class, gamma, regime, output_tokens, prompt, spec,
-                          (("ngram", shadow),) if shadow is not None else (), tuple(worker.proposers), features)
+                          shadows, tuple(worker.proposers), features)
         updates = learn(outcome, self.state.alphas)
-        for _, counted in updates.shadows:
-            self._shadow_metrics(worker, content_class, counted)
+        for shadowed, counted in updates.shadows:
+            if shadowed == "ngram":  # (the shadow lookup counters are the n-gram proposer's)
+                self._shadow_metrics(worker, content_class, counted)
         # the predictor is touched only by a request with features (it has one then)
         updates.apply(self.state.observe, self.predictor if updates.lessons else None, worker.traffic)
 

@@ -224,7 +224,7 @@ def _count_request(ctx: _Attempt, status: int) -> None:
 class _Outcome:
     """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
 
-    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadow", "sources")
+    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadows", "sources")
 
     def __init__(self) -> None:
         self.tokens: float | None = None
@@ -233,7 +233,8 @@ class _Outcome:
         self.positions: tuple[list[float], list[float]] | None = None
         self.lookups: float | None = None  # hybrid: drafting steps its n-gram lookup served
         self.idle = 0.0  # steps whose gamma was capped to 0 (a schedule, an engine switched off)
-        self.shadow: ShadowStats | None = None  # n-gram lookup scored along the output (control/shadow.py)
+        # proposers scored along the output of a request that ran without them (n-gram lookup, the hybrid)
+        self.shadows: tuple[tuple[str, ShadowStats], ...] = ()
         self.sources: dict[str, ShadowStats] | None = None  # a per-step hybrid's steps by draft source
 
     def read(self, payload: dict) -> None:
@@ -245,7 +246,7 @@ class _Outcome:
         stats = spec_stats(payload)
         if stats is not None:
             self.stats, self.positions, self.lookups = stats, position_stats(payload), lookup_drafts(payload)
-            self.idle, self.shadow, self.sources = idle_steps(payload), shadow_stats(payload), source_stats(payload)
+            self.idle, self.shadows, self.sources = idle_steps(payload), shadow_stats(payload), source_stats(payload)
 
     def scan_bytes(self, data: bytes) -> None:
         """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
@@ -262,7 +263,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     plan, m, cls = ctx.plan, ctx.proxy.metrics, ctx.cls
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
-                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadow,
+                                   out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadows,
                                    idle=out.idle, sources=out.sources)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy.policy, plan, tokens, t_first if streamed else None, now)

@@ -159,6 +159,9 @@ class Engine(Stepping):
         # the n-gram proposer's (min_n, max_n), to score its lookup after the fact on requests that ran with another
         # proposer or none (control/shadow.py; the server reports it as usage.speculative.shadow)
         self.ngram_sizes = (ngram_min_n, ngram_max_n)
+        # the per-step hybrid's rule, walked along every request not run with it (its shadow; None: lookup first)
+        hybrid = self._proposers.get("hybrid")
+        self.hybrid_rule = hybrid.rule() if hybrid is not None else None
         self.default_proposer, self.default_k = self._parse_default(default_speculation)
 
         self.speculation_cap: int | None = None  # worker-wide cap on every running request's gamma (None: none)

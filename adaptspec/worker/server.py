@@ -14,7 +14,8 @@ that tried it and those that accepted it, so accepted[j] / tried[j] is the per-p
 n-gram draft that the text cut short, fewer tokens than the step allowed, counts as tried and missed at the
 position where it ends: the rate then prices the truncation);
 a finished request not run with n-gram lookup adds "shadow": {"ngram": {...}}, the same counts for lookup
-scored along its output, control/shadow.py)
+scored along its output, control/shadow.py, and one not run with the per-step hybrid "shadow": {"hybrid": {...}},
+the hybrid rule's lookup steps along it, control/hybrid_rule.py)
 (stream: in the usage chunk, sent when `stream_options.include_usage` is true; with vLLM's
 `continuous_usage_stats` too, every chunk carries the running usage).
 
@@ -49,6 +50,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from adaptspec.control.hybrid_rule import hybrid_shadow
 from adaptspec.control.shadow import SHADOW_K, ShadowStats, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
@@ -141,6 +143,7 @@ class _Result:
     steps_by_gamma: dict[int, int] = field(default_factory=dict)
     lookup_drafts: int | None = None  # hybrid requests only
     shadow: ShadowStats | None = None  # n-gram lookup scored along the output (requests not run with it)
+    hybrid_shadow: ShadowStats | None = None  # the per-step hybrid's lookup steps along it (not run with it)
     by_source: dict[str, ShadowStats] | None = None  # a hybrid's steps by draft source (requests.SourceTally)
 
     def speculative(self) -> dict:
@@ -150,8 +153,10 @@ class _Result:
                "steps_by_gamma": {str(g): n for g, n in sorted(self.steps_by_gamma.items())}}
         if self.lookup_drafts is not None:
             out["lookup_drafts"] = self.lookup_drafts
-        if self.shadow is not None:
-            out["shadow"] = {"ngram": self.shadow.to_dict()}
+        shadow = {name: stats.to_dict() for name, stats in (("ngram", self.shadow), ("hybrid", self.hybrid_shadow))
+                  if stats is not None}
+        if shadow:
+            out["shadow"] = shadow
         if self.by_source is not None:
             out["by_source"] = {name: stats.to_dict() for name, stats in self.by_source.items()}
         return out
@@ -193,6 +198,8 @@ class _Worker:
         # policies' largest gamma (8) or the worker's max k
         self.shadow_sizes = getattr(engine, "ngram_sizes", None) if "ngram" in self.proposers else None
         self.shadow_k = max(1, min(self.max_k, SHADOW_K))
+        # ... and for the per-step hybrid's lookup steps (control/hybrid_rule.py), every request not run with it
+        self.hybrid_rule = getattr(engine, "hybrid_rule", None) if "hybrid" in self.proposers else None
         self.created = int(time.time())
         self._tokenizer = engine.tokenizer
         # a text longer than this cannot fit the context whatever it tokenises to: refuse it without
@@ -346,6 +353,9 @@ class _Worker:
             if res.finish_reason is not None and self.shadow_sizes is not None and job.spec.proposer != "ngram":
                 res.shadow = walk_lookup(job.prompt_ids, tracker.ids[: res.completion_tokens], self.shadow_k,
                                          self.shadow_sizes)
+            if res.finish_reason is not None and self.hybrid_rule is not None and job.spec.proposer != "hybrid":
+                res.hybrid_shadow = hybrid_shadow(job.prompt_ids, tracker.ids[: res.completion_tokens],
+                                                  self.hybrid_rule, self.shadow_k, self.engine.ngram_sizes)
             self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)

@@ -125,13 +125,17 @@ def test_the_proxy_learns_what_the_simulator_learned(policy, config, predict):
         assert proxy.predictor.to_dict() == predictor.predictor.to_dict()
 
 
-def test_the_proxy_learns_a_per_step_hybrid_by_source_as_the_simulator_does():
+@pytest.mark.parametrize("policy", ["static:hybrid:4", "adaptive"])
+def test_the_proxy_learns_a_per_step_hybrid_by_source_as_the_simulator_does(policy):
     """A per-step hybrid (its head the draft model here) reports its steps by source (`usage.speculative.by_source`
-    on the reference worker, `Speculation.parts` in replay): the proxy's parse teaches the same keys."""
+    on the reference worker, `Speculation.parts` in replay), and every other request its rule's lookup steps along
+    the output (`usage.speculative.shadow.hybrid`): the proxy's parse teaches the same keys."""
     proposers = ("ngram", "draft", "hybrid")
-    table, _, outcomes = _simulate(parse_policy("static:hybrid:4", "cpu-tiny").policy,
+    table, _, outcomes = _simulate(parse_policy(policy, "cpu-tiny").policy,
                                    SimConfig(concurrency=2, requests=48, warmup=8), False, proposers)
-    assert sum(1 for o in outcomes if o.speculation is not None and o.speculation.parts) >= 40
+    split = sum(1 for o in outcomes if o.speculation is not None and o.speculation.parts)
+    shadowed = sum(1 for o in outcomes if any(p == "hybrid" for p, _ in o.shadows))
+    assert split + shadowed >= 50 and (split >= 40 if policy.startswith("static") else shadowed >= 10)
     proxy = _replay(outcomes, proposers)
     learned = table.keys()
     assert {key[1] for key in learned} >= {"hybrid", "draft"}

@@ -38,8 +38,7 @@ def test_hybrid_and_eagle_through_the_proxy_are_greedy_identical_to_none(proxies
     assert he["x-adaptspec-proposer"] == "eagle"
     text = plain.choices[0].message.content
     assert text and hybrid.choices[0].message.content == text and eagle.choices[0].message.content == text
-    assert "speculative" not in (plain.usage.model_extra or {}) or \
-        plain.usage.model_extra["speculative"]["draft_tokens"] == 0
+    assert plain.usage.model_extra["speculative"]["draft_tokens"] == 0
 
     spec = hybrid.usage.model_extra["speculative"]
     lookups, drafts = spec["lookup_drafts"], spec["drafts"]
@@ -51,9 +50,13 @@ def test_hybrid_and_eagle_through_the_proxy_are_greedy_identical_to_none(proxies
     # pseudo-steps), its head's steps the eagle key
     lk, head = spec["by_source"]["ngram"], spec["by_source"]["eagle"]
     assert lk["drafts"] == lookups and head["drafts"] == drafts - lookups
+    # ... and so do the rule's lookup steps walked along the other two requests' output (their hybrid shadow)
+    shadows = [r.usage.model_extra["speculative"]["shadow"]["hybrid"] for r in (plain, eagle)]
+    assert "hybrid" not in spec.get("shadow", {})
     cls = h["x-adaptspec-class"]
     key = {"worker": "embedded-0", "proposer": "hybrid", "content_class": cls}
-    want = lk["drafts"] / (lk["steps"] + _PROPOSE_PRIOR_STEPS)
+    want = (lk["drafts"] + sum(sh["drafts"] for sh in shadows)) / (
+        lk["steps"] + sum(sh["steps"] for sh in shadows) + _PROPOSE_PRIOR_STEPS)
     assert metric(px.metrics(), "adaptspec_propose_rate_estimate", **key) == pytest.approx(want, rel=1e-2)
     # the eagle key learned from two reports: the EAGLE request's and the hybrid request's head steps
     reports = metric(px.metrics(), "adaptspec_alpha_estimate_reports", worker="embedded-0", proposer="eagle",

@@ -67,9 +67,18 @@ def test_a_request_without_lookup_teaches_the_lookup_key(proxies):
     assert metric(px.metrics(), "adaptspec_shadow_draft_tokens_total", **shadow_key) == before + sh["draft_tokens"]
 
 
-def test_a_lookup_request_carries_no_shadow(proxies):
-    px = proxies({"policy": {"kind": "static", "proposer": "ngram", "gamma": 4}}, timeout=180)
-    out = px.client(timeout=120).chat.completions.create(
+def test_a_lookup_request_carries_no_ngram_shadow(proxies):
+    """A lookup request is not scored for lookup again; it is for the per-step hybrid's lookup steps, and a hybrid
+    request is not (the worker offers both)."""
+    px = proxies({"policy": {"kind": "static", "proposer": "ngram", "gamma": 4},
+                  "server": {"allow_client_speculation": True}}, timeout=180)
+    client = px.client(timeout=120)
+    out = client.chat.completions.create(
         model="tiny", max_tokens=24, temperature=0, messages=[{"role": "user", "content": PROMPT}])
     spec = out.usage.model_extra["speculative"]
-    assert spec["draft_tokens"] > 0 and "shadow" not in spec
+    assert spec["draft_tokens"] > 0 and set(spec["shadow"]) == {"hybrid"}
+    out = client.chat.completions.create(
+        model="tiny", max_tokens=24, temperature=0, messages=[{"role": "user", "content": PROMPT}],
+        extra_body={"speculation": {"proposer": "hybrid", "num_speculative_tokens": 4}})
+    spec = out.usage.model_extra["speculative"]
+    assert spec["draft_tokens"] > 0 and set(spec["shadow"]) == {"ngram"} and "by_source" in spec

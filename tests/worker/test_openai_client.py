@@ -71,8 +71,11 @@ def _spec(usage) -> dict:
     spec = (usage.model_extra or {}).get("speculative")
     assert set(spec) - {"shadow"} == {"draft_tokens", "accepted_tokens", "steps", "drafts", "tried_per_position",
                                       "accepted_per_position", "steps_by_gamma"}
-    if "shadow" in spec:  # a request not run with n-gram lookup: lookup scored along its output (consistent counts)
-        assert set(spec["shadow"]) == {"ngram"} and ShadowStats.from_dict(spec["shadow"]["ngram"]) is not None
+    # a request not run with n-gram lookup: lookup scored along its output; not run with the per-step hybrid
+    # (this worker offers one: it has the tiny EAGLE head): the hybrid rule's lookup steps (consistent counts)
+    assert "hybrid" in spec["shadow"]
+    assert set(spec["shadow"]) <= {"ngram", "hybrid"} and all(
+        ShadowStats.from_dict(stats) is not None for stats in spec["shadow"].values())
     assert sum(spec["steps_by_gamma"].values()) == spec["steps"]
     assert 0 <= spec["accepted_tokens"] <= spec["draft_tokens"]
     assert 1 <= spec["steps"] <= usage.completion_tokens + 1  # the step that emits EOS shows no token

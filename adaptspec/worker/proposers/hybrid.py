@@ -63,6 +63,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from adaptspec.control.hybrid_rule import HybridRule
 from adaptspec.worker.proposers.base import Draft, ProposeInput, Proposer
 from adaptspec.worker.proposers.ngram import NgramProposer
 
@@ -148,6 +149,13 @@ class HybridProposer:
             self._match[rid] = m
             del self._shadow[rid]
         return m
+
+    def rule(self) -> HybridRule | None:
+        """This rule's match test and lookup length as trace replay's `HybridRule` (what the worker walks along
+        every request's output as the hybrid's shadow); None for lookup first (min_match 0), which it is not."""
+        if self.min_match < 1:
+            return None
+        return HybridRule(min_match=self.min_match, multiplier=self.multiplier, window=self.window)
 
     def lookup_curve(self, m: int, n: int) -> list[float]:
         """S_1..S_n of a lookup draft at match m: its learned chance that positions 1..j all hold (module doc)."""
