@@ -313,13 +313,7 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
     with progress_bar(len(loads) * rounds * len(targets), "compare", not args.no_progress) as bar:
         for kind, value in loads:
             steady = kind == "concurrency" and per_round_s is not None and per_round is None and lifetimes > 0
-            records: dict[str, list] = {label: [] for label, _, _ in targets}
-            windows = dict.fromkeys(records, 0.0)
-            tokens = dict.fromkeys(records, 0.0)  # steady: tokens that arrived inside the windows
-            done = dict.fromkeys(records, 0)  # steady: requests completed inside the windows
-            warmups: dict[str, list[float]] = {label: [] for label in records}
-            by_round: dict[str, list[float]] = {label: [] for label in records}  # tokens/s of each round
-            engine: dict[str, StepCounters | None] = dict.fromkeys(records, StepCounters())  # step telemetry
+            tally = _PointTally([label for label, _, _ in targets])
             for r in range(rounds):
                 order = [targets[i] for i in round_order(len(targets), r)]
                 for label, proxy, _ in order:
@@ -329,49 +323,91 @@ def interleaved(args, loads: Sequence[tuple[str, float]], stream: Callable[[], I
                                      warmup_requests=args.warmup_requests if r == 0 else 0,
                                      max_tokens=args.max_tokens, temperature=args.temperature,
                                      timeout_s=args.timeout, api_key=args.api_key, **{kind: value})
-                    edges: dict[str, StepCounters | None] = {}
-
-                    def read_counters(edge: str, edges=edges) -> None:
-                        edges[edge] = engine_counters(worker_urls) if worker_urls else None
-
-                    if steady:
-                        res = asyncio.run(run_steady(cfg, streams[label], per_round_s, min_warmup_s=args.warmup,
-                                                     lifetimes=lifetimes, on_window=read_counters))
-                        recs, window = res.measured(), res.window_s
-                        tokens[label] += res.tokens_in_window()
-                        done[label] += res.completed_in_window()
-                        warmups[label].append(res.warmup_s)
-                        by_round[label].append(res.tokens_in_window() / window if window > 0 else 0.0)
+                    recs, window, rate, res, delta = _policy_round(args, cfg, streams[label], steady, per_round_s,
+                                                                   lifetimes, worker_urls)
+                    if res is not None:
                         log.info("%s %s=%g round %d: warm-up %.1f s, %.0f tokens in %.1f s", label, kind, value,
                                  r + 1, res.warmup_s, res.tokens_in_window(), window)
-                    else:
-                        read_counters("start")
-                        recs, window = asyncio.run(run_point(cfg, streams[label]))
-                        read_counters("end")
-                        by_round[label].append(summarize(recs, window)["output_tokens_per_s"])
-                    before, after = edges.get("start"), edges.get("end")
-                    delta = after.since(before) if after is not None and before is not None else None
-                    acc = engine[label]
-                    engine[label] = None if delta is None or acc is None else _add(acc, delta)
-                    records[label] += recs
-                    windows[label] += window
+                    tally.add(label, recs, window, rate, res, delta)
                     bar.update(1)
             if snapshots is not None:
                 for _, proxy, f in targets:
                     _snapshot(proxy.url + "/metrics", snapshots / f"proxy-{f.stem}-{kind}{value:g}.metrics")
-            for label, _, f in targets:
-                row = {kind: value, **summarize(records[label], windows[label]), "policy": label,
-                       "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": by_round[label]}
-                if steady and windows[label] > 0:
-                    # the steady throughput: tokens and completions inside the windows (latencies: the
-                    # requests started inside them)
-                    row.update(measure="steady", window_tokens=tokens[label], warmup_s=warmups[label],
-                               output_tokens_per_s=tokens[label] / windows[label],
-                               requests_per_s=done[label] / windows[label])
-                if engine[label] is not None and engine[label].steps:
-                    row["engine"] = engine_summary(engine[label])
-                if row["errors"]:
-                    log.warning("%s %s=%g: %d of %d requests failed (%s)", label, kind, value, row["errors"],
-                                row["requests"], row["error_kinds"])
-                rows.append(row)
+            rows += tally.rows(kind, value, targets, rounds, steady)
     return rows
+
+
+def _policy_round(args, cfg: LoadConfig, stream: Iterator[PromptItem], steady: bool, per_round_s: float | None,
+                  lifetimes: int, worker_urls: Sequence[str]) -> tuple[list, float, float, object | None,
+                                                                      StepCounters | None]:
+    """One policy's round at a load point: a steady-state window (`steady`, bench/steady.py) or whole requests.
+    Returns its records, measured window (s), tokens/s, the steady run (None for whole requests) and the
+    workers' step counters over the window (None when they could not be read at both edges)."""
+    edges: dict[str, StepCounters | None] = {}
+
+    def read_counters(edge: str, edges=edges) -> None:
+        edges[edge] = engine_counters(worker_urls) if worker_urls else None
+
+    res = None
+    if steady:
+        res = asyncio.run(run_steady(cfg, stream, per_round_s, min_warmup_s=args.warmup, lifetimes=lifetimes,
+                                     on_window=read_counters))
+        recs, window = res.measured(), res.window_s
+        rate = res.tokens_in_window() / window if window > 0 else 0.0
+    else:
+        read_counters("start")
+        recs, window = asyncio.run(run_point(cfg, stream))
+        read_counters("end")
+        rate = summarize(recs, window)["output_tokens_per_s"]
+    before, after = edges.get("start"), edges.get("end")
+    delta = after.since(before) if after is not None and before is not None else None
+    return recs, window, rate, res, delta
+
+
+class _PointTally:
+    """One load point's measurements per policy, merged over its rounds: the records and measured windows, the
+    steady-state window tokens, completions and warm-ups, each round's tokens/s and the workers' step counters."""
+
+    def __init__(self, labels: Sequence[str]) -> None:
+        self.records: dict[str, list] = {label: [] for label in labels}
+        self.windows = dict.fromkeys(self.records, 0.0)
+        self.tokens = dict.fromkeys(self.records, 0.0)  # steady: tokens that arrived inside the windows
+        self.done = dict.fromkeys(self.records, 0)  # steady: requests completed inside the windows
+        self.warmups: dict[str, list[float]] = {label: [] for label in self.records}
+        self.by_round: dict[str, list[float]] = {label: [] for label in self.records}  # tokens/s of each round
+        # step telemetry (None once a round could not be read)
+        self.engine: dict[str, StepCounters | None] = dict.fromkeys(self.records, StepCounters())
+
+    def add(self, label: str, recs: list, window: float, rate: float, res, delta: StepCounters | None) -> None:
+        """A round of policy `label` (what `_policy_round` returned)."""
+        if res is not None:
+            self.tokens[label] += res.tokens_in_window()
+            self.done[label] += res.completed_in_window()
+            self.warmups[label].append(res.warmup_s)
+        self.by_round[label].append(rate)
+        acc = self.engine[label]
+        self.engine[label] = None if delta is None or acc is None else _add(acc, delta)
+        self.records[label] += recs
+        self.windows[label] += window
+
+    def rows(self, kind: str, value: float, targets: Sequence[tuple[str, Server, Path]], rounds: int,
+             steady: bool) -> list[dict]:
+        """The point's row per policy, in `targets` order (failed requests logged)."""
+        rows = []
+        for label, _, f in targets:
+            row = {kind: value, **summarize(self.records[label], self.windows[label]), "policy": label,
+                   "policy_file": str(f), "rounds": rounds, "round_output_tokens_per_s": self.by_round[label]}
+            if steady and self.windows[label] > 0:
+                # the steady throughput: tokens and completions inside the windows (latencies: the
+                # requests started inside them)
+                row.update(measure="steady", window_tokens=self.tokens[label], warmup_s=self.warmups[label],
+                           output_tokens_per_s=self.tokens[label] / self.windows[label],
+                           requests_per_s=self.done[label] / self.windows[label])
+            engine = self.engine[label]
+            if engine is not None and engine.steps:
+                row["engine"] = engine_summary(engine)
+            if row["errors"]:
+                log.warning("%s %s=%g: %d of %d requests failed (%s)", label, kind, value, row["errors"],
+                            row["requests"], row["error_kinds"])
+            rows.append(row)
+        return rows

@@ -248,7 +248,8 @@ def _emit(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (module doc)."""
     ap = argparse.ArgumentParser(prog="python -m adaptspec.bench.holdout_sim", description=__doc__.split("\n")[0])
     ap.add_argument("check", choices=("coverage", "switchback", "cost", "guard", "hedge"))
     ap.add_argument("--profile", default="h200-llama3-70b")
@@ -278,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the worker applies the switchback regime to its running requests (engine-side switch)")
     ap.add_argument("--look-s", type=float, default=1.0,
                     help="with --engine-switch: how often the proxy looks at the worker (scrape interval)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     workload = _workload(args.trace, args.workload)
     default_policy = {"coverage": "adaptive", "cost": "adaptive", "switchback": "static:draft:4",
                       "guard": "static:draft:4", "hedge": "adaptive"}[args.check]
@@ -301,25 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             # has the same requests for every seed
             holdout = holdout.model_copy(update={"seed": seed})
             sb = sb.model_copy(update={"seed": seed})
-            if args.check == "coverage":
-                rows = coverage(spec, s, holdout)
-                top = max(rows, key=lambda r: r["n_control"]) if rows else None
-                out = {"seed": seed, "concurrency": conc, "strata": len(rows),
-                       "covered_strata": sum(r["covered"] for r in rows), "primary": top}
-                ok = bool(top and top["covered"])
-            elif args.check == "switchback":
-                out = {"seed": seed, "concurrency": conc, **switchback_check(spec, s, sb)}
-                ok = out["covered"]
-            elif args.check == "cost":
-                out = {"seed": seed, "concurrency": conc, **cost_check(spec, s, holdout)}
+            out, ok = _check(args.check, spec, s, holdout, sb)
+            if args.check == "cost":
                 costs.append(out["cost"])
-                ok = out["cost"] <= 0.015
-            elif args.check == "hedge":
-                out = {"seed": seed, "concurrency": conc, **hedge_check(spec, s, holdout, sb)}
-                ok = out["hedged_over_best"] >= out["bound"] - 0.03
-            else:
-                out = {"seed": seed, "concurrency": conc, **guard_check(spec, s, holdout, sb)}
-                ok = out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0
             hits += bool(ok)
             total += 1
             _emit(out)
@@ -331,6 +320,27 @@ def main(argv: list[str] | None = None) -> int:
             summary["max_cost"] = max(costs)
         _emit({"summary": summary})
     return 0
+
+
+def _check(check: str, spec: PolicySpec, s: Setup, holdout: HoldoutConfig, sb: SwitchbackConfig) -> tuple[dict, bool]:
+    """One seed of `check`: its result line (the seed and concurrency first) and whether it passed."""
+    head = {"seed": s.seed, "concurrency": s.concurrency}
+    if check == "coverage":
+        rows = coverage(spec, s, holdout)
+        top = max(rows, key=lambda r: r["n_control"]) if rows else None
+        out = {**head, "strata": len(rows), "covered_strata": sum(r["covered"] for r in rows), "primary": top}
+        return out, bool(top and top["covered"])
+    if check == "switchback":
+        out = {**head, **switchback_check(spec, s, sb)}
+        return out, out["covered"]
+    if check == "cost":
+        out = {**head, **cost_check(spec, s, holdout)}
+        return out, out["cost"] <= 0.015
+    if check == "hedge":
+        out = {**head, **hedge_check(spec, s, holdout, sb)}
+        return out, out["hedged_over_best"] >= out["bound"] - 0.03
+    out = {**head, **guard_check(spec, s, holdout, sb)}
+    return out, out["guard_at_s"] is not None and out["guard_at_s"] <= 120.0
 
 
 if __name__ == "__main__":

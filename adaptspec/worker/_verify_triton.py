@@ -41,18 +41,10 @@ def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_start_ptr, greedy_ptr,
-                   u_ptr, noise_ptr, noise_stride, out_ptr, o_stride, V,
-                   MIN_WEIGHT: tl.constexpr, HAS_Q: tl.constexpr, HAS_RACE: tl.constexpr,
-                   BLOCK_V: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64)
-    k = tl.load(k_ptr + i)  # int64
-    d0 = tl.load(d_start_ptr + i)  # first flat draft index
-    t0 = d0 + i  # first target row
-    is_greedy = tl.load(greedy_ptr + i) != 0
-    out_row = out_ptr + i * o_stride
-
-    # ---- phase 1: accept drafts until the first rejection ------------------------------------------------
+def _accept_drafts(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, u_ptr, out_row, k, d0, t0, is_greedy, V,
+                   HAS_Q: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Phase 1 of one request (drafts d0 .. d0 + k - 1, target rows from t0): accept its drafts in order until
+    the first rejection, writing the accepted ids to `out_row`; returns how many were accepted (int64)."""
     s = tl.zeros((), tl.int64)  # stop position = number accepted
     running = k > 0
     while running:
@@ -73,6 +65,24 @@ def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_star
         tl.store(out_row + s, x, mask=acc)
         s = s + acc.to(tl.int64)
         running = acc & (s < k)
+    return s
+
+
+@triton.jit
+def _verify_kernel(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, k_ptr, d_start_ptr, greedy_ptr,
+                   u_ptr, noise_ptr, noise_stride, out_ptr, o_stride, V,
+                   MIN_WEIGHT: tl.constexpr, HAS_Q: tl.constexpr, HAS_RACE: tl.constexpr,
+                   BLOCK_V: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    k = tl.load(k_ptr + i)  # int64
+    d0 = tl.load(d_start_ptr + i)  # first flat draft index
+    t0 = d0 + i  # first target row
+    is_greedy = tl.load(greedy_ptr + i) != 0
+    out_row = out_ptr + i * o_stride
+
+    # ---- phase 1: accept drafts until the first rejection ------------------------------------------------
+    s = _accept_drafts(target_ptr, t_stride, q_ptr, q_stride, ids_ptr, u_ptr, out_row, k, d0, t0, is_greedy, V,
+                       HAS_Q, BLOCK_V)  # stop position = number accepted
 
     # ---- phase 2: one pass over the stop row -------------------------------------------------------------
     rejected = s < k

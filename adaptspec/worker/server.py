@@ -400,6 +400,19 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
     app = FastAPI(title="adaptspec worker", docs_url=None, redoc_url=None, openapi_url=None)
     worker = _Worker(engine, settings)
     app.state.worker = worker
+    _add_error_handlers(app)
+    capped = callable(getattr(engine, "set_speculation_cap", None))
+    _add_info_routes(app, engine, worker, settings, capped)
+    if capped:
+        _add_cap_routes(app, engine)
+    _add_generation_routes(app, worker, settings)
+    _tokenize.add_routes(app, worker, _json)
+    return Guard(BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as an OpenAI-style JSON error body: request errors with their status, a client gone while
+    sending (499, unread), HTTP errors (404 naming the path), anything else a logged 500."""
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> Response:
@@ -422,6 +435,11 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
         log.exception("unhandled error in request handler")
         return _json(error_body(500, f"Internal server error: {type(exc).__name__}"), 500)
 
+
+def _add_info_routes(app: FastAPI, engine: Any, worker: _Worker, settings: WorkerSettings, capped: bool) -> None:
+    """GET /health (the proposers the proxy offers), /v1/models (the model card; `capped`: the engine takes the
+    worker-wide speculation cap) and /metrics (Prometheus text)."""
+
     @app.get("/health")
     async def health() -> Response:
         alive = getattr(engine, "is_alive", None)
@@ -443,9 +461,10 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
         body = _metrics.render(engine.metrics(), worker.counters, settings.served_model_name)
         return Response(body, media_type=_metrics.CONTENT_TYPE)
 
-    capped = callable(getattr(engine, "set_speculation_cap", None))
-    if capped:
-        _add_cap_routes(app, engine)
+
+def _add_generation_routes(app: FastAPI, worker: _Worker, settings: WorkerSettings) -> None:
+    """POST /v1/completions and /v1/chat/completions: parsed off the loop, queued as a job on the engine, answered
+    whole or streamed as SSE chunks (499 when the client went away before a whole answer)."""
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -497,9 +516,6 @@ def build_app(engine: Any, settings: WorkerSettings | None = None) -> FastAPI:
                          "logprobs": None, "finish_reason": res.finish_reason}],
             "usage": worker.usage(job),
         })
-
-    _tokenize.add_routes(app, worker, _json)
-    return Guard(BodyLimit(app, settings.max_body_bytes, settings.body_timeout_s))  # type: ignore[return-value]
 
 
 def _add_cap_routes(app: FastAPI, engine: Any) -> None:
