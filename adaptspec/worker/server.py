@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -51,15 +51,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from adaptspec.control.hybrid_rule import hybrid_shadow
-from adaptspec.control.shadow import SHADOW_K, ShadowStats, walk_lookup
+from adaptspec.control.shadow import SHADOW_K, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.worker import _metrics, _tokenize
 from adaptspec.worker._asgi import BodyLimit, Guard, SSEResponse, collect_unless_gone, sse
+from adaptspec.worker._generation import Job, JobResult, TextTracker
 from adaptspec.worker._openai import (
     ChatCompletionRequest,
     CompletionRequest,
-    SpecChoice,
     check_unsupported,
     error_body,
     parse_body,
@@ -80,103 +80,6 @@ class WorkerSettings:
     body_timeout_s: float = 60.0  # the whole request body (408 after)
     model_root: str | None = None
     draft_root: str | None = None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Text side of one generation: incremental detokenisation and text-level stop strings.
-
-
-class _TextTracker:
-    """Turns the growing token list into text deltas; ends the text before the first stop string."""
-
-    def __init__(self, decode: Callable[[list[int]], str], stops: list[str] | None, lazy: bool = False) -> None:
-        self._decode = decode
-        self.lazy = lazy and not stops  # nobody reads deltas: decode once, in flush()
-        self.stops = stops or []
-        self._max_stop = max((len(s) for s in self.stops), default=0)
-        self.ids: list[int] = []
-        self.text = ""
-        self.sent = 0  # chars of self.text already handed out
-        self.stopped = False
-
-    def add(self, new_ids: list[int]) -> str:
-        self.ids.extend(new_ids)
-        if self.lazy:
-            return ""
-        full = self._decode(self.ids)
-        if self.stops:
-            start = max(0, self.sent - self._max_stop)
-            hits = [i for i in (full.find(s, start) for s in self.stops) if i >= 0]
-            if hits:
-                self.text, self.stopped = full[: min(hits)], True
-                return self._take(len(self.text))
-        self.text = full
-        safe = len(full.rstrip("\ufffd"))  # an incomplete UTF-8 sequence may still change
-        for s in self.stops:  # hold back a tail that could still become a stop string
-            for n in range(min(len(s) - 1, safe), 0, -1):
-                if full.endswith(s[:n], 0, safe):
-                    safe = min(safe, safe - n)
-                    break
-        return self._take(max(safe, self.sent))
-
-    def flush(self) -> str:
-        if self.lazy:
-            self.text = self._decode(self.ids)
-        return self._take(len(self.text))
-
-    def _take(self, end: int) -> str:
-        delta, self.sent = self.text[self.sent : end], end
-        return delta
-
-
-@dataclass(slots=True)
-class _Result:
-    text: str = ""
-    completion_tokens: int = 0
-    finish_reason: str | None = None
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    steps: int = 0
-    drafts: int = 0
-    tried_per_position: tuple[int, ...] = ()
-    accepted_per_position: tuple[int, ...] = ()
-    steps_by_gamma: dict[int, int] = field(default_factory=dict)
-    lookup_drafts: int | None = None  # hybrid requests only
-    shadow: ShadowStats | None = None  # n-gram lookup scored along the output (requests not run with it)
-    hybrid_shadow: ShadowStats | None = None  # the per-step hybrid's lookup steps along it (not run with it)
-    by_source: dict[str, ShadowStats] | None = None  # a hybrid's steps by draft source (requests.SourceTally)
-
-    def speculative(self) -> dict:
-        out = {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
-               "drafts": self.drafts, "tried_per_position": list(self.tried_per_position),
-               "accepted_per_position": list(self.accepted_per_position),
-               "steps_by_gamma": {str(g): n for g, n in sorted(self.steps_by_gamma.items())}}
-        if self.lookup_drafts is not None:
-            out["lookup_drafts"] = self.lookup_drafts
-        shadow = {name: stats.to_dict() for name, stats in (("ngram", self.shadow), ("hybrid", self.hybrid_shadow))
-                  if stats is not None}
-        if shadow:
-            out["shadow"] = shadow
-        if self.by_source is not None:
-            out["by_source"] = {name: stats.to_dict() for name, stats in self.by_source.items()}
-        return out
-
-
-@dataclass(slots=True)
-class _Job:
-    """One validated request, ready for the engine."""
-
-    request_id: str
-    prompt_ids: list[int]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
-    stops: list[str] | None
-    spec: SpecChoice
-    ignore_eos: bool
-    stream: bool
-    result: _Result = field(default_factory=_Result)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -284,7 +187,7 @@ class _Worker:
         return ids
 
     def make_job(self, req: CompletionRequest | ChatCompletionRequest, prompt_ids: list[int],
-                 prefix: str) -> _Job:
+                 prefix: str) -> Job:
         check_unsupported(req)
         spec = resolve_speculation(req.speculation, default_proposer=self.settings.default_proposer,
                                    default_k=self.settings.default_k, proposers=self.proposers,
@@ -304,7 +207,7 @@ class _Worker:
                 code="context_length_exceeded")
         if max_tokens is None:
             max_tokens = limit - n_prompt
-        return _Job(
+        return Job(
             request_id=f"{prefix}-{uuid.uuid4().hex}", prompt_ids=prompt_ids, max_tokens=max_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
             # a top_p below float32's resolution would round to 0 in the sampler; 1e-6 keeps the same top-1 nucleus
@@ -312,9 +215,9 @@ class _Worker:
             ignore_eos=req.ignore_eos, stream=req.stream)
 
     # -- generation
-    async def generate(self, job: _Job) -> AsyncIterator[str]:
+    async def generate(self, job: Job) -> AsyncIterator[str]:
         """Text deltas of one job; fills job.result. Closing it early aborts the engine request."""
-        res, tracker = job.result, _TextTracker(self.decode, job.stops, lazy=not job.stream)
+        res, tracker = job.result, TextTracker(self.decode, job.stops, lazy=not job.stream)
         arrived = last = time.monotonic()  # for the latency histograms (_metrics.py)
         first = True
         gen = self.engine.generate(self._gen_request(job))
@@ -363,7 +266,7 @@ class _Worker:
                 self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason,
                                        time.monotonic() - arrived)
 
-    def _gen_request(self, job: _Job) -> Any:
+    def _gen_request(self, job: Job) -> Any:
         from adaptspec.worker.engine import GenRequest
 
         return GenRequest(
@@ -372,7 +275,7 @@ class _Worker:
             num_speculative_tokens=job.spec.k, content_class=job.spec.content_class,
             ignore_eos=job.ignore_eos, schedule=job.spec.schedule)
 
-    async def collect(self, job: _Job) -> _Result:
+    async def collect(self, job: Job) -> JobResult:
         gen = self.generate(job)
         try:
             async for _ in gen:
@@ -381,7 +284,7 @@ class _Worker:
             await gen.aclose()
         return job.result
 
-    def usage(self, job: _Job) -> dict:
+    def usage(self, job: Job) -> dict:
         n_prompt, n_out = len(job.prompt_ids), job.result.completion_tokens
         return {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out,
                 "speculative": job.result.speculative()}
@@ -538,7 +441,7 @@ def _add_cap_routes(app: FastAPI, engine: Any) -> None:
         return _json({"cap": engine.speculation_cap})
 
 
-async def _stream(worker: _Worker, job: _Job, req: Any, chunk: Callable[..., dict], created: int,
+async def _stream(worker: _Worker, job: Job, req: Any, chunk: Callable[..., dict], created: int,
                   obj: str) -> AsyncIterator[str]:
     chat = obj == "chat.completion.chunk"
     include_usage = bool(req.stream_options and req.stream_options.include_usage)

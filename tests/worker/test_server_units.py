@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adaptspec.errors import RequestError
 from adaptspec.worker import _metrics
+from adaptspec.worker._generation import TextTracker as _TextTracker
 from adaptspec.worker._openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -16,7 +17,6 @@ from adaptspec.worker._openai import (
     parse_body,
     resolve_speculation,
 )
-from adaptspec.worker.server import _TextTracker
 
 
 def _bytes_decode(ids: list[int]) -> str:
