@@ -56,16 +56,12 @@ HAND_SOURCES = ("hand", "handwritten-2")
 EVALS = tuple(REPO / "tests" / "data" / f"classifier_eval_{name}.jsonl" for name in ("selfinstruct", "selfinstruct_seed", "hand3"))
 MIN_CLASS_ROWS = 10  # classes with fewer prompts in a set are reported, not held to the bar
 # Known shortfalls of the shipped artifact, {(set file, class): floor}: below MIN_RECALL, held at its measured
-# recall less 2 prompts so that a regression still fails. The shipped model reads public instruction prompts
-# ("a task about the given X" + a short input) by their shape: as code (MBPP / HumanEval say "given") or as
-# summarize (an instruction before a text). Branch issue31-classifier-candidate's retrained artifact lifts
-# these (chat 0.88 / 0.87 / 0.95) but fails two unit tests of tests/control/test_classify.py.
+# recall less 2 prompts so that a regression still fails. The instruction + input prompts of the trainer
+# (`instruction_prompts`) lifted chat to 0.90 / 0.89 / 0.91 and seed code to 0.92; self-instruct's code prompts
+# that are mostly prose about a tool (CI workflows, reading the docs, judging two answers to a programming
+# question) still read as chat or summarize: 15/19.
 SHORTFALLS = {
-    ("classifier_eval_selfinstruct.jsonl", "chat"): 0.60,  # 94/153
-    ("classifier_eval_selfinstruct.jsonl", "code"): 0.57,  # 13/19
-    ("classifier_eval_selfinstruct_seed.jsonl", "chat"): 0.70,  # 69/95
-    ("classifier_eval_selfinstruct_seed.jsonl", "code"): 0.66,  # 10/12
-    ("classifier_eval_hand3.jsonl", "chat"): 0.72,  # 18/22
+    ("classifier_eval_selfinstruct.jsonl", "code"): 0.68,  # 15/19 measured, floor 13/19
 }
 
 

@@ -32,6 +32,14 @@ hobbies, relationships and business, long writing tasks, lists / rankings / opin
 advice after personal context and an end user's app trouble (chat), beside code questions with the same leads and
 everyday nouns plus a language / API / programming cue (code).
 
+Instruction + input prompts (train and validation only, `instruction_prompts`, seeded, word lists written for this
+file): the shape of public instruction sets, an instruction about "the given / following <thing>" and a short input
+(a title, a word, a city, "Key: value" facts, an email, notes, a sentence to edit). Chat edits, rewrites, replies to,
+writes from, describes or recommends; summarize shortens, titles or answers from the same inputs (and reads a
+document given with a lead of its own, as a system prompt gives it); structured returns the facts as data; code,
+math and translate get the same shape. The training rows never repeat a prompt of any committed eval set
+(tests/data/classifier_heldout.jsonl, classifier_eval_*.jsonl): training stops if one does.
+
 Model: multinomial logistic regression (scikit-learn, lbfgs, class_weight="balanced") over the features of
 adaptspec/control/_features.py; its weights are rounded to float16, written as .npz + JSON (no pickle), and
 loaded back into the estimator so that scikit-learn and the numpy inference path use identical weights.
@@ -1205,6 +1213,793 @@ def everyday_prompts(rows: list[dict], rng: random.Random) -> list[dict]:
     return out
 
 
+# ---- instruction + input prompts (issue 31, item 4): the shape of public instruction sets (self-instruct, Dolly,
+# Alpaca): an instruction, often about "the given" or "the following" thing, then a blank line and a short input (a
+# title, a word, a city, a list, "Key: value" facts, an email, a sentence to edit). Without them the shape decides:
+# "<task about the given X>" + a short input reads as code (MBPP / HumanEval say "given"), and an instruction before
+# a text reads as summarize. Every class gets the shape, so the decision rests on what the instruction asks:
+# chat = edit / rewrite / reply to / write from / describe / recommend / classify by hand; summarize = summarize,
+# title, key points of a given text; structured = the same facts as JSON / YAML / a table; code = a solution, a
+# regex, a query, a shell command; math = a tip, a conversion, a proof, a sequence; translate = the text in
+# another language. Instructions, slot lists, emails, notes and facts written for this file; sentences and
+# passages from permissive rows (Tatoeba CC BY 2.0 FR, t0 train / val passages, MBPP / HumanEval train / val rows).
+# Nothing comes from the evaluation sets (tests/data/classifier_eval_*.jsonl, classifier_heldout.jsonl), which the
+# training rows are checked against, or from a non-commercial source.
+_EDIT_ASK = (
+    "Can you clean up the wording of this?", "Tidy up the spelling here, please.", "Where are the typos in this text?",
+    "Add the missing commas to this.", "Make this paragraph sound more formal.", "Make this message sound friendlier.",
+    "Rewrite this in a more casual tone.", "Rewrite the text in the passive voice.", "Switch this text to the second person.",
+    "Put the following sentence into the past tense.", "Rephrase this sentence in three different ways.",
+    "Rewrite this as if a pirate were saying it.", "Make the following text more persuasive.",
+    "Expand this sentence into a full paragraph.", "Continue the story from where it stops.", "What happens next? Keep going:",
+    "Proofread my text and explain each fix.",
+    "Rewrite this for a ten-year-old reader.", "Turn this sentence into a question.",
+    "Rewrite this tweet so that more people will like it.", "Reword this so it doesn't sound rude.",
+    "Edit this paragraph to remove the repetition.", "Turn this text into a short poem.",
+    "Write a rhyming couplet inspired by this sentence.", "Rewrite this using simpler words.",
+    "Make this sound like it was written by a lawyer.", "Make this text sound like a fairy tale.",
+    "Improve the flow of this paragraph.", "Change every sentence in the text to the future tense.",
+    "Can you make this sound more professional?", "Rewrite this sentence without using the letter e.",
+    "Give this sentence more emotion.",
+    "Add more detail and colour to this description.", "Replace the clichés in this paragraph with fresh phrases.",
+    "Point out the weak words in this text and suggest better ones.", "Write the next three lines of this story.",
+    "Make this complaint more polite but still firm.", "Rewrite this as a limerick.",
+    "Make it punchier:", "Spice this up a bit:", "Make this sound less stiff.",
+    "Rewrite this so a teenager would actually read it.", "Write this again, but angrier.", "Make this sound humble.",
+    "Turn this into a dramatic movie-trailer voice-over.", "Make the sentences below vary more in length.",
+)
+# Questions about a short text the user wrote: asked of a sentence or two, never of a passage (a question after a
+# passage is reading comprehension, summarize).
+_EDIT_QUESTIONS = (
+    "Give me honest feedback on this opening line of my novel.", "How could I improve this paragraph?", "What tone does this text have? Make it warmer.", "Does this sentence make sense? Suggest improvements.", "Is the comma here right?",
+    "Does this read well to a native speaker?", "Write a counter-argument to this opinion.", "Do you agree with this statement? Explain.", "Write a reply to this message.", "Write a witty comeback to this comment.",
+)
+# Shortening the same inputs the edits get: summarize.
+_SHORTEN_ASK = (
+    "Cut this down to a single line.", "Boil this down to two sentences.", "Give me an abstract of the following.",
+    "Shorten this paragraph, keep only what matters.", "One sentence, please: what does this say?", "Make this a lot shorter.",
+    "Write a two-line summary of the text.", "Summarize the text for a busy reader.", "Reduce this to its key point.",
+    "Write a short synopsis of this.", "Give me the short form of this paragraph.", "Recap this in under 20 words.",
+)
+# Questions about a given email, notes or story: reading comprehension, summarize.
+_ABOUT_ASK = (
+    "What is the writer actually asking for?", "According to the text, what went wrong?", "What does the sender want me to do?",
+    "Based on this message, is the sender happy or upset?", "What are the dates and deadlines mentioned here?",
+    "Who is responsible for what, according to these notes?", "In the text below, what is the main problem?",
+    "From this email, when does the sender want to meet?", "What does the author of this text complain about?",
+    "Which of the points below affect customers?", "Answer from the text only: what changed?",
+)
+# A document in the system prompt with a lead of its own, then the user's question: summarize.
+_DOC_LEADS = (
+    "Reference material:", "You answer questions about the attached document.", "Knowledge base excerpt:",
+    "Only use the sources below when you reply.", "Retrieved passages:", "Here is the page the user is looking at:",
+    "Background for this conversation:", "Answer based on the report below. If it is not in the report, say so.",
+    "You are a support bot. The help article:", "Document 1:", "Relevant notes:", "Search results:",
+)
+_EDIT_FORMS = ("{a}\n\n{x}", "{a}\n{x}", "{a} \"{x}\"", "{a}\n\nText: {x}", "{x}\n\n{a}", "{a}\n\nSentence: {x}",
+               "{a}\n\n\"{x}\"", "{a} {x}")
+# A short item and what is asked about it. {x}: the item; labels shown before it sometimes ("Movie: ...").
+_ITEM_ASKS = {
+    "movie": (
+        "What's this film about, roughly?", "I loved this one. What should I watch next?", "Why did critics praise this film?",
+        "Write a fan letter to the director of this movie.", "Who would enjoy this show, and why?",
+        "Write a short review of the following film.", "What are the main themes of this movie?",
+        "Describe the main characters of this show.", "Why is this film considered a classic?",
+        "Would this be a good pick for a family movie night?", "Write a haiku about this movie.",
+        "Pitch a sequel to this film in three sentences.", "What makes the soundtrack of this film special?",
+        "Rank the seasons of this show and explain your ranking.", "Is this worth watching? Be honest.",
+    ),
+    "book": (
+        "What's this book about?", "I just finished this. What should I read next?", "Who wrote this, and what else did they write?",
+        "Write a book-club question about this novel.", "Why do people still read the following book?",
+        "Tell me what happens in this book without spoilers.", "Describe the writing style of this book.",
+        "Is this book suitable for a twelve-year-old?", "Write a short poem inspired by this book.",
+        "What is the most famous quote from this book?", "Convince me to read this.",
+    ),
+    "music": (
+        "Which songs on this album are the best known?", "Recommend artists in a similar style.",
+        "What genre is this artist known for?", "Write a short review of the album below.",
+        "Describe the sound of this band to someone who has never heard it.", "Which song should I start with?",
+        "Why was this album so influential?", "Make me a playlist that starts with this.",
+    ),
+    "city": (
+        "I'm visiting next month. What shouldn't I miss?", "What is the best time of year to visit this place?",
+        "Plan a weekend in the city below.", "What food is this city famous for?", "Give me three hidden gems in:",
+        "Describe this city to a first-time visitor.", "Suggest a day trip from this city.",
+        "What should a tourist avoid here?", "Is this a good place to live with kids?", "How expensive is it to live here?",
+        "Write a postcard from this city.", "What's the nightlife like in:",
+    ),
+    "word": (
+        "What other words mean roughly the same as this one?", "What's the opposite of this word?",
+        "Give me some rhymes for this.", "Use this word in three example sentences.", "What does this word mean?",
+        "Where does this word come from?", "Is this word formal or informal?", "Make a crossword clue for the following word.",
+        "Write a short poem that uses this word twice.", "What are some common phrases that include this word?",
+        "How do I pronounce this?", "Is this word still in use?",
+    ),
+    "idiom": (
+        "What does this saying mean?", "Use this expression in a sentence.", "Where does this idiom come from?",
+        "Give an example of a situation where you would say this.", "Is there a similar saying in other languages?",
+        "Can I use this in a work email?",
+    ),
+    "topic": (
+        "Suggest a few research questions about:", "Give me a reading list on this subject.", "Make a mind map outline for the topic below.",
+        "Write five quiz questions about this topic.", "Suggest some blog post titles about the topic below.",
+        "Explain this topic to a complete beginner.", "What are the most common misconceptions about:",
+        "Plan a six-week evening class on this.", "What are the big open questions in this field?",
+        "Which famous people shaped this field?", "Write a fun fact about this subject for a newsletter.",
+    ),
+    "brand": (
+        "Suggest a name for the business described below.", "Write a short radio ad for:", "Write an Instagram caption for this shop.",
+        "Come up with a slogan for this company.", "What colours and fonts would suit this brand?",
+        "Write an 'About us' paragraph for the business below.", "How should this business celebrate its tenth birthday?",
+        "Write a welcome message for new customers of:", "Which social media should this business be on?",
+    ),
+    "ingredients": (
+        "What can I cook with these?", "Name a dish that uses all of these.", "Give me a quick lunch idea with:",
+        "I have only these in the fridge. Dinner ideas?", "Can I make a dessert with these?", "What goes well with these?",
+        "Plan a three-course menu around:",
+    ),
+    "weather": (
+        "What should I wear in this weather?", "Is this a good day for a picnic?", "Suggest a packing list for a trip with this forecast.",
+        "Can I go cycling in this?", "What could we do with the kids on a day like this?", "Write a short poem about this weather.",
+    ),
+    "situation": (
+        "How should I respond?", "What would a good friend say here?", "Think of a creative way to handle this.",
+        "Write a short pep talk for someone in this position.", "Am I overreacting?", "What are my options here?",
+        "How do I bring this up without a fight?", "Write a diary entry about this.",
+    ),
+    "project": (
+        "What tools do I need for this project?", "What could go wrong with this project, and how do I avoid it?",
+        "Give me a plan to finish this project in a week.", "How long will this take a beginner?",
+        "Is this a good project to do with kids?", "Where can I find inspiration for this?",
+    ),
+    "game": (
+        "Explain the rules of this game.", "Give tips for a beginner at the following game.", "What is a good strategy for this game?",
+        "Why is this game so popular?", "How many players does this game need?", "Teach me this game in five minutes.",
+    ),
+    "job": (
+        "What skills does this role need?", "Prepare five interview questions for this job.", "Describe a typical day in this job.",
+        "Write a short LinkedIn headline for someone in this role.", "What does someone in this role earn, roughly?",
+        "Is this a good career for an introvert?", "How do I switch into this career at 40?",
+    ),
+    "occasion": (
+        "Write a card message for this occasion.", "Suggest gift ideas for the occasion below.", "Plan a small party for this occasion.",
+        "Write a short toast for:", "What's a good theme for this?", "Write a funny invitation for:",
+    ),
+}
+_ITEMS = {
+    "movie": ("Inception", "The Shawshank Redemption", "Toy Story", "Stranger Things", "The Crown", "Jurassic Park",
+              "Amélie", "Spirited Away", "The Office (US)", "Game of Thrones", "Forrest Gump", "The Matrix", "Finding Nemo",
+              "Friends", "Mad Men", "Pulp Fiction", "The Sopranos", "Coco", "Gladiator", "Sherlock", "Black Mirror",
+              "Titanic (1997)", "Ted Lasso", "The Lion King", "Interstellar", "Fargo", "Arrival", "Paddington 2", "Dark (2017)"),
+    "book": ("The Hobbit", "To Kill a Mockingbird", "The Little Prince", "Dune", "Jane Eyre", "The Kite Runner",
+             "Brave New World", "Charlotte's Web", "Sapiens", "The Catcher in the Rye", "The Handmaid's Tale",
+             "Norwegian Wood", "The Martian", "Educated", "The Name of the Wind", "Rebecca", "The Secret History",
+             "Atomic Habits", "Little Women", "Dracula", "The BFG", "Circe"),
+    "music": ("Abbey Road", "Thriller", "Rumours", "Back in Black", "Kind of Blue", "Random Access Memories", "Lemonade",
+              "OK Computer", "Purple Rain", "Nevermind", "The Joshua Tree", "Folklore", "Graceland", "Daft Punk",
+              "Fleetwood Mac", "Nina Simone", "Radiohead", "ABBA"),
+    "city": ("Kyoto", "Lisbon", "Cape Town", "Edinburgh", "Buenos Aires", "Hanoi", "Copenhagen", "Marrakesh",
+             "Vancouver", "Istanbul", "Melbourne", "Prague", "Mexico City", "Reykjavik", "Budapest", "Singapore",
+             "Montreal", "Seville", "Oaxaca", "Tbilisi", "Austin, TX", "Dubrovnik", "Porto", "Chicago, IL"),
+    "word": ("serendipity", "brave", "meticulous", "gloomy", "ephemeral", "generous", "stubborn", "whisper", "ancient",
+             "vivid", "reluctant", "harmony", "fragile", "clumsy", "resilient", "wander", "obscure", "candid",
+             "nostalgia", "tranquil", "bold", "eager", "frugal", "sparkle", "quaint", "diligent"),
+    "idiom": ("break the ice", "bite the bullet", "the ball is in your court", "a blessing in disguise",
+              "once in a blue moon", "spill the beans", "hit the nail on the head", "let the cat out of the bag",
+              "cost an arm and a leg", "under the weather", "burn the midnight oil", "the elephant in the room",
+              "barking up the wrong tree", "a piece of cake", "on thin ice", "every cloud has a silver lining"),
+    "topic": ("Graphic design", "Renaissance art", "Marine biology", "Public speaking", "Personal finance",
+              "Urban planning", "Climate science", "Nutrition", "Film photography", "Medieval history",
+              "Behavioural economics", "Astronomy", "Creative writing", "Child psychology", "Sustainable fashion",
+              "Beekeeping", "Game design", "Ethics", "Volcanology", "Jazz history", "Philosophy of mind"),
+    "brand": ("A bike repair café run by volunteers", "an eco-friendly cleaning brand", "A bakery that only sells sourdough",
+              "a children's bookshop with a reading corner", "a dog grooming van that comes to your house",
+              "A yoga studio for beginners over 50", "a vintage clothing store in a college town",
+              "A tea brand that sources from small farms", "an app that helps neighbours share tools",
+              "a family-run Italian restaurant", "a mobile library bus", "a surf school for kids"),
+    "ingredients": ("eggs, spinach, feta, tortillas", "chickpeas, tomatoes, garlic, cumin", "pasta, lemon, parmesan, black pepper",
+                    "potatoes, leeks, cream", "tofu, soy sauce, ginger, broccoli", "bananas, oats, peanut butter",
+                    "salmon, dill, cucumber, yoghurt", "lentils, carrots, coconut milk, curry paste",
+                    "bread, cheese, apples, mustard", "mince, beans, peppers, rice", "couscous, halloumi, mint"),
+    "weather": ("Sunny, 28 degrees, no wind", "Heavy snow all day", "Overcast and humid, thunderstorms in the evening",
+                "-10 C and a clear sky", "Foggy morning, warm afternoon", "Windy with showers, 12 C", "Drizzle, 9 degrees"),
+    "situation": ("My best friend forgot my birthday again.", "I found a wallet with cash in it on the bus.",
+                  "My coworker takes credit for my work.", "I was offered two jobs on the same day.",
+                  "My neighbour's dog barks all night.", "I said something hurtful to my sister and she stopped talking to me.",
+                  "I have an exam tomorrow and I haven't started studying.", "A friend asked me to lie for him to his girlfriend.",
+                  "I got lost in a city where I don't speak the language.", "My team missed a big deadline because of my mistake.",
+                  "My roommate never cleans the kitchen.", "I was not invited to my cousin's wedding."),
+    "project": ("a birdhouse", "a bookshelf from pallets", "a raised garden bed", "a homemade kite", "a LEGO city for my son",
+                "a treehouse", "a small pond", "a cardboard castle", "a herb spiral", "a photo album for my parents",
+                "a costume for a school play", "a rain gauge"),
+    "game": ("chess", "Monopoly", "poker", "Settlers of Catan", "bridge", "Go", "Minecraft", "Scrabble",
+             "Dungeons & Dragons", "mahjong", "Tetris", "Uno", "backgammon"),
+    "job": ("air traffic controller", "pharmacy assistant", "museum curator", "kindergarten teacher", "data analyst",
+            "barista", "social media manager", "park ranger", "nurse", "event planner", "UX designer"),
+    "occasion": ("my parents' 40th wedding anniversary", "a colleague's retirement", "a baby shower",
+                 "graduation day", "Mother's Day", "a housewarming", "a friend's new job", "Lunar New Year"),
+}
+_ITEM_LABELS = {"movie": ("Movie", "Series", "Title"), "book": ("Book", "Title"), "music": ("Album", "Artist"),
+                "city": ("City", "Location", "Destination"), "word": ("Word",), "idiom": ("Phrase", "Idiom"),
+                "topic": ("Topic", "Field", "Course"), "brand": ("Brand", "Business"), "ingredients": ("Ingredients",),
+                "weather": ("Weather", "Forecast"), "situation": ("Situation", "Problem"), "project": ("Project",),
+                "game": ("Game",), "job": ("Job", "Position", "Role"), "occasion": ("Occasion", "Event")}
+# No input: short open requests in the imperative (lists, plans, checklists, comparisons).
+_OPEN_ASKS = (
+    "Make a checklist for a {e}.", "Make a packing list for {t}.", "Write a to-do list for {t}.",
+    "How much money should I set aside for {t}?", "Make a list of {n} fun things to do on {t}.", "Plan the schedule for {t}.",
+    "Come up with {n} questions to ask at {t}.", "Brainstorm {n} themes for {t}.", "What should I bring to {t}?",
+    "What sets apart {p}?", "How are {p} different?", "Compare {p}.", "Which is better for you, {p}?",
+    "Tell me the difference between {p} in simple words.", "Why do people mix up {p}?",
+)
+_OPEN_EVENTS = ("house move", "wedding", "camping trip", "new puppy", "first day at a new job", "baby's arrival",
+                "home office setup", "garage sale", "end-of-year party", "road trip", "school year start")
+_OPEN_TIMES = ("a week in Iceland", "a rainy Saturday", "a school trip to a museum", "a family reunion", "a job fair",
+               "a beach holiday with two toddlers", "a weekend of hiking", "a first date", "a book club meeting",
+               "a charity bake sale", "a ski trip", "a long-haul flight")
+_PAIRS = ("weather and climate", "a virus and bacteria", "a frog and a toad", "baking soda and baking powder",
+          "a hurricane and a typhoon", "jam and jelly", "a rabbit and a hare", "empathy and sympathy", "a lake and a pond",
+          "latte and cappuccino", "a moth and a butterfly", "an ale and a lager", "a psychologist and a psychiatrist",
+          "an emu and an ostrich", "fog and mist", "a violin and a viola", "butter and margarine", "a cold and the flu",
+          "a comet and an asteroid", "a dolphin and a porpoise", "a cave and a cavern")
+# Dolly-style classification and sorting of a given list by world knowledge: chat.
+_SORT_ASKS = (
+    "Classify each of the following as {a} or {b}: {items}.", "Which of these are {a} and which are {b}? {items}",
+    "Tell me whether each of these is {a} or {b}.\n\n{items}", "Sort these into {a} and {b}: {items}",
+    "Identify which of the following are {a}: {items}", "{items}\n\nWhich of the above are {a}?",
+    "Group the following into {a} and {b}.\n{items}", "Label each item as {a} or {b}:\n{lines}",
+)
+_SORT_SETS = (
+    ("a fruit", "a vegetable", ("courgette", "papaya", "kale", "apricot", "turnip", "fig", "leek", "plum", "celery")),
+    ("a mammal", "a bird", ("eagle", "dolphin", "penguin", "bat", "ostrich", "whale", "sparrow", "horse", "owl")),
+    ("a city", "a country", ("Lima", "Peru", "Oslo", "Kenya", "Nairobi", "Chile", "Vienna", "Laos", "Quito")),
+    ("a string instrument", "a percussion instrument", ("cello", "drum", "harp", "xylophone", "guitar", "tabla")),
+    ("a team sport", "an individual sport", ("rugby", "golf", "hockey", "archery", "volleyball", "fencing")),
+    ("a planet", "a star", ("Mars", "Sirius", "Venus", "Betelgeuse", "Neptune", "Vega", "Jupiter")),
+    ("fiction", "non-fiction", ("Dune", "Sapiens", "Emma", "Educated", "The Hobbit", "Silent Spring")),
+    ("usually served hot", "usually served cold", ("soup", "ice cream", "tea", "gazpacho", "sorbet", "porridge")),
+    ("renewable", "non-renewable", ("solar", "coal", "wind", "oil", "hydro", "natural gas", "geothermal")),
+    ("a reptile", "an amphibian", ("gecko", "newt", "iguana", "salamander", "tortoise", "frog", "cobra")),
+)
+# Facts as "Key: value" lines: chat writes prose from them, structured returns them as data.
+_PEOPLE = ("Rosa Mendes", "Priya Nair", "Tom Becker", "Aiko Tanaka", "Lucas Silva", "Grace Okafor", "Jan Novak",
+           "Sofia Lindqvist", "Omar Haddad", "Claire Dubois", "Diego Ramos", "Hannah Cohen", "Sam Whitfield")
+_SKILLS = ("project management", "Spanish", "public speaking", "Excel", "customer service", "photography",
+           "team leadership", "budgeting", "first aid", "copywriting", "data analysis", "carpentry")
+
+
+def _facts(kind: str, rng: random.Random) -> list[tuple[str, str]]:
+    pick = rng.choice
+    if kind == "person":
+        rows = [("Name", pick(_PEOPLE)), ("Job", pick(_JOBS)), ("Experience", f"{rng.randint(1, 25)} years"),
+                ("Skills", ", ".join(rng.sample(_SKILLS, 2))), ("City", pick(_CITIES[:5] + ("Dublin", "Porto"))),
+                ("Hobbies", ", ".join(rng.sample(_ACTIVITIES, 2))), ("Languages", pick(("English, Greek", "Hindi, English", "French")))]
+    elif kind == "product":
+        rows = [("Product", pick(("a bamboo toothbrush", "noise-cancelling headphones", "a camping stove", "a smart water bottle",
+                                  "a wool blanket", "an electric kettle", "a kids' scooter", "a standing desk"))),
+                ("Features", ", ".join(rng.sample(("lightweight", "waterproof", "two colours", "long battery life", "recycled materials",
+                                                   "quiet", "foldable", "dishwasher safe", "two-year warranty"), 3))),
+                ("Price", f"${rng.randint(5, 300)}"), ("For", pick(("families", "students", "hikers", "busy parents", "office workers")))]
+    elif kind == "house":
+        rows = [("Address", f"{rng.randint(2, 199)} {pick(('Oak', 'Mill', 'River', 'Station', 'Park'))} Street"),
+                ("Bedrooms", str(rng.randint(1, 5))), ("Asking price", f"${rng.randint(180, 900)},000"),
+                ("Features", ", ".join(rng.sample(("garden", "new kitchen", "garage", "near schools", "sea view",
+                                                   "open-plan living room", "solar panels"), 3)))]
+    elif kind == "event":
+        rows = [("Event", pick(("summer fair", "book launch", "charity run", "team dinner", "open day", "jazz night"))),
+                ("Date", f"{pick(_MONTHS)} {rng.randint(1, 28)}"), ("Place", pick(("the town hall", "Riverside Park",
+                                                                                    "our office", "the library"))),
+                ("Time", f"{rng.randint(1, 11)} pm"), ("Note", pick(("bring a friend", "free entry", "dress code: smart casual")))]
+    else:  # restaurant
+        rows = [("Name", pick(("The Blue Door", "Casa Luna", "Noodle Bar 88", "Green Fork", "Harbour Grill"))),
+                ("Cuisine", pick(("Italian", "Thai", "vegan", "Mexican", "seafood"))), ("Area", pick(_CITIES)),
+                ("Rating", f"{rng.randint(3, 5)}/5"), ("Price range", pick(("cheap", "moderate", "expensive")))]
+    return rng.sample(rows, rng.randint(min(3, len(rows)), len(rows)))
+
+
+def _fact_text(facts: list[tuple[str, str]], rng: random.Random) -> str:
+    style = rng.randrange(4)
+    if style == 0:
+        return "\n".join(f"{k}: {v}" for k, v in facts)
+    if style == 1:
+        return "\n".join(f"- {k}: {v}" for k, v in facts)
+    if style == 2:
+        return ", ".join(f"{k.lower()}: {v}" for k, v in facts)
+    return "\n".join(f"{k.lower()} = {v}" for k, v in facts)
+
+
+_FACT_WRITE = {
+    "person": ("Write a short bio from the notes below.", "Use these details to write a friendly self-introduction.",
+               "Write a LinkedIn summary for this person.", "Introduce this speaker at a conference in three sentences.",
+               "Write a reference letter for this person.", "Write a birthday message for this person.",
+               "Write a short newsletter profile of our new colleague."),
+    "product": ("Write a product description using the facts below.", "Write an ad for this product.",
+                "Write three tweets announcing this product.", "Write an honest customer review of this product.",
+                "Pitch this product to a shop owner.", "Write a catchy name and tagline for this product."),
+    "house": ("Describe this home to a family looking to buy.", "Write a short ad for this house.",
+              "Write a letter to the owners saying we love their house.", "Write the voice-over for a video tour of this home."),
+    "event": ("Write an invitation using these details.", "Write an announcement for this event.",
+              "Write a reminder email about this event.", "Write a short poster text for this event."),
+    "restaurant": ("Write a restaurant review from these details.", "Write a short description of this restaurant.",
+                   "Recommend this place to a friend in a text message.", "Write a funny one-star review of this place (it's a joke)."),
+}
+_FACT_STRUCT = (
+    "Convert these details into JSON.", "Return this information as a JSON object.", "Turn the following into YAML.",
+    "Put this into a table with the columns {k}.", "YAML version of this, please:", "Make a CSV row from these details, with a header.",
+    "Output the data below as JSON with snake_case keys.", "Extract the fields as key-value JSON.",
+    "Format this as an XML record.", "Write this as a Python dict.", "Structure the following as JSON, nothing else.",
+)
+# Emails and chat messages: chat answers or writes back; summarize shortens or titles them.
+_EMAIL_BODY = (
+    "I'm writing to ask whether we could move our meeting to next week.", "Thank you for your order.",
+    "We would like to invite you to give a talk at our workshop in {m}.", "I'm sorry, but the parcel has not arrived yet.",
+    "Could you send me the slides from yesterday?", "Our team has reviewed your application with interest.",
+    "The invoice you sent last month has a mistake in the total.", "I hope you had a good holiday.",
+    "We are pleased to offer you the position of {j}.", "Unfortunately the venue is not available on that date.",
+    "I have been a customer for {n} years and this is the first time I complain.", "Many thanks for your help last week.",
+    "Please let me know if Thursday works for you.", "The heating in my flat has been broken since Monday.",
+    "Would you be interested in joining our reading group?", "I wanted to follow up on my last email.",
+    "The kids had a great time at the party.", "We are raising prices by {n}% from {m}.",
+    "Could you tell me more about the volunteer programme?", "I'm afraid I have to cancel my subscription.",
+)
+_EMAIL_CHAT = (
+    "Write back and say no, kindly.", "Write a response to this email accepting the offer.", "Answer this customer's email.",
+    "Write a polite follow-up to this message.", "Write a reply that apologises for the delay.",
+    "Respond to this email and suggest two new dates.", "Reply to this message in a warm, friendly tone.",
+    "Write a firm but polite answer to this complaint.", "How should I reply to this email?",
+    "Draft a short answer to my landlord's message below.", "Help me answer this without sounding annoyed.",
+    "What should I text back?", "Write my answer to this, say yes but ask for more time.",
+)
+_EMAIL_SUMMARY = (
+    "Summarize this email in one sentence.", "Write a subject line for the following email.", "What is the main point of this email?",
+    "TL;DR of this email:", "Give me the gist of this message.", "Summarize the chat below.", "Sum up what this email asks for.",
+    "Give this message a short title.",
+)
+_REVIEW_BITS = (
+    "Battery lasts all day, but it gets warm.", "Arrived on time and does the job.", "Too expensive for what it is.",
+    "The staff were friendly and the room was clean.", "Broke after two weeks.", "Best purchase I made this year!",
+    "The instructions were confusing.", "Comfortable, but the colour faded after one wash.", "Good value for money.",
+    "Customer service never answered my emails.", "Sound quality is excellent.", "Smaller than it looks in the photos.",
+    "The food was cold when it arrived.", "Easy to set up, even for my grandmother.", "Noisy at night because of the road.",
+)
+_MINUTE_BITS = (
+    "Anna to send the report by Friday", "website launch moved to {m}", "the team agreed to try a four-day week",
+    "printer on floor {n} to be replaced", "client asked for a discount of {n}%", "summer party on the {n}th",
+    "security training is now mandatory", "sales up {n}% on last quarter", "two new interns start Monday",
+    "car park closed for repairs in {m}", "the board wants a new logo", "travel budget cut by {n}0%",
+)
+_RELEASE_BITS = (
+    "Faster start-up on older phones", "New export to PDF", "Removed the old sync option", "Improved search results",
+    "Fixed a typo in the settings page", "Added Spanish and Polish", "Battery use reduced in the background",
+    "Login now supports passkeys", "New keyboard shortcuts for editing", "Photos now upload in the background",
+    "Fixed the calendar showing the wrong week",
+)
+_NOTES_SUMMARY = (
+    "Summarize the customer reviews below.", "What do these reviews agree on?", "Give an overview of this feedback.",
+    "Summarize these meeting minutes.", "What was decided in this meeting? Keep it short.",
+    "What are the key points of these release notes?", "Write a one-paragraph summary of the notes below.",
+    "Condense these notes into three bullet points.", "Sum these up for my boss.",
+    "Write a headline for this article.", "Give the passage below a title.", "Summarize the article.",
+    "What is this text mainly about?", "Summarize the main argument of the passage.",
+)
+_TEXT_HEADS = ("Customer reviews:", "Reviews:", "Meeting minutes:", "Notes from today's meeting:", "Release notes:",
+               "Changelog:", "")
+# code in the same shape: a problem, a description, a table and a question, a command.
+_CODE_INSTR = (
+    "Solve this programming problem in {t}.", "Write {t} code for the task below.",
+    "Implement the following in {t}, with a short test.", "Here is a coding task. Give me a {t} implementation.",
+    "Write a function in {t} for the problem below.", "Code this up in {t} and explain the complexity.",
+    "Task for a {t} developer:", "Can you write this in {t}?",
+)
+_REGEX_DESCRIPTIONS = (
+    "dates in the format YYYY-MM-DD", "email addresses", "UK postcodes", "hexadecimal colour codes like #a3f",
+    "words that contain a double letter", "lines that end with a semicolon", "IPv4 addresses",
+    "US phone numbers with an optional area code", "strings of exactly eight lowercase letters", "times in 24-hour format",
+    "URLs that start with https", "numbers with two decimal places",
+)
+_REGEX_ASKS = ("Write a regex for the description below.", "Give me a regular expression that matches the following.",
+               "Create a regex pattern:", "I need a regular expression for this:")
+_SQL_TABLES = ("employees(id, name, salary, dept_id)", "orders(id, customer_id, total, created_at)",
+               "students(id, name, grade, class)", "products(id, name, price, stock)", "books(id, title, author, year)")
+_SQL_QUESTIONS = ("Who earns more than the average?", "How many rows were added last month?",
+                  "Which three items have the highest value?", "List every name in alphabetical order.",
+                  "What is the total per group?", "Which entries have no matching row in the other table?")
+_SQL_ASKS = ("Write an SQL query that answers the question.", "Give me the SQL for this.",
+             "Turn the question into a SQL statement for the table below.", "What query would answer this?")
+_COMMANDS = ("ls -la | grep txt", "chmod 755 run.sh", "docker run -p 8080:80 nginx", "kubectl get pods -A",
+             "find . -name '*.log' -delete", "tar -xzf backup.tar.gz", "git stash pop", "ssh -L 5432:localhost:5432 server",
+             "awk '{print $2}' file.txt", "pip install -e .", "npm run build", "git cherry-pick abc123")
+_COMMAND_ASKS = ("What does `{c}` do?", "Explain this command: {c}", "Is it safe to run `{c}`?", "What does this shell command do?\n\n{c}",
+                 "Break down the command below.\n\n{c}", "What is the output of `{c}` likely to be?")
+_CODE_MISC = (
+    "Write a LaTeX preamble with two packages for maths.", "Write a workflow file that lints the repo on every pull request.",
+    "Show me the LaTeX for a 2x2 matrix and a fraction.", "Write a Makefile with build, test and clean targets.",
+    "Write a cron expression that runs a job every {n} minutes.", "Write an nginx config that proxies to port {n}000.",
+    "Write a docker-compose file with a web service and a Postgres database.", "What is the difference between let and var in JavaScript?",
+    "How do I write a unit test for a function that calls an API?", "Write a bash one-liner that counts the lines of every .py file.",
+    "How do I add a column with a default value in PostgreSQL?", "Write a CSS grid layout with a sidebar and a main area.",
+    "How do I rename a local git branch?", "How do I make a button stay at the bottom of the screen in CSS?",
+    "How do I group by two columns in pandas?", "Make this HTML form send its data as JSON.",
+    "In Python, how do I read a file that is too big for memory?", "How can I vertically align text in a flexbox?",
+)
+# math in the same shape.
+_UNITS = (("ft", "in"), ("m", "cm"), ("kg", "g"), ("h", "min"), ("yd", "ft"), ("L", "mL"), ("km", "m"), ("lb", "oz"),
+          ("days", "hours"), ("gallons", "quarts"))
+_STATEMENTS = (
+    "The sum of two odd numbers is even.", "There are infinitely many prime numbers.", "The square root of 2 is irrational.",
+    "The product of three consecutive integers is divisible by 6.", "For all positive integers n, 1 + 2 + ... + n = n(n+1)/2.",
+    "If x > 2 then x^2 > 4.", "Every multiple of 4 is even.", "The angles of a triangle add up to 180 degrees.",
+    "n^3 - n is divisible by 3 for every integer n.", "The sum of the first n odd numbers is n^2.",
+)
+_MATH_INSTR = (
+    "How much should I leave as a tip?\n\nBill: ${d}.{c}0, tip: {p}%", "How many {u2} is that?\n\n{a} {u1}",
+    "{a} {u1} in {u2}?", "Solve the system.\n\n{a}x + {b}y = {r1}\n{c}x - y = {r2}", "Show that the statement is true.\n\n{s}",
+    "Is this statement true? Give a proof or a counterexample.\n\n{s}", "Prove it:\n{s}",
+    "What is the general term of this sequence?\n\n{q}", "Find the next two terms of the sequence.\n\n{q}",
+    "Calculate the total cost of the items below.\n\n{table}", "Compute the average of these numbers.\n\n{nums}",
+    "Estimate the total cost if each of the {n} items costs ${d}.", "Find the mean, median and mode of the data.\n\n{nums}",
+    "Compute the derivative of the function.\n\nf(x) = {a}x^3 - {b}x + {c}", "Simplify the expression.\n\n({a}x + {b})({a}x - {b})",
+    "Find the area of the shape.\n\nA right triangle with legs {a} cm and {b} cm.", "How many ways can you choose {c} books from {n}?",
+    "Which of these numbers are prime?\n\n{nums}", "What is the chance of a total of {t} when rolling two dice?",
+    "Add up the last column.\n\n{table}", "Work out the percentage change.\n\nOld: {d}\nNew: {r1}",
+)
+_TRANSLATE_INSTR = (
+    "Translate the text into {l}.", "Render the following passage in {l}.", "Please translate this into {l} for our newsletter.",
+    "Translate the sentence below into {l}, keeping the tone.", "I need the following text in {l}.",
+    "Can you give me this paragraph in {l}?",
+)
+
+
+# The same asks worded the way instruction sets word them: "the given / following / provided <noun>" (MBPP and
+# HumanEval say "given" too, of lists and integers), list-making verbs, and a sentence that defines the thing to
+# write first. {g}: a reference to the item, e.g. "the given movie".
+_GIVEN_REFS = ("the given {n}", "the following {n}", "the {n} below", "the provided {n}", "this {n}", "the {n} you are given",
+               "the {n} that is given", "the {n} mentioned below")
+_GIVEN_NOUNS = {"movie": ("movie", "film", "series", "TV show", "movie or series"), "book": ("book", "novel", "title"),
+                "music": ("album", "artist", "band"), "city": ("city", "place", "destination", "location"),
+                "word": ("word", "term", "adjective"), "idiom": ("phrase", "expression", "idiom"),
+                "topic": ("topic", "subject", "field", "course"), "brand": ("brand", "business", "company", "shop"),
+                "ingredients": ("ingredients", "items in my fridge"), "weather": ("weather", "forecast", "weather condition"),
+                "situation": ("situation", "problem", "scenario"), "project": ("project", "build", "DIY idea"),
+                "game": ("game",), "job": ("job", "role", "position"), "occasion": ("occasion", "event")}
+_GIVEN_ASKS = (
+    "Make a list of {o} for {g}.", "Create a list of {o} related to {g}.", "Come up with {o} for {g}.",
+    "Suggest {o} that fit {g}.", "Give examples of {o} connected to {g}.", "Write down {o} for {g}.",
+    "List {o} for {g}.", "Think of {o} that suit {g}.", "Brainstorm {o} inspired by {g}.", "Name {o} that go with {g}.",
+    "Using {g}, come up with {o}.", "Based on {g}, suggest {o}.", "For {g}, write {o}.", "Provide {o} about {g}.",
+)
+_GIVEN_OBJECTS = ("a few gift ideas", "some fun facts", "five questions to ask", "a packing list", "some songs",
+                  "possible names", "weekend activities", "practical tips", "related words", "places to visit",
+                  "famous quotes", "snack ideas", "common mistakes to avoid", "three jokes", "discussion questions",
+                  "a short poem", "hashtags", "talking points", "party themes", "similar recommendations", "a fun quiz",
+                  "interview questions", "catchy titles", "a haiku", "three alternatives", "pros and cons")
+_DEFINE_WRITE = (
+    ("A tagline is a short, catchy phrase used in advertising", "Write one for {g}"),
+    ("An elevator pitch is a 30-second summary of an idea", "Write one for {g}"),
+    ("A haiku is a poem of three lines with 5, 7 and 5 syllables", "Write a haiku about {g}"),
+    ("A limerick is a funny five-line poem", "Write a limerick about {g}"),
+    ("A toast is a short speech given before a drink", "Write a toast for {g}"),
+    ("A mission statement says why an organisation exists", "Write one for {g}"),
+    ("A press release announces news to journalists", "Write a short press release about {g}"),
+    ("An acrostic poem spells a word with the first letter of each line", "Write one about {g}"),
+    ("A fun fact is a surprising piece of trivia", "Share three about {g}"),
+    ("A pun is a joke that plays on the meaning of words", "Make two puns about {g}"),
+    ("Good feedback is specific, kind and useful", "Give feedback on {g}"),
+    ("A travel guide tells visitors what to see and do", "Write a short one for {g}"),
+)
+
+
+# code in the same words: "the given / provided <code noun>", a defining sentence first, "You are given ... The task is".
+_CODE_NOUNS = ("code", "snippet", "function", "script", "program", "query", "command", "class", "stack trace",
+               "error message", "implementation", "pseudocode", "programming problem", "algorithm", "test case")
+_CODE_GIVEN_ASKS = (
+    "Find and fix the bugs in {g}.", "Explain {g} line by line.", "Convert {g} into {t}.", "Write unit tests for {g}.",
+    "What is the output of {g}?", "Identify the programming language of {g}.", "Optimize {g} for speed.",
+    "Add comments and type hints to {g}.", "Rewrite {g} so it is easier to read.", "Tell me the time complexity of {g}.",
+    "Refactor {g} into smaller functions.", "Review {g} like a senior engineer would.", "Why does {g} fail?",
+    "Make {g} handle empty input.", "Port {g} to {t} and keep the same behaviour.",
+)
+_CODE_TOPIC_ASKS = (
+    "Design a programming exercise about the given topic, with examples and constraints.", "Write a coding interview question on this subject.",
+    "Write the {t} syntax for the action below.", "Show how to do the following in {t}.", "Turn the description into a {t} snippet.",
+    "Look for a code snippet that does what the search query asks.", "Write a shell command for the description below.",
+    "Given a language and a task, show the idiomatic way to do it.", "Find the library function in {t} that does this and show its use.",
+    "Answer this programming question with an example.",
+)
+_CODE_TOPICS = ("recursion", "binary search trees", "string parsing", "dynamic programming", "reading a CSV file",
+                "adding an image to a web page", "making a table with a header row", "reading the last 20 lines of a file",
+                "sorting a list of tuples by the second item", "opening a link in a new tab", "counting files in a folder",
+                "a bold heading and a numbered list", "listing running processes", "a dropdown menu", "merging two arrays",
+                "checking whether a number is even", "a loop that prints 1 to 10", "a form with a password field")
+_CODE_SNIPPETS = (
+    "for i in range(10)\n    print(i)", "int main() {\n  printf(\"hi\")\n  return 0;\n}", "SELECT name, COUNT(*) FROM users GROUP BY name",
+    "const x = [1, 2, 3].map(n => n * 2);", "def avg(xs):\n    return sum(xs) / len(xs)", "while (true) { i++; }",
+    "<div class=\"box\"><p>Hello</p>", "fn main() { let v = vec![1, 2]; println!(\"{:?}\", v); }",
+    "public int sum(int[] a) { int s = 0; for (int x : a) s += x; return s; }", "ls | wc -l", "x = input()\nprint(int(x) + 1)",
+    "git log --oneline | head -5", "if x = 5:\n    print('five')", "echo $PATH", "df.groupby('city').size()",
+    "document.getElementById('btn').onclick = go;", "let total = 0\nfor n in nums { total += n }",
+)
+_CODE_DEFINE = (
+    ("A regular expression describes a search pattern in text", "Write one that matches {x}"),
+    ("A unit test checks one small piece of code", "Write unit tests for a function that handles {x}"),
+    ("A Dockerfile describes how to build a container image", "Write one for an app that does {x}"),
+    ("A CI workflow runs jobs automatically when code is pushed", "Write one that runs {x}"),
+    ("Big-O notation describes how running time grows with input size", "Give the complexity of {x}"),
+    ("A REST endpoint answers HTTP requests", "Write one in {t} for {x}"),
+    ("A linter flags style problems in source code", "Configure one for a {t} project that does {x}"),
+    ("A makefile lists build targets", "Write one for a project about {x}"),
+)
+_GIVEN_TASK = (
+    "You are given {what}. The task is to {do}.", "You will be given {what}. Your job is to {do}.",
+    "In this task you get {what}, and you need to {do}.", "Given {what}, {do}.",
+)
+_CODE_WHAT_DO = (
+    ("a question about programming and two possible answers", "decide which answer is correct and explain why"),
+    ("a piece of code and an error message", "find the cause of the error"),
+    ("a function signature and a docstring", "write the body of the function"),
+    ("a description of a program", "write the program in {t}"),
+    ("a snippet in one language", "rewrite it in {t}"),
+    ("a SQL table and a question", "write the query that answers it"),
+    ("a failing test", "change the code so that the test passes"),
+)
+_CHAT_WHAT_DO = (
+    ("a short story", "write a happier ending for it"), ("a list of words", "write a poem that uses all of them"),
+    ("a job title", "describe what a typical day looks like"), ("a country", "suggest dishes a visitor should try"),
+    ("the name of a famous person", "write three interview questions for them"), ("a hobby", "suggest ways to get started"),
+    ("a feeling", "write a short poem about it"), ("a tricky situation", "give kind and practical advice"),
+    ("an opinion", "write a polite counter-argument"), ("a product", "write a funny ad for it"),
+)
+
+
+# Prose about a programming tool first, the request for code after it; programming Q&A with answers to judge.
+_TECH_BACKGROUND = (
+    "Docker packages an application and its dependencies into an image that runs the same everywhere.",
+    "In git, a branch is a movable pointer to a commit, and merging joins two lines of work.",
+    "A REST API exposes resources over HTTP with verbs such as GET, POST and DELETE.",
+    "An index in a relational database speeds up lookups at the cost of slower writes.",
+    "React components re-render when their state or props change; hooks let function components keep state.",
+    "A virtual environment keeps the packages of one Python project apart from the others.",
+    "Kubernetes runs containers in pods and restarts them when they fail.",
+    "Continuous integration builds and tests every change that is pushed to the repository.",
+    "Unit tests check small pieces of code in isolation, often with mocks for the network and the disk.",
+    "Reading documentation carefully is often the fastest way to solve a programming problem.",
+    "Environment variables let a program read its configuration without hard-coding it.",
+    "A cron job runs a command on a schedule, for example every night at two.",
+    "Async code lets a program wait for the network without blocking other work.",
+    "Type hints in Python do not change how the code runs, but tools can check them.",
+)
+_TECH_REQUESTS = (
+    "Give a minimal example in {t}.", "Show me a small working example.", "Write sample code that demonstrates this.",
+    "Demonstrate it with a short config file.", "Can you show this in code?", "Write a script that uses this idea.",
+    "Show a typical setup for a {t} project.", "Explain it with an example snippet.",
+)
+_ANSWER_BITS = ("Use the built-in function and pass the flag.", "You can't, you need a library for that.",
+                "Wrap it in a try block and read the error.", "Call it in a loop until it returns None.",
+                "Set the option in the config file and restart.", "Use a regular expression instead.")
+
+
+def _typos(text: str, rng: random.Random) -> str:
+    """`text` with a few made-up mistakes, for "correct this" requests."""
+    words = text.split()
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(words))
+        w = words[i]
+        swap = {"their": "there", "your": "you're", "its": "it's", "to": "too", "than": "then", "were": "was", "is": "are"}
+        if w.lower() in swap:
+            words[i] = swap[w.lower()]
+        elif len(w) > 4 and w.isalpha():
+            j = rng.randrange(1, len(w) - 2)
+            words[i] = w[:j] + w[j + 1] + w[j] + w[j + 2 :]
+    out = " ".join(words).replace(",", "", rng.randint(0, 1))
+    return out[:1].lower() + out[1:] if rng.random() < 0.4 else out
+
+
+def instruction_prompts(rows: list[dict], data: Path, rng: random.Random) -> list[dict]:
+    """Instruction + input prompts of every class (see the comment above). Splits as in request_prompts: a hash of
+    each row's own key; rows that land in "test" are dropped."""
+    out: list[dict] = []
+    src = [r for r in rows if r["split"] in ("train", "val")]
+    pick = rng.choice
+
+    def add(k: int, kind: str, text: str, label: str) -> None:
+        split = split_of(f"instr-{kind}-{k}")
+        if split != "test":
+            out.append({"text": text, "label": label, "source": "instr/" + kind, "split": split})
+
+    with open(data / "tatoeba" / "tatoeba_laser_v1_14langs.jsonl", encoding="utf-8") as f:
+        english = sorted({json.loads(line)["eng"] for line in f})
+    passages = [_passage(r["text"]) for r in src if r["source"].startswith("t0/") and r["label"] == "summarize"]
+    passages = [p for p in passages if len(p) >= 200 and not re.search(r"question|answer", p, re.I)]
+    problems = []
+    for r in src:
+        if r["source"] == "mbpp":
+            task = r["text"].split("\nYour code should pass these tests:")[0].strip()
+            task = re.sub(r"^Write a (?:python )?function (?:to |that )?", "", task, flags=re.I)
+            problems.append(task[:1].upper() + task[1:])
+        elif r["source"] == "humaneval" and (doc := _docstring(r["text"])):
+            problems.append(doc[1])
+
+    def text_input() -> str:
+        u = rng.random()
+        if u < 0.45:
+            return " ".join(rng.sample(english, rng.randint(1, 3)))
+        if u < 0.75 and passages:
+            return _short_passage(pick(passages), rng, limit=pick((200, 320, 480)))
+        fill = {"age": rng.randint(18, 75), "job": pick(_JOBS), "city": pick(_CITIES), "n": rng.randint(2, 9),
+                "k": pick(_KIN), "s": pick(_ACTIVITIES), "money": pick((300, 800, 5000)), "hour": rng.randint(5, 9),
+                "month": pick(_MONTHS)}
+        return " ".join(b.format(**fill) for b in rng.sample(_STORY_BITS, rng.randint(2, 4)))
+
+    def item(kind: str) -> str:
+        x = pick(_ITEMS[kind])
+        return f"{pick(_ITEM_LABELS[kind])}: {x}" if rng.random() < 0.3 else x
+
+    def email() -> str:
+        body = " ".join(b.format(n=rng.randint(2, 15), m=pick(_MONTHS), j=pick(_JOBS)) for b in rng.sample(_EMAIL_BODY, rng.randint(2, 4)))
+        if rng.random() < 0.25:  # a chat log
+            turns = [pick(("Are we still on for tonight?", "Did you see the match?", "I can't find my keys anywhere.",
+                           "What are you cooking?", "Guess who I ran into today")),
+                     pick(("Not bad, a bit tired.", "Yes! Running late though.", "I did, what a finish.", "Check the car."))]
+            turns += [pick(("Want to grab a coffee later?", "Haha, classic.", "Can you pick up some bread?", "So what do you think?"))]
+            names = rng.sample(_NAMES, 2)
+            return "\n".join(f"{names[i % 2]}: {t}" for i, t in enumerate(turns))
+        name = pick(_PEOPLE).split()[0]
+        return f"{pick(('Hi', 'Dear', 'Hello'))} {name},\n\n{body}\n\n{pick(('Best', 'Kind regards', 'Thanks', 'Cheers'))},\n{pick(_PEOPLE)}"
+
+    def notes() -> str:
+        u = rng.random()
+        fmt = {"n": rng.randint(2, 9), "m": pick(_MONTHS)}
+        if u < 0.35:
+            bits = rng.sample(_REVIEW_BITS, rng.randint(3, 6))
+            head = pick(_TEXT_HEADS[:2])
+        elif u < 0.7:
+            bits = [b.format(**fmt) for b in rng.sample(_MINUTE_BITS, rng.randint(3, 6))]
+            head = pick(_TEXT_HEADS[2:4])
+        else:
+            bits = rng.sample(_RELEASE_BITS, rng.randint(3, 6))
+            head = pick(_TEXT_HEADS[4:])
+        style = rng.randrange(3)
+        body = ("\n".join(f"{i + 1}. {b}" for i, b in enumerate(bits)) if style == 0 else
+                "\n".join(f"- {b}" for b in bits) if style == 1 else "; ".join(bits))
+        return (head + "\n" + body).strip()
+
+    def join(instr: str, x: str) -> str:
+        return pick(("{a}\n\n{x}", "{a}\n\n{x}", "{a}\n{x}", "{x}\n\n{a}")).format(a=instr, x=x)
+
+    for k in range(4800):  # chat
+        u = rng.random()
+        if u < 0.25:
+            x = text_input()
+            short = len(x) < 160
+            a = pick(_EDIT_ASK + _EDIT_QUESTIONS) if short else pick(_EDIT_ASK)
+            if any(w in a for w in ("typo", "spelling", "wording", "comma", "Proofread", "native")):
+                x = _typos(x, rng)
+            text = pick(_EDIT_FORMS if short else _EDIT_FORMS[:4] + _EDIT_FORMS[5:]).format(a=a, x=x)
+        elif u < 0.4:
+            kind = pick(tuple(_ITEM_ASKS))
+            text = join(pick(_ITEM_ASKS[kind]), item(kind))
+        elif u < 0.55:
+            kind = pick(tuple(_GIVEN_NOUNS))
+            g = pick(_GIVEN_REFS).format(n=pick(_GIVEN_NOUNS[kind]))
+            if rng.random() < 0.25:
+                lead, ask = pick(_DEFINE_WRITE)
+                instr = f"{lead}. {ask.format(g=g)}."
+            else:
+                instr = pick(_GIVEN_ASKS).format(o=pick(_GIVEN_OBJECTS), g=g)
+                instr = instr[:1].upper() + instr[1:]
+            text = join(instr, item(kind))
+        elif u < 0.67:
+            kind = pick(tuple(_FACT_WRITE))
+            text = join(pick(_FACT_WRITE[kind]), _fact_text(_facts(kind, rng), rng))
+        elif u < 0.77:
+            text = join(pick(_EMAIL_CHAT), email())
+        elif u < 0.87:
+            text = pick(_OPEN_ASKS).format(e=pick(_OPEN_EVENTS), t=pick(_OPEN_TIMES), n=rng.randint(3, 10), p=pick(_PAIRS))
+        else:
+            a, b, items = pick(_SORT_SETS)
+            chosen = rng.sample(items, rng.randint(4, len(items)))
+            text = pick(_SORT_ASKS).format(a=a, b=b, items=", ".join(chosen), lines="\n".join(chosen))
+        if rng.random() < 0.1:
+            text = text[:1].lower() + text[1:]
+        add(k, "chat", text, "chat")
+
+    questions = [r["text"].strip() for r in src if r["source"] == "truthfulqa"]
+    for k in range(1500):  # summarize: the same inputs, asked to be shortened, titled, summed up or read
+        u = rng.random()
+        if u < 0.2:
+            text = join(pick(_EMAIL_SUMMARY), email())
+        elif u < 0.4:
+            text = join(pick(_NOTES_SUMMARY[:9]), notes())
+        elif u < 0.5:
+            text = join(pick(_NOTES_SUMMARY[9:]), _short_passage(pick(passages), rng, limit=pick((300, 480, 800))))
+        elif u < 0.7:
+            text = pick(_EDIT_FORMS[:4] + _EDIT_FORMS[5:]).format(a=pick(_SHORTEN_ASK), x=text_input())
+        elif u < 0.85:
+            text = join(pick(_ABOUT_ASK), pick((email, notes, text_input))())
+        else:  # a document with its own lead (a system prompt), then a closed-book-sounding question
+            docs = "\n\n".join(_short_passage(p, rng, limit=pick((300, 600))) for p in rng.sample(passages, rng.randint(1, 3)))
+            text = f"{pick(_DOC_LEADS)}\n\n{docs}\n\n{pick(questions)}"
+        add(k, "summarize", text, "summarize")
+
+    for k in range(700):  # structured: the same facts and notes, as data
+        kind = pick(tuple(_FACT_WRITE))
+        facts = _facts(kind, rng)
+        instr = pick(_FACT_STRUCT).format(k=", ".join(key.lower() for key, _ in facts))
+        text = join(instr, _fact_text(facts, rng))
+        add(k, "structured", text, "structured")
+
+    for k in range(1000):  # code and chat in the words of instruction sets ("the given code" / "the given city")
+        t = pick(_TOOLING[:12])
+        u = rng.random()
+        if u < 0.3:
+            g = pick(_GIVEN_REFS).format(n=pick(_CODE_NOUNS))
+            text = join(pick(_CODE_GIVEN_ASKS).format(g=g, t=t), pick(_CODE_SNIPPETS + tuple(problems[:40])))
+        elif u < 0.55:
+            text = join(pick(_CODE_TOPIC_ASKS).format(t=t), pick(_CODE_TOPICS))
+        elif u < 0.7:
+            lead, ask = pick(_CODE_DEFINE)
+            text = f"{lead}. {ask.format(x=pick(_CODE_TOPICS), t=t)}."
+        elif u < 0.85:
+            what, do = pick(_CODE_WHAT_DO)
+            text = join(pick(_GIVEN_TASK).format(what=what, do=do.format(t=t)), pick(_CODE_SNIPPETS))
+        elif u < 0.92:
+            if rng.random() < 0.5:
+                text = " ".join(rng.sample(_TECH_BACKGROUND, rng.randint(1, 2))) + pick(("\n", " ", "\n\n")) + pick(_TECH_REQUESTS).format(t=t)
+            else:
+                question = f"Is there a way to {pick(_CODE_TASKS + _PROG_TASKS)} in {t}? " + pick((
+                    "I tried a few things from the docs but nothing worked.", "Right now I do it by hand every time.",
+                    "My current version is slow.", "", "I'm new to this, sorry."))
+                a1, a2 = rng.sample(_ANSWER_BITS, 2)
+                text = pick((f"Question: {question}\nAnswer 1: {a1}\nAnswer 2: {a2}\n\nWhich answer is right?",
+                             join(pick(_GIVEN_TASK).format(what=pick(_CODE_WHAT_DO)[0], do="judge each answer"),
+                                  f"{question}\n\n1) {a1}\n2) {a2}"), question))
+        else:
+            what, do = pick(_CHAT_WHAT_DO)
+            x = pick(_ITEMS[pick(("movie", "book", "city", "word", "situation", "job", "occasion"))])
+            add(k, "given-chat", join(pick(_GIVEN_TASK).format(what=what, do=do), x), "chat")
+            continue
+        add(k, "given-code", text, "code")
+
+    for k in range(1100):  # code
+        u = rng.random()
+        t = pick(_TOOLING[:12])
+        if u < 0.4 and problems:
+            text = join(pick(_CODE_INSTR).format(t=t), pick(problems))
+        elif u < 0.52:
+            text = join(pick(_REGEX_ASKS), "Description: " + pick(_REGEX_DESCRIPTIONS) if rng.random() < 0.6 else pick(_REGEX_DESCRIPTIONS))
+        elif u < 0.64:
+            text = join(pick(_SQL_ASKS), f"Table: {pick(_SQL_TABLES)}\nQuestion: {pick(_SQL_QUESTIONS)}")
+        elif u < 0.8:
+            text = pick(_COMMAND_ASKS).format(c=pick(_COMMANDS))
+        else:
+            text = pick(_CODE_MISC).format(n=rng.randint(2, 9))
+        add(k, "code", text, "code")
+
+    for k in range(800):  # math
+        a, b, c = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)
+        u1, u2 = pick(_UNITS)
+        start = rng.randint(1, 12)
+        step = rng.randint(2, 11)
+        seq = ", ".join(str(start + step * i) if rng.random() < 0.6 else str(start * (i + 1) ** 2) for i in range(5)) + ", ..."
+        seq = ", ".join(str(start + step * i) for i in range(5)) + ", ..." if rng.random() < 0.7 else seq
+        items = [(pick(("notebooks", "pens", "paint", "brushes", "glue", "tape", "flour", "eggs")), rng.randint(1, 6),
+                  f"{rng.randint(1, 30)}.{rng.randint(0, 99):02d}") for _ in range(rng.randint(2, 4))]
+        table = "Item | Qty | Price\n" + "\n".join(f"{i} | {q} | ${p}" for i, q, p in items)
+        nums = ", ".join(str(rng.randint(1, 99)) for _ in range(rng.randint(5, 9)))
+        text = pick(_MATH_INSTR).format(
+            p=pick((10, 12, 15, 18, 20)), d=rng.randint(12, 250), c=c, a=a, b=b, u1=u1, u2=u2, r1=a * 2 + b * 3,
+            r2=c * 2 - 3, s=pick(_STATEMENTS), q=seq, n=rng.randint(3, 12),
+            t=rng.randint(2, 12), table=table, nums=nums)
+        add(k, "math", text, "math")
+
+    for k in range(400):  # translate
+        lang = pick(("Spanish", "French", "German", "Italian", "Portuguese", "Japanese", "Dutch", "Polish"))
+        x = _short_passage(pick(passages), rng, limit=pick((200, 400))) if rng.random() < 0.6 else " ".join(rng.sample(english, 2))
+        add(k, "translate", join(pick(_TRANSLATE_INSTR).format(l=lang), x), "translate")
+    return out
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -1383,10 +2178,12 @@ def main(argv: list[str] | None = None) -> int:
         rows += augment(rows, args.data, random.Random(0)) + short_prompts(rows, args.data, random.Random(1))
         rows += request_prompts(rows, args.data, random.Random(2))
         rows += everyday_prompts(rows, random.Random(3))
+        rows += instruction_prompts(rows, args.data, random.Random(4))
     by_split = {s: [r for r in rows if r["split"] == s] for s in ("train", "val", "test", "ood", "short_test")}
     heldout = load_heldout(args.heldout)
     seen = {_norm(r["text"]) for r in by_split["train"] + by_split["val"]}
-    overlap = [r["text"] for r in heldout if _norm(r["text"]) in seen]
+    unseen = heldout + [r for path in sorted(args.heldout.parent.glob("classifier_eval_*.jsonl")) for r in load_heldout(path)]
+    overlap = [r["text"] for r in unseen if _norm(r["text"]) in seen]
     if overlap:  # the held-out eval must stay unseen
         raise SystemExit(f"{len(overlap)} held-out eval prompts are training rows, e.g. {overlap[0][:80]!r}")
     for s, rs in by_split.items():
