@@ -465,7 +465,9 @@ def stepwise_hybrid(profile: Profile, proposer: str, lookup_alpha: AlphaLike, he
     and a step emits E = pi * E_L + (1 - pi) * E_H (E_L = 1 + a1 + a1 a2 + ... over the lookup rates),
     verifies 1 + pi * L + (1 - pi) * gamma tokens per request (L: the lookup drafts' length), pays the lookup
     every step and the head's gamma passes when some request of the batch drafts with the head
-    (`DraftCost.time` at lookup rate pi)."""
+    (`DraftCost.time` at lookup rate pi). With the worker's price of a model token (`model_cost` > 0: the
+    reference worker's hybrid) a head step drafts m = `hybrid_fallback_tokens` <= gamma tokens, as many as the
+    head's survival pays for, so E_H, its verified tokens and its passes are m's (`hybrid_step`'s reach)."""
     batch = max(float(batch), 1.0)
     kv = batch * profile.context_tokens
     rho, chunk = max(float(prefill_ratio), 0.0), max(float(prefill_chunk), 0.0)
@@ -474,7 +476,13 @@ def stepwise_hybrid(profile: Profile, proposer: str, lookup_alpha: AlphaLike, he
         return Plan("none", 0, 0.0, 1.0, 0.0, base, base, 1.0 / base, 1.0, batch)
     cost = profile.draft(proposer)
     head = lookup_alpha if head_alpha is None else head_alpha
-    e_head = expected_tokens_any(head, gamma)
+    if cost.model_cost > 0.0:
+        # the worker's price of a model token (`--hybrid-model-cost`): at a head step the model drafts the
+        # m <= gamma tokens its survival pays for (`hybrid_fallback_tokens`), not gamma
+        m = hybrid_fallback_tokens(head, cost.model_cost, gamma, call_cost=cost.model_call_cost)
+        e_head, head_tokens = expected_tokens_reach(head, gamma, hybrid_step(gamma, 0.0, m).reach), m
+    else:
+        e_head, head_tokens, m = expected_tokens_any(head, gamma), gamma, gamma
     if isinstance(lookup_alpha, (int, float)):
         length, e_lookup = gamma, expected_tokens(float(lookup_alpha), gamma)
     else:
@@ -482,9 +490,9 @@ def stepwise_hybrid(profile: Profile, proposer: str, lookup_alpha: AlphaLike, he
     q = _clip01(lookup_density)
     pi = q / (q + (1.0 - q) / e_head) if q > 0.0 else 0.0
     e = pi * e_lookup + (1.0 - pi) * e_head
-    verify = step_time_with_prefill(profile.target, batch * (1.0 + pi * length + (1.0 - pi) * gamma), kv,
+    verify = step_time_with_prefill(profile.target, batch * (1.0 + pi * length + (1.0 - pi) * head_tokens), kv,
                                     batch * rho * e, chunk)
-    draft = cost.time(gamma, batch, kv, profile.target, verify_s=verify, lookup_rate=pi, fallback_tokens=gamma)
+    draft = cost.time(gamma, batch, kv, profile.target, verify_s=verify, lookup_rate=pi, fallback_tokens=m)
     goodput = e / (draft + verify)
     a = scalar_alpha(head, gamma) if summarise or isinstance(head, (int, float)) else 0.0
     return Plan(proposer, gamma, a, e, draft, verify, base, goodput, goodput * base, batch)

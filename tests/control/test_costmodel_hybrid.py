@@ -138,4 +138,14 @@ def test_profile_hybrid_stepwise_is_priced_as_the_per_step_rule():
     e_head, e_lookup = 1 + 0.5 + 0.25 + 0.125, 1 + 0.9 + 0.81 + 0.729 + 0.6561
     pi = 0.2 / (0.2 + 0.8 / e_head)
     assert got.expected_tokens == pytest.approx(pi * e_lookup + (1 - pi) * e_head)
-    assert load_profile("cpu-tiny").draft("hybrid").stepwise
+    tiny = load_profile("cpu-tiny").draft("hybrid")
+    assert tiny.stepwise and tiny.model_cost == 0.35  # the reference worker's per-step hybrid, at its price
+    # with the worker's price a head step drafts the m tokens the head's survival pays for: at 0.5 a position,
+    # S = 0.5, 0.25, ...: m = 1 (S_2 = 0.25 < 0.35), so E_H = 1.5 and a head step verifies 1 + 1 tokens
+    priced = parse_profile({**BASE, "proposers": {**BASE["proposers"],
+                                                  "hybrid": {**hybrid, "model_cost": 0.35}}}, "p.yaml")
+    got = costmodel.evaluate(priced, "hybrid", lookup, 3, 1, propose_rate=0.2, fallback_alpha=head)
+    pi = 0.2 / (0.2 + 0.8 / 1.5)
+    assert got.expected_tokens == pytest.approx(pi * e_lookup + (1 - pi) * 1.5)
+    target = priced.target
+    assert got.verify_time_s == pytest.approx(target.time(1 + pi * 4 + (1 - pi) * 1, priced.context_tokens))

@@ -24,6 +24,7 @@ def _lookup_first_tiny(model_cost: float) -> dict:
     model part priced at `model_cost` (0: it drafts gamma at every miss, `--hybrid-model-cost 0`)."""
     data = yaml.safe_load((PROFILE_DIR / "cpu-tiny.yaml").read_text())
     data["proposers"]["hybrid"].pop("stepwise")
+    data["proposers"]["hybrid"].pop("model_cost")
     if model_cost:
         data["proposers"]["hybrid"]["model_cost"] = model_cost
     return data
