@@ -21,8 +21,8 @@ from adaptspec.control.policy import build_policy
 from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.predict import AcceptancePredictor, RequestFeatures
 from adaptspec.control.types import CONTENT_CLASSES
-from adaptspec.errors import ConfigError, ModelLoadError, RequestError
-from adaptspec.proxy import accesslog, handlers, health, modelcards, passthrough, report
+from adaptspec.errors import ConfigError, ModelLoadError
+from adaptspec.proxy import accesslog, auth, handlers, health, modelcards, passthrough, report
 from adaptspec.proxy import metrics as mn
 from adaptspec.proxy.engine_switch import EngineSwitch
 from adaptspec.proxy.errors import JsonErrorServer, error_middleware
@@ -138,15 +138,6 @@ class Proxy:
         return MemoryState(alphas)
 
     # -- request path ------------------------------------------------------------------------------
-    def check_auth(self, request: web.Request) -> None:
-        if not self.api_keys:
-            return
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
-        if token not in self.api_keys:
-            raise RequestError("Incorrect or missing API key (send 'Authorization: Bearer <key>').", status=401,
-                               type="authentication_error", code="invalid_api_key")
-
     @property
     def predicting(self) -> bool:
         """Per-request acceptance prediction: `estimator.predict`, for a policy that reads alpha estimates."""
@@ -196,17 +187,10 @@ class Proxy:
         `regime`: the request's sampling regime (estimators.sampling_regime), whose alpha estimates it reads.
         `features`: the request's (`classify_body`): it is then decided on its own predicted alphas
         (`AcceptancePredictor.view` of its regime's estimates)."""
-        eligible = Pools.eligible(candidates, exclude)
-        remote = self.state.remote_inflight
-        states = [w.state(remote.get(w.name, 0)) for w in eligible]
         alphas = self.state.alphas if regime == GREEDY else self.state.alphas.view(regime)
         if features is not None:
             alphas = self.predictor.view(alphas, features, content_class)
-        decision = self.policy.decide(content_class, states, alphas)
-        worker = self.pools.workers.get(decision.worker)
-        if worker is None or worker not in eligible:
-            worker = min(eligible, key=lambda w: w.state(remote.get(w.name, 0)).load)
-        return decision, worker
+        return self.pools.route(self.policy, content_class, candidates, alphas, self.state.remote_inflight, exclude)
 
     # -- metrics read at scrape time ---------------------------------------------------------------
     def _gauges(self):
@@ -256,7 +240,9 @@ class Proxy:
 
 
 def create_app(proxy: Proxy) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=1 << 30)  # our own limit: request.read_body
+    # errors as OpenAI-style JSON around everything, then the client's key (proxy/auth.py)
+    app = web.Application(middlewares=[error_middleware, auth.middleware],
+                          client_max_size=1 << 30)  # our own limit: request.read_body
     app["proxy"] = proxy
     r = app.router
     r.add_post("/v1/chat/completions", handlers.chat_completions)

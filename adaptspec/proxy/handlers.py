@@ -186,7 +186,6 @@ async def _generate(request: web.Request, kind: str, path: str) -> web.StreamRes
     ctx = _Attempt(request, proxy, path, time.perf_counter())
     status = 500
     try:
-        proxy.check_auth(request)
         raw = await read_body(request, proxy.max_body_bytes, proxy.body_timeout_s)
         req = ctx.req = parse_generation(raw, kind)
         ctx.stream = req.stream

@@ -32,5 +32,4 @@ def merged_cards(proxy) -> list[dict]:
 
 async def models(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
-    proxy.check_auth(request)
     return web.json_response({"object": "list", "data": merged_cards(proxy)})

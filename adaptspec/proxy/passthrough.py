@@ -87,7 +87,6 @@ class _Call(relay.Exchange):
     async def run(self) -> web.StreamResponse:
         proxy, status = self.proxy, 500
         try:
-            proxy.check_auth(self.request)
             self.raw = await read_body(self.request, proxy.max_body_bytes, proxy.body_timeout_s)
             model, self.stream = _parse(self.raw)
             accesslog.note(model=model)

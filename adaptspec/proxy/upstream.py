@@ -1,4 +1,5 @@
-"""Upstream pools: worker records (config + live occupancy + health), model routing, the HTTP client.
+"""Upstream pools: worker records (config + live occupancy + health), model routing, the policy's choice of a
+worker among them (`Pools.route`), the HTTP client.
 
 A `Worker` is the proxy's view of one engine endpoint. Its live fields are written by the scraper
 (running, waiting, kv_usage), by the request path (inflight, healthy) and read synchronously by the
@@ -10,13 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from adaptspec.control.traffic import TrafficShape
-from adaptspec.control.types import WorkerState
+from adaptspec.control.types import Decision, WorkerState
 from adaptspec.errors import RequestError, UpstreamError
 from adaptspec.proxy.engines import adapter
 
@@ -189,6 +190,18 @@ class Pools:
     # -- health: outlier ejection --------------------------------------------------------------------------
     eject_after = 3  # 502/503/504 answers in a row that eject a worker (refused connections and timeouts: at once)
     backoff_s = 2.0  # first ejection; doubles with each ejection in a row, up to 32x
+
+    def route(self, policy, content_class: str, candidates: list[Worker], alphas,
+              remote: Mapping[str, int], exclude: set[str] | frozenset[str] = frozenset()) -> tuple[Decision, Worker]:
+        """The policy's decision over the healthy candidates not in `exclude` -> (Decision, Worker). `alphas`:
+        the estimates the request is decided on; `remote`: other replicas' in-flight requests per worker (each
+        worker's load). A decision naming no eligible worker goes to the least loaded one."""
+        eligible = self.eligible(candidates, exclude)
+        decision = policy.decide(content_class, [w.state(remote.get(w.name, 0)) for w in eligible], alphas)
+        worker = self.workers.get(decision.worker)
+        if worker is None or worker not in eligible:
+            worker = min(eligible, key=lambda w: w.state(remote.get(w.name, 0)).load)
+        return decision, worker
 
     def failure(self, worker: Worker, reason: str) -> None:
         """One failed exchange with `worker` (a 502/503/504); `eject_after` in a row eject it."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -189,3 +191,12 @@ def test_api_keys_and_upstream_credentials(upstreams, proxies):
     assert up.requests()[-1]["authorization"] == "Bearer sk-worker-secret"  # the worker's key, not the client's
     assert "sk-worker-secret" not in px.log() and "sk-worker-secret" not in px.metrics()
     assert "sk-worker-secret" not in json.dumps(out.model_dump())
+    # one check for every route (proxy/auth.py): the probes, the version and Prometheus' scrape stay open
+    with pytest.raises(openai.AuthenticationError):
+        px.client(api_key="wrong").models.list()
+    for path in ("/health", "/health/live", "/health/ready", "/version", "/metrics"):
+        with urllib.request.urlopen(px.url + path, timeout=10) as r:
+            assert r.status == 200, path
+    with pytest.raises(urllib.error.HTTPError) as err:  # an unknown path is not revealed without a key
+        urllib.request.urlopen(px.url + "/v1/nothing-here", timeout=10)
+    assert err.value.code == 401
