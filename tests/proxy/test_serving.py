@@ -192,8 +192,8 @@ def test_api_keys_and_upstream_credentials(upstreams, proxies):
     assert "sk-worker-secret" not in px.log() and "sk-worker-secret" not in px.metrics()
     assert "sk-worker-secret" not in json.dumps(out.model_dump())
     # one check for every route (proxy/auth.py): the probes, the version and Prometheus' scrape stay open
-    with pytest.raises(openai.AuthenticationError):
-        px.client(api_key="wrong").models.list()
+    with px.client(api_key="wrong") as wrong, pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
     for path in ("/health", "/health/live", "/health/ready", "/version", "/metrics"):
         with urllib.request.urlopen(px.url + path, timeout=10) as r:
             assert r.status == 200, path
