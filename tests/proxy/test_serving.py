@@ -181,12 +181,13 @@ def test_api_keys_and_upstream_credentials(upstreams, proxies):
     cfg = {"pools": [pool("spec", [up])], "server": {"api_keys_env": "TEST_PROXY_KEYS"}}
     cfg["pools"][0]["workers"][0]["api_key_env"] = "TEST_WORKER_KEY"
     px = proxies(cfg, env={"TEST_PROXY_KEYS": "k-one,k-two", "TEST_WORKER_KEY": "sk-worker-secret"})
-    with pytest.raises(openai.AuthenticationError):
-        px.client(api_key="wrong").chat.completions.create(model="tiny", messages=CHAT)
+    with px.client(api_key="wrong") as wrong, pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model="tiny", messages=CHAT)
     got, body = _raw_post(px.url + "/v1/chat/completions",
                           json.dumps({"model": "tiny", "messages": CHAT}).encode())
     assert got == 401 and body["error"]["code"] == "invalid_api_key"
-    out = px.client(api_key="k-two").chat.completions.create(model="tiny", messages=CHAT)
+    with px.client(api_key="k-two") as right:
+        out = right.chat.completions.create(model="tiny", messages=CHAT)
     assert out.choices
     assert up.requests()[-1]["authorization"] == "Bearer sk-worker-secret"  # the worker's key, not the client's
     assert "sk-worker-secret" not in px.log() and "sk-worker-secret" not in px.metrics()
