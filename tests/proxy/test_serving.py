@@ -201,3 +201,4 @@ def test_api_keys_and_upstream_credentials(upstreams, proxies):
     with pytest.raises(urllib.error.HTTPError) as err:  # an unknown path is not revealed without a key
         urllib.request.urlopen(px.url + "/v1/nothing-here", timeout=10)
     assert err.value.code == 401
+    err.value.close()  # an HTTPError holds the response open
