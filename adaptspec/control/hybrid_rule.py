@@ -1,7 +1,7 @@
 """The per-step hybrid's causal rule (`HybridRule`) and its lookup steps walked along a request's n-gram runs
 (`walk_hybrid`): what trace replay runs as proposer "hybrid" (bench/stepwise.py, whose module doc states the
 rule and its causality) and what the reference worker scores along every request's output as the hybrid's
-shadow (control/shadow.py `hybrid_shadow`, worker/server.py), so that the hybrid's key learns from every
+shadow (`hybrid_shadow` below, worker/server.py), so that the hybrid's key learns from every
 request, as the n-gram key does, not only from the requests that ran it."""
 
 from __future__ import annotations
