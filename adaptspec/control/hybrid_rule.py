@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adaptspec.control.shadow import ShadowStats, _Counts
+from adaptspec.control.shadow import NgramIndex, PositionCounts, ShadowStats, index_over
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def walk_hybrid(lookup_runs: Sequence[int], output_tokens: int, rule: HybridRule
     replayed hybrid request reports for its lookup steps (bench/simulator.py), and what
     `costmodel.stepwise_hybrid` prices from (the head's steps cover E_H positions each)."""
     n = min(output_tokens, len(lookup_runs))
-    counts = _Counts(max(bound, 1))
+    counts = PositionCounts(max(bound, 1))
     if n <= 1 or bound < 1:
         return counts.stats()
     lengths = rule.lookup_lengths(lookup_runs[:n], bound)
@@ -87,20 +87,18 @@ def walk_hybrid(lookup_runs: Sequence[int], output_tokens: int, rule: HybridRule
     return counts.stats()
 
 
-def lookup_runs(prompt_ids: Sequence[int], output_ids: Sequence[int], bound: int, lookup: tuple[int, int],
-                earliest: bool = False) -> np.ndarray:
+def lookup_runs(prompt_ids: Sequence[int], output_ids: Sequence[int], bound: int,
+                lookup: tuple[int, int] | NgramIndex, earliest: bool = False) -> np.ndarray:
     """A request's n-gram runs in the trace form (benchmarks/traces/README.md): runs[i], the tokens a step at
     output position i emits when prompt lookup drafts up to `bound` tokens there from the text before it (1 +
     the draft's tokens that the output repeats), at most what the output has left; position 0 (the prefill's
-    token) is 1. `lookup`: the n-gram proposer's (min_n, max_n)."""
-    from adaptspec.control.shadow import NgramIndex
-
+    token) is 1. `lookup`: the n-gram proposer's (min_n, max_n), or an `NgramIndex` over prompt + output."""
     seq = np.asarray([*prompt_ids, *output_ids], dtype=np.int64)
     p, n = len(prompt_ids), len(output_ids)
     runs = np.ones(n, dtype=np.int64)
     if n < 2 or bound < 1:
         return runs
-    index = NgramIndex(seq, *lookup, earliest=earliest)
+    index = index_over(seq, lookup, earliest)
     for i in range(1, n):
         draft = index.lookup(p + i, min(bound, n - i - 1))
         if draft.size:
@@ -110,7 +108,7 @@ def lookup_runs(prompt_ids: Sequence[int], output_ids: Sequence[int], bound: int
 
 
 def hybrid_shadow(prompt_ids: Sequence[int], output_ids: Sequence[int], rule: HybridRule, bound: int,
-                  lookup: tuple[int, int]) -> ShadowStats:
+                  lookup: tuple[int, int] | NgramIndex) -> ShadowStats:
     """The hybrid's lookup steps along a finished request's output, whatever it ran with (`walk_hybrid` over its
     `lookup_runs`): the reference worker's `usage.speculative.shadow.hybrid`, what trace replay reports for a
     traced request (bench/simulator.py `_shadows`)."""

@@ -75,9 +75,14 @@ class ShadowStats:
         return cls(steps, drafts, draft_tokens, accepted, tuple(tried), tuple(acc))
 
 
-class _Counts:
-    def __init__(self, k: int) -> None:
-        self.k = k
+class PositionCounts:
+    """Steps, drafting steps, drafted tokens and tried / accepted counts per draft position (rows grow past the
+    first `k` when a draft reaches further: a hybrid's lookup drafts past its gamma); the shadow walks' tally and
+    the reference worker's per-source one (worker/requests.py `SourceTally`)."""
+
+    __slots__ = ("steps", "drafts", "draft_tokens", "tried", "acc")
+
+    def __init__(self, k: int = 0) -> None:
         self.steps = self.drafts = self.draft_tokens = 0
         self.tried = [0] * k
         self.acc = [0] * k
@@ -88,11 +93,18 @@ class _Counts:
         step where it ends: that position is tried and not accepted, as the reference engine counts lookup
         (`StepOutput.tried_per_position`)."""
         self.steps += 1
-        if drafted <= 0:
-            return
+        if drafted > 0:
+            self.draft(drafted, accepted, min(accepted + 1, room))
+
+    def draft(self, drafted: int, accepted: int, reached: int) -> None:
+        """One drafting step (its step counted apart): `drafted` tokens, `accepted` kept, positions
+        0..reached-1 tried."""
         self.drafts += 1
         self.draft_tokens += drafted
-        for j in range(min(accepted + 1, room)):
+        if len(self.tried) < reached:
+            self.tried += [0] * (reached - len(self.tried))
+            self.acc += [0] * (reached - len(self.acc))
+        for j in range(reached):
             self.tried[j] += 1
         for j in range(accepted):
             self.acc[j] += 1
@@ -173,21 +185,33 @@ class NgramIndex:
         return seq[:0]
 
 
+def index_over(seq: np.ndarray, lookup: tuple[int, int] | NgramIndex, earliest: bool = False) -> NgramIndex:
+    """An `NgramIndex` over `seq`: `lookup` itself when it is one (it must be over the same tokens), else one
+    built with its (min_n, max_n)."""
+    if isinstance(lookup, NgramIndex):
+        if lookup.seq.shape != seq.shape or not np.array_equal(lookup.seq, seq):
+            raise ValueError("the NgramIndex given is over other tokens than prompt + output")
+        return lookup
+    return NgramIndex(seq, *lookup, earliest=earliest)
+
+
 def walk_lookup(prompt_ids: Sequence[int], output_ids: Sequence[int], k: int,
-                lookup: Callable[[Sequence[int]], Lookup] | tuple[int, int], earliest: bool = False) -> ShadowStats:
+                lookup: Callable[[Sequence[int]], Lookup] | tuple[int, int] | NgramIndex,
+                earliest: bool = False) -> ShadowStats:
     """Score prompt lookup along one request's output (module doc), counting steps as the reference engine
     does: the prefill step (the first token) is a step that drafts nothing, and a draft is cut so that its
     tokens and the bonus token fit in the output (the engine's rule at max_tokens).
 
     `lookup`: (min_n, max_n) of the n-gram proposer (an `NgramIndex` over the request answers; `earliest`: vLLM's
-    match choice), or a factory `seq -> ((L, k) -> draft)` (tests compare the index with the proposer's own
-    lookup this way)."""
+    match choice), an `NgramIndex` already built over prompt + output (one index serves every shadow of a
+    request), or a factory `seq -> ((L, k) -> draft)` (tests compare the index with the proposer's own lookup
+    this way)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     seq = np.asarray([*prompt_ids, *output_ids], dtype=np.int64)
-    draft_of = NgramIndex(seq, *lookup, earliest=earliest).lookup if isinstance(lookup, tuple) else lookup(seq)
+    draft_of = index_over(seq, lookup, earliest).lookup if isinstance(lookup, tuple | NgramIndex) else lookup(seq)
     p, n = len(prompt_ids), len(output_ids)
-    counts = _Counts(k)
+    counts = PositionCounts(k)
     if n:
         counts.step(0, 0, 0)  # prefill
     i = 1
@@ -212,7 +236,7 @@ def walk_runs(runs: Sequence[int], output_tokens: int, k: int) -> ShadowStats:
     steps count, as the simulator's own lookup requests do."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    counts = _Counts(k)
+    counts = PositionCounts(k)
     i, n = 1, min(output_tokens, len(runs))
     while i < n:
         m = min(max(int(runs[i]), 1), k + 1) - 1

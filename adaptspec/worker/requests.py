@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from adaptspec.control.schedule import Schedule
-from adaptspec.control.shadow import ShadowStats
+from adaptspec.control.shadow import PositionCounts, ShadowStats
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.worker.proposers import SamplingParams
 
@@ -57,33 +57,6 @@ class StepOutput:
     by_source: dict[str, ShadowStats] | None = None
 
 
-class _PositionCounts:
-    """Drafting steps, drafted tokens and tried / accepted counts per draft position, for one draft source."""
-
-    __slots__ = ("steps", "drafts", "draft_tokens", "tried", "accepted")
-
-    def __init__(self) -> None:
-        self.steps = self.drafts = self.draft_tokens = 0
-        self.tried: list[int] = []
-        self.accepted: list[int] = []
-
-    def draft(self, drafted: int, accepted: int, reached: int) -> None:
-        """One step that drafted `drafted` tokens and had `accepted` kept; positions 0..reached-1 were tried."""
-        self.drafts += 1
-        self.draft_tokens += drafted
-        if len(self.tried) < reached:
-            self.tried += [0] * (reached - len(self.tried))
-            self.accepted += [0] * (reached - len(self.accepted))
-        for j in range(reached):
-            self.tried[j] += 1
-        for j in range(accepted):
-            self.accepted[j] += 1
-
-    def stats(self) -> ShadowStats:
-        return ShadowStats(self.steps, self.drafts, self.draft_tokens, sum(self.accepted), tuple(self.tried),
-                           tuple(self.accepted))
-
-
 class SourceTally:
     """A per-step hybrid request's decode steps by draft source, in the form trace replay reports them
     (bench/simulator.py `_hybrid_parts`, `stepwise.walk_hybrid`) and the proxy's learning splits them
@@ -100,8 +73,8 @@ class SourceTally:
     __slots__ = ("lookup", "model", "model_name")
 
     def __init__(self) -> None:
-        self.lookup = _PositionCounts()
-        self.model = _PositionCounts()
+        self.lookup = PositionCounts()
+        self.model = PositionCounts()
         self.model_name: str | None = None
 
     def step(self, source: str, drafted: int, accepted: int) -> None:

@@ -45,13 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from adaptspec.control.hybrid_rule import hybrid_shadow
-from adaptspec.control.shadow import SHADOW_K, walk_lookup
+from adaptspec.control.shadow import SHADOW_K, NgramIndex, ShadowStats, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
 from adaptspec.worker import _metrics, _tokenize
@@ -86,6 +87,7 @@ class WorkerSettings:
 # The application.
 
 _OFFLOAD_BYTES = 64 * 1024
+_SHADOW_INLINE_TOKENS = 256  # a finished request's shadow walks run on the event loop up to this many tokens
 
 
 class _Worker:
@@ -253,18 +255,30 @@ class _Worker:
         finally:
             await gen.aclose()
             res.text = tracker.text
-            if res.finish_reason is not None and self.shadow_sizes is not None and job.spec.proposer != "ngram":
-                res.shadow = walk_lookup(job.prompt_ids, tracker.ids[: res.completion_tokens], self.shadow_k,
-                                         self.shadow_sizes)
-            if res.finish_reason is not None and self.hybrid_rule is not None and job.spec.proposer != "hybrid":
-                res.hybrid_shadow = hybrid_shadow(job.prompt_ids, tracker.ids[: res.completion_tokens],
-                                                  self.hybrid_rule, self.shadow_k, self.engine.ngram_sizes)
+            if res.finish_reason is not None:
+                args = (job.spec.proposer, job.prompt_ids, tracker.ids[: res.completion_tokens])
+                # one lookup per output position: a long output's walk goes to the CPU pool, off the event loop
+                res.shadow, res.hybrid_shadow = (await self.run_cpu(self._shadows, *args)
+                                                 if res.completion_tokens > _SHADOW_INLINE_TOKENS
+                                                 else self._shadows(*args))
             self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
             else:
                 self.counters.finished(len(job.prompt_ids), res.completion_tokens, res.finish_reason,
                                        time.monotonic() - arrived)
+
+    def _shadows(self, proposer: str, prompt_ids: list[int], output_ids: list[int]
+                 ) -> tuple[ShadowStats | None, ShadowStats | None]:
+        """A finished request's shadows: prompt lookup along its output (not run with n-gram) and the per-step
+        hybrid's lookup steps (not run with the hybrid), over one n-gram index of prompt + output."""
+        ngram = self.shadow_sizes is not None and proposer != "ngram"
+        hybrid = self.hybrid_rule is not None and proposer != "hybrid"
+        if not (ngram or hybrid):
+            return None, None
+        index = NgramIndex(np.asarray([*prompt_ids, *output_ids], dtype=np.int64), *self.engine.ngram_sizes)
+        return (walk_lookup(prompt_ids, output_ids, self.shadow_k, index) if ngram else None,
+                hybrid_shadow(prompt_ids, output_ids, self.hybrid_rule, self.shadow_k, index) if hybrid else None)
 
     def _gen_request(self, job: Job) -> Any:
         from adaptspec.worker.engine import GenRequest
