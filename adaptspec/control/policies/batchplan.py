@@ -17,6 +17,9 @@ from adaptspec.control.types import AlphaSource, WorkerState
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
 _REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
+# a new batch-wide plan must beat the worker's last one by this share of the mix's total goodput to replace it:
+# the running batch mixes both gammas until its requests finish (a step runs max(gamma) passes)
+_STICKY = 0.03
 
 
 def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
@@ -45,6 +48,8 @@ class BatchPlanning:
     _seen: dict[str, int]
     _mix_version: dict[str, int]
     _common: dict[tuple, tuple[int, int]]
+    _incumbent: dict[tuple, tuple[int, tuple[str, ...]]]
+    _kept: dict[tuple, tuple[tuple, tuple[str, ...] | None]]
     _groups: dict[tuple, dict[str, tuple[str, ...]]]
     _sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]]
 
@@ -70,11 +75,55 @@ class BatchPlanning:
         `content_class`: the mix of a worker with no recent requests yet (the request being decided).
         """
         group = self.pass_groups(w, prof).get(proposer) or (proposer,)
+        models = self._model_groups(w, prof)
+        if group in models and len(models) > 1 and \
+                self.kept_group(w, prof, alphas, batch, bound, exact, content_class) != group:
+            return 0  # another model's passes serve this worker's batch
+        if prof.padded_verify and group not in models and models:
+            # every row of a padded verify is as long as the longest draft: lookup drafts up to the kept
+            # model's gamma for free, and past it would lengthen every row of the step
+            kept = self.kept_group(w, prof, alphas, batch, bound, exact, content_class)
+            if kept is not None:
+                return max(self._group_plan(w, prof, kept, alphas, batch, bound, exact, content_class)[0].values())
         return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
+
+    def _model_groups(self, w: WorkerState, prof: Profile) -> tuple[tuple[str, ...], ...]:
+        """The worker's pass groups that run a draft model's or head's passes, in a fixed order."""
+        return tuple(sorted({g for p, g in self.pass_groups(w, prof).items()
+                             if prof.draft(p).kind != "ngram" and prof.shared_gamma(p)}))
+
+    def kept_group(self, w: WorkerState, prof: Profile, alphas: AlphaSource, batch: float, bound: int,
+                   exact: bool = False, content_class: str = "chat") -> tuple[str, ...] | None:
+        """The one model pass group a loaded worker's batch runs, or None. Each group is planned against the
+        lookup and plain decoding alone (`_group_gammas`), so two kept groups would each be worth their passes
+        and yet a step would pay both for every request: keep the one worth most over the mix.
+
+        Chosen once per class-mix version and batch bucket (as the groups' plans are memoised), and a new choice
+        replaces the worker's model only when another is worth more by the policy's margin (or the last one is
+        not worth its passes at this batch): the running batch holds the last model's requests until they
+        finish, so a change of model pays both models' passes for a while."""
+        version, _ = self._mix_state(w, content_class)
+        where = ("at", batch) if exact else round(2.0 * math.log2(batch))
+        mine = (w.name, exact)
+        last = self._kept.get(mine)
+        if last is not None and last[0] == (version, where):
+            return last[1]
+        worth = {}
+        for group in self._model_groups(w, prof):
+            gammas, _, value = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)
+            if any(gammas.values()):
+                worth[group] = value
+        best = max(worth, key=worth.__getitem__) if worth else None
+        if last is not None and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
+            best = last[1]
+        if len(self._kept) >= 50_000:
+            self._kept.clear()
+        self._kept[mine] = ((version, where), best)
+        return best
 
     def _group_plan(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
                     batch: float, bound: int, exact: bool = False,
-                    content_class: str = "chat") -> tuple[dict[str, int], float]:
+                    content_class: str = "chat") -> tuple[dict[str, int], float, float]:
         """`_group_gammas`, memoised as `batch_gamma` says."""
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
@@ -85,7 +134,14 @@ class BatchPlanning:
         key = (w.name, prof.name, group, where, prefill_bucket(rho), cold)
         hit = self._common.get(key)
         if hit is None or hit[1] != version:
-            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat"), version)
+            # the last plan of this worker's group (at this level on a schedule, at any batch for admissions)
+            mine = (w.name, group, ("at", batch) if exact else None)
+            plan = self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat",
+                                      self._incumbent.get(mine))
+            self._incumbent[mine] = (max(plan[0].values(), default=0), tuple(p for p in group if plan[0][p]))
+            if len(self._incumbent) >= 50_000:
+                self._incumbent.clear()
+            hit = (plan, version)
             if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
                 self._common.clear()
             self._common[key] = hit
@@ -107,13 +163,12 @@ class BatchPlanning:
         hit = self._sunk.get(key)
         if hit is not None and hit[1] == version:
             return hit[0]
-        groups = {g for p, g in self.pass_groups(w, prof).items() if prof.draft(p).kind != "ngram"
-                  and prof.shared_gamma(p)}
         sunk = {}
-        for group in sorted(groups):
-            gammas, pass_s = self._group_plan(w, prof, group, alphas, batch, bound, content_class=content_class)
-            if pass_s > 0.0 and any(gammas.values()):
-                sunk[group] = pass_s
+        kept = self.kept_group(w, prof, alphas, batch, bound, content_class=content_class)
+        if kept is not None:
+            gammas, pass_s, _ = self._group_plan(w, prof, kept, alphas, batch, bound, content_class=content_class)
+            if pass_s > 0.0:
+                sunk[kept] = pass_s
         if len(self._sunk) >= 50_000:
             self._sunk.clear()
         self._sunk[key] = (sunk, version)
@@ -131,10 +186,14 @@ class BatchPlanning:
         return got
 
     def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
-                      batch: float, bound: int, cold: str = "chat") -> tuple[dict[str, int], float]:
+                      batch: float, bound: int, cold: str = "chat",
+                      incumbent: tuple[int, tuple[str, ...]] | None = None
+                      ) -> tuple[dict[str, int], float, float]:
         """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
         the others 0; and the seconds of the kept subset's passes per step for the share of the batch whose
-        classes draft with it (0 when none is kept): what a request that does not draft with them waits."""
+        classes draft with it (0 when none is kept): what a request that does not draft with them waits.
+        `incumbent` (gamma, kept subset): the group's last plan on this worker, kept unless beaten by `_STICKY`.
+        Third: the kept plan's total goodput over the mix (`kept_group` compares the groups by it)."""
         rho = (w.prefill_ratio, w.prompt_tokens)
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
@@ -160,36 +219,49 @@ class BatchPlanning:
                 e = estimate(alphas, w.name, q, c)
                 alts.append(self.cache.best(prof, q, e.priced, batch, bound, e.propose_rate, rho))
             alt[c] = max(alts, key=lambda p: p.goodput)
-        best: tuple[float, int, tuple[str, ...], float] = (sum(n * alt[c].goodput for c, n in mix.items()), 0, (),
-                                                           0.0)
+        def worth(subset: tuple[str, ...], g: int) -> tuple[float, float]:
+            """(total goodput over the mix, share of the mix that drafts with it) of running `subset` at `g`."""
+            if not subset or g <= 0:
+                return sum(n * alt[c].goodput for c, n in mix.items()), 0.0
+            # the step pays the longest of the subset's passes
+            pass_s = max(self.cache.at(prof, p, 0.5, batch, g, mix_rate[p], rho, stand[p]).draft_time_s
+                         for p in subset)
+            value, users = 0.0, 0
+            for c, n in mix.items():
+                mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
+                                         rho, heads[(p, c)]).goodput for p in subset)
+                a = alt[c]
+                # what the class's requests will do (`options` compares the plans without the passes) and
+                # what that is worth with the passes in the step: an alternative still pays them
+                value += n * (mine if mine >= a.goodput else
+                              a.expected_tokens / (a.draft_time_s + a.verify_time_s + pass_s))
+                # the classes that draft with it even when they alone pay its passes (by the margin, as
+                # `options` asks of a plan over a plain step) make it run; the others may join them
+                users += n if mine >= self.margin * a.goodput else 0
+            return value, users / total
+
+        best: tuple[float, int, tuple[str, ...], float] = (*worth((), 0)[:1], 0, (), 0.0)
         for size in range(1, len(group) + 1):
             for subset in itertools.combinations(group, size):
                 g = max(range(1, bound + 1),
                         key=lambda g: sum(n * max(curve[(p, c)][g - 1] for p in subset) for c, n in mix.items()))
-                # the step pays the longest of the subset's passes
-                pass_s = max(self.cache.at(prof, p, 0.5, batch, g, mix_rate[p], rho, stand[p]).draft_time_s
-                             for p in subset)
-                value, users = 0.0, 0
-                for c, n in mix.items():
-                    mine = max(self.cache.at(prof, p, ests[(p, c)].priced, batch, g, ests[(p, c)].propose_rate,
-                                             rho, heads[(p, c)]).goodput for p in subset)
-                    a = alt[c]
-                    # what the class's requests will do (`options` compares the plans without the passes) and
-                    # what that is worth with the passes in the step: an alternative still pays them
-                    value += n * (mine if mine >= a.goodput else
-                                  a.expected_tokens / (a.draft_time_s + a.verify_time_s + pass_s))
-                    # the classes that draft with it even when they alone pay its passes (by the margin, as
-                    # `options` asks of a plan over a plain step) make it run; the others may join them
-                    users += n if mine >= self.margin * a.goodput else 0
+                value, share = worth(subset, g)
                 if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
-                    best = (value, g, subset, users / total)
+                    best = (value, g, subset, share)
+        if incumbent is not None and incumbent[:2] != best[1:3] and incumbent[0] <= bound:
+            # hysteresis: the worker's running batch holds the requests admitted under the last plan, and a step
+            # runs max(gamma) passes and verifies the longest draft, so a new gamma mixed into it costs every
+            # row; keep the last plan unless the new one is better by `_STICKY` at this batch and mix
+            value, share = worth(incumbent[1], incumbent[0])
+            if value * (1.0 + _STICKY) >= best[0]:
+                best = (value, incumbent[0], incumbent[1], share)
         _, g, kept, share = best
         # what the kept passes cost a request that does not draft with them: the passes of the share of the
         # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
         rows = max(1.0, share * batch)
         sunk_s = max((self.cache.at(prof, p, 0.5, rows, g, mix_rate[p], rho, stand[p]).draft_time_s for p in kept),
                      default=0.0) if share > 0 else 0.0
-        return {p: g if p in kept else 0 for p in group}, sunk_s
+        return {p: g if p in kept else 0 for p in group}, sunk_s, best[0]
 
     def _note(self, w: WorkerState, content_class: str) -> None:
         """Record the request in the worker's recent class mix (what its running batch is made of)."""

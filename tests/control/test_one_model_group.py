@@ -1,0 +1,72 @@
+"""A loaded worker's batch runs one model's passes. Each pass group (a draft model, a head and the hybrids over it)
+is planned against lookup and plain decoding alone, so on a mix where the draft model serves one class and the
+head another both groups are worth their passes, and yet a step that holds both kinds of request runs both sets
+of passes for every row. The policy keeps the group worth most over the mix; on a padded verify lookup drafts
+up to its gamma (every row is that long anyway) and no further."""
+
+from __future__ import annotations
+
+from adaptspec.control.config import parse_config
+from adaptspec.control.policy import build_policy
+from adaptspec.control.types import AlphaEstimate, WorkerState
+
+
+class ByClass:
+    """Per-token alphas per (proposer, class), plenty of evidence; 0.3 elsewhere."""
+
+    def __init__(self, table: dict[tuple[str, str], float]) -> None:
+        self.table = table
+
+    def get(self, worker, proposer, content_class):
+        return AlphaEstimate(self.table.get((proposer, content_class), 0.3), 0.0, 1e6)
+
+
+ALPHAS = ByClass({("draft", "code"): 0.92, ("eagle", "code"): 0.45, ("draft", "chat"): 0.4,
+                  ("eagle", "chat"): 0.9, ("ngram", "code"): 0.3, ("ngram", "chat"): 0.2})
+
+
+def loaded(code: int, chat: int):
+    pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
+    w = WorkerState("w", proposers=("ngram", "draft", "eagle"), max_gamma=8, profile="cpu-tiny", running=15)
+    for _ in range(code):
+        pol._note(w, "code")
+    for _ in range(chat):
+        pol._note(w, "chat")
+    return pol, w, pol.worker_profile(w)
+
+
+def test_two_groups_each_worth_their_passes_alone_run_as_one():
+    for code, chat in ((8, 8), (9, 7)):
+        pol, w, prof = loaded(code, chat)
+        plans = {g: pol._group_plan(w, prof, g, ALPHAS, 16.0, 8) for g in pol._model_groups(w, prof)}
+        assert len(plans) == 2 and all(any(p[0].values()) for p in plans.values())  # each kept on its own
+        gammas = {p: pol.batch_gamma(w, prof, p, ALPHAS, 16.0, 8) for p in ("draft", "eagle")}
+        assert sorted(g > 0 for g in gammas.values()) == [False, True]  # one set of passes
+        worth = {g: p[2] for g, p in plans.items()}
+        kept = pol.kept_group(w, prof, ALPHAS, 16.0, 8)
+        assert worth[kept] == max(worth.values())
+        assert gammas[kept[0]] == max(plans[kept][0].values())
+        # the decisions of both classes draft with the kept model, lookup or nothing
+        for cls in ("code", "chat"):
+            assert pol.decide(cls, [w], ALPHAS).proposer in (*kept, "ngram", "none")
+        # on the padded verify, lookup drafts as far as the kept model's rows reach
+        assert prof.padded_verify
+        assert pol.batch_gamma(w, prof, "ngram", ALPHAS, 16.0, 8) == gammas[kept[0]]
+        # what a request waits for: the kept group's passes only
+        assert set(pol.sunk_passes(w, prof, ALPHAS, 16.0, 8)) <= {kept}
+
+
+def test_the_mix_decides_which_model_serves_it():
+    kept = {}
+    for code, chat in ((15, 1), (1, 15)):
+        pol, w, prof = loaded(code, chat)
+        kept[code > chat] = pol.kept_group(w, prof, ALPHAS, 16.0, 8)
+    assert kept[True] == ("draft",) and kept[False] == ("eagle",)
+
+
+def test_an_idle_worker_is_not_held_to_one_model():
+    """At batch 1 nothing is shared: each request takes its own best proposer."""
+    pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
+    w = WorkerState("w", proposers=("ngram", "draft", "eagle"), max_gamma=8, profile="cpu-tiny")
+    assert pol.decide("code", [w], ALPHAS).proposer == "draft"
+    assert pol.decide("chat", [w], ALPHAS).proposer == "eagle"
