@@ -47,8 +47,10 @@ of the profile's coefficients (theta_g = s * theta0_g: the profile's ratio, the 
 measured elsewhere is off mostly by a common factor) when either (a) one member is not identified next to
 one that is (holding it at the prior's value would load its whole error onto the other), or (b) both are
 fitted but the design is ill-conditioned, their estimates correlating below -0.9 with a relative standard
-error above `weak_rel` (10%), and the fitted ratio is within two standard errors of the profile's (Wald
-test). Data that separate the pair, or contradict the ratio, fit both freely. `CalibratedCosts.tied` names
+error above `weak_rel` (10%), or (a model proposer's pair) a member's relative standard error is above 25% whatever
+the correlation (`loose_rel`: a split that loose must not move a price by a factor the data do not show; one above
+100% is held at the prior instead, below), and the fitted ratio
+is within two standard errors of the profile's (Wald test). Data that separate the pair, or contradict the ratio, fit both freely. `CalibratedCosts.tied` names
 them.
 
 The drafted token's price. A drafted token is a batched token with almost no KV, so its price, the batched-token
@@ -116,6 +118,7 @@ from adaptspec.control.profiles import Profile, compose_hybrids
 from adaptspec.control.telemetry import StepCounters
 
 _GRID = 2.0 ** (1.0 / 24.0)  # ~2.9% steps for the snapped coefficients
+_BOX_BOUND = 4.0  # an unmeasured model proposer's price moves with the measured ones by at most this factor
 _CLEAR_WIN = 4.0  # a fit whose prequential error is below 1/4 of the profile's needs proportionally fewer steps
 _MIN_EVIDENCE = 0.1  # ... down to this share of min_steps
 _MIN_WINDOWS = 8.0  # and never fewer telemetry windows than this
@@ -184,17 +187,53 @@ class CalibratedCosts:
 
     def apply(self, profile: Profile) -> Profile:
         """The profile priced with this fit: its target model and mean context replaced, and the model
-        proposers it offers replaced where their coefficients were fitted (the others keep the profile's); a
-        hybrid option follows its parts (the engine counts its steps as n-gram tokens or model passes)."""
+        proposers it offers replaced where their coefficients were fitted; the others keep the profile's
+        prices times the box's scale (`box_scale`: a model the policy has not run yet is priced as far off the
+        profile as the ones it has run, not at the profile's price next to their measured ones); a hybrid
+        option follows its parts (the engine counts its steps as n-gram tokens or model passes)."""
         drafts = dict(profile.drafts)
-        for p in self.proposers:
-            fitted = any(self.fitted.get(f"{p}_{c}_s") for c in ("call", "pass", "token"))
-            if profile.offers(p) and fitted and profile.draft(p).kind != "ngram":
-                drafts[profile.resolve(p)] = self.draft_cost(p)
+        models = [p for p in self.proposers if profile.offers(p) and profile.draft(p).kind != "ngram"]
+        seen = [p for p in models if any(self.fitted.get(f"{p}_{c}_s") for c in ("call", "pass", "token"))]
+        for p in seen:
+            drafts[profile.resolve(p)] = self.draft_cost(p)
+        scale = self.box_scale(profile, seen)
+        for p in models:
+            if p not in seen:
+                drafts[profile.resolve(p)] = scaled_draft(profile.draft(p), scale)
         drafts = compose_hybrids(drafts)  # a hybrid is priced from its (re-priced) parts
         ctx = self.context_tokens or profile.context_tokens
         return replace(profile, name=f"{profile.name}@{self.key}", target=self.target, drafts=drafts,
                        context_tokens=ctx, description=f"{profile.description} (calibrated online over {self.steps:.0f} steps)")
+
+
+    def box_scale(self, profile: Profile, seen: Sequence[str]) -> float:
+        """How far this worker's measured costs are from the profile's, as one factor: the geometric mean over
+        the model proposers fitted (`seen`) of fitted / profile seconds of one pass drafting one token; with
+        none fitted, of the target's step at the fit's mean batched tokens. Bounded to [1/4, 4] (`_BOX_BOUND`):
+        it moves unmeasured prices toward the measured ones, no further."""
+        kv = self.context_tokens or profile.context_tokens
+        pairs = [(profile.draft(p).time(1, 1.0, kv, profile.target), self.draft_cost(p).time(1, 1.0, kv, self.target))
+                 for p in seen]
+        if not pairs:
+            tokens = max(1.0, self.batch)
+            pairs = [(profile.target.time(tokens), self.target.time(tokens))]
+        logs = [math.log(now / was) for was, now in pairs if was > 0.0 and now > 0.0]
+        if not logs:
+            return 1.0
+        return min(_BOX_BOUND, max(1.0 / _BOX_BOUND, math.exp(sum(logs) / len(logs))))
+
+
+def scaled_draft(cost: DraftCost, s: float) -> DraftCost:
+    """A model proposer's price times `s`: every seconds coefficient of a draft model or a measured-form head
+    (a head priced as a fraction of the target step follows the target already)."""
+    if s == 1.0 or cost.kind not in ("draft", "eagle"):
+        return cost
+    model = cost.model
+    if model is not None:
+        model = replace(model, overhead_s=model.overhead_s * s, memory_floor_s=model.memory_floor_s * s,
+                        kv_s_per_token=model.kv_s_per_token * s, compute_s_per_token=model.compute_s_per_token * s)
+    return replace(cost, model=model, call_s=cost.call_s * s, overhead_s=cost.overhead_s * s,
+                   per_token_s=cost.per_token_s * s, kv_s_per_token=cost.kv_s_per_token * s)
 
 
 @dataclass
@@ -210,6 +249,7 @@ class StepCalibrator:
     min_steps: float = 300.0
     min_spread: float = 0.05
     weak_rel: float = 0.1  # a coefficient whose standard error exceeds this share of it is weakly identified
+    loose_rel: float = 0.25  # ... and a pair with one this loose is fitted at the profile's ratio (`_ties`)
     probe_steps: float = 0.0  # ask for probes while contrast_steps is below this (0: never; opt in, e.g. 300)
     split_tol: float = 0.25  # a profile whose price of a proposer's calls is off by more: its split is in doubt
     proposers: tuple[str, ...] = MODEL_PROPOSERS
@@ -394,8 +434,9 @@ class StepCalibrator:
     def _ties(self, free: np.ndarray, theta: np.ndarray, errors: np.ndarray, cov: np.ndarray) -> list[np.ndarray]:
         """The groups to fit at the profile's ratios (module doc, Collinearity): the prior is positive on the
         whole group, every member has data; and either a member is not identified next to one that is,
-        or all are fitted but weakly (estimates correlated below -0.9, a relative standard error above
-        `weak_rel`) and their fitted ratio is within two standard errors of the profile's (a Wald test of
+        or all are fitted but weakly (estimates correlated below -0.9 and a relative standard error above
+        `weak_rel`, or for a model's pair a relative standard error above `loose_rel` whatever the correlation)
+        and their fitted ratio is within two standard errors of the profile's (a Wald test of
         theta_i theta0_j = theta_j theta0_i)."""
         out = []
         g_s = np.diag(self._s)
@@ -409,7 +450,11 @@ class StepCalibrator:
             if not np.isfinite(cov[np.ix_(g, g)]).all():  # too few windows for errors yet
                 continue
             corr = cov[i, j] / max(math.sqrt(cov[i, i] * cov[j, j]), 1e-300)
-            if corr > -_COLLINEAR or not (errors[g] > self.weak_rel * np.maximum(theta[g], 1e-300)).any():
+            scale = np.maximum(theta[g], 1e-300)
+            # a model's split the windows determine loosely (a slope they hardly determine at all, its error
+            # above its value, is held at the prior below instead)
+            loose = i > 2 and (errors[g] > self.loose_rel * scale).any() and (errors[g] <= scale).all()
+            if not (errors[g] > self.weak_rel * scale).any() or (corr > -_COLLINEAR and not loose):
                 continue
             contrast = theta[i] * self.theta0[j] - theta[j] * self.theta0[i]
             grad = np.zeros(len(theta))

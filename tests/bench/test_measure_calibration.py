@@ -38,10 +38,15 @@ def test_missing_and_nan_coefficients_are_the_prior_not_fitted(mc):
         assert costs.coefficients[name] == pytest.approx(theta[name])
         assert math.isnan(costs.errors[name])
     assert costs.snapped == costs.coefficients and costs.context_tokens == 150.0 and costs.trusted
-    # the fitted target prices; the unfitted draft model keeps the profile's price
+    # the fitted target prices; the unfitted draft model keeps the profile's price times the box's factor, here
+    # the target's (fitted / profile step at the fit's mean batched tokens; no model proposer was fitted)
     priced = costs.apply(prior)
     assert priced.target.time(10, 1500) == pytest.approx(0.005 + 0.0004 * 10 + 3e-6 * 1500)
-    assert priced.draft("draft").time(1, 4, 150, priced.target) == prior.draft("draft").time(1, 4, 150, priced.target)
+    tokens = max(1.0, costs.batch)
+    box = priced.target.time(tokens) / prior.target.time(tokens)
+    assert costs.box_scale(prior, []) == pytest.approx(min(4.0, max(0.25, box)))
+    assert priced.draft("draft").time(1, 4, 150, priced.target) == pytest.approx(
+        costs.box_scale(prior, []) * prior.draft("draft").time(1, 4, 150, priced.target))
 
 
 def test_replay_builds_the_same_costs_as_the_live_path(mc, tmp_path, capsys, monkeypatch):
