@@ -17,9 +17,6 @@ from adaptspec.control.types import AlphaSource, WorkerState
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
 _REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
-# a new batch-wide plan must beat the worker's last one by this share of the mix's total goodput to replace it:
-# the running batch mixes both gammas until its requests finish (a step runs max(gamma) passes)
-_STICKY = 0.03
 
 
 def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
@@ -48,7 +45,6 @@ class BatchPlanning:
     _seen: dict[str, int]
     _mix_version: dict[str, int]
     _common: dict[tuple, tuple[int, int]]
-    _incumbent: dict[tuple, tuple[int, tuple[str, ...]]]
     _kept: dict[tuple, tuple[tuple, tuple[str, ...] | None]]
     _groups: dict[tuple, dict[str, tuple[str, ...]]]
     _sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]]
@@ -134,14 +130,7 @@ class BatchPlanning:
         key = (w.name, prof.name, group, where, prefill_bucket(rho), cold)
         hit = self._common.get(key)
         if hit is None or hit[1] != version:
-            # the last plan of this worker's group (at this level on a schedule, at any batch for admissions)
-            mine = (w.name, group, ("at", batch) if exact else None)
-            plan = self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat",
-                                      self._incumbent.get(mine))
-            self._incumbent[mine] = (max(plan[0].values(), default=0), tuple(p for p in group if plan[0][p]))
-            if len(self._incumbent) >= 50_000:
-                self._incumbent.clear()
-            hit = (plan, version)
+            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat"), version)
             if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
                 self._common.clear()
             self._common[key] = hit
@@ -186,13 +175,10 @@ class BatchPlanning:
         return got
 
     def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
-                      batch: float, bound: int, cold: str = "chat",
-                      incumbent: tuple[int, tuple[str, ...]] | None = None
-                      ) -> tuple[dict[str, int], float, float]:
+                      batch: float, bound: int, cold: str = "chat") -> tuple[dict[str, int], float, float]:
         """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
         the others 0; and the seconds of the kept subset's passes per step for the share of the batch whose
         classes draft with it (0 when none is kept): what a request that does not draft with them waits.
-        `incumbent` (gamma, kept subset): the group's last plan on this worker, kept unless beaten by `_STICKY`.
         Third: the kept plan's total goodput over the mix (`kept_group` compares the groups by it)."""
         rho = (w.prefill_ratio, w.prompt_tokens)
         recent = self._recent.get(w.name) or ()
@@ -248,13 +234,6 @@ class BatchPlanning:
                 value, share = worth(subset, g)
                 if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
                     best = (value, g, subset, share)
-        if incumbent is not None and incumbent[:2] != best[1:3] and incumbent[0] <= bound:
-            # hysteresis: the worker's running batch holds the requests admitted under the last plan, and a step
-            # runs max(gamma) passes and verifies the longest draft, so a new gamma mixed into it costs every
-            # row; keep the last plan unless the new one is better by `_STICKY` at this batch and mix
-            value, share = worth(incumbent[1], incumbent[0])
-            if value * (1.0 + _STICKY) >= best[0]:
-                best = (value, incumbent[0], incumbent[1], share)
         _, g, kept, share = best
         # what the kept passes cost a request that does not draft with them: the passes of the share of the
         # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own

@@ -61,7 +61,6 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self._seen: dict[str, int] = {}
         self._mix_version: dict[str, int] = {}
         self._common: dict[tuple, tuple[int, int]] = {}
-        self._incumbent: dict[tuple, tuple[int, tuple[str, ...]]] = {}  # see BatchPlanning._group_plan
         self._kept: dict[tuple, tuple[tuple, tuple[str, ...] | None]] = {}  # see BatchPlanning.kept_group
         self._schedules: dict[tuple, Schedule] = {}
         self._levels: dict[tuple, tuple[dict[int, int], int]] = {}  # see _level_gammas
