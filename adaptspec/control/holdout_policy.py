@@ -92,11 +92,6 @@ class Experimented(PolicyBase):
     def experiment(self) -> Experimented:
         return self
 
-    def __getattr__(self, name: str):
-        if name == "inner":  # not set yet (copy / pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
     # -- decision ----------------------------------------------------------------------------------
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         d = self.inner.decide(content_class, workers, alphas)

@@ -95,6 +95,18 @@ def _experiment(holdout=None, switchback=None, clock=None) -> Experimented:
     return pol
 
 
+def test_the_experiment_forwards_the_declared_capabilities_and_nothing_else():
+    """PolicyBase's capabilities are read through to the inner policy; any other attribute is the experiment's
+    own or an AttributeError (no silent forwarding: a caller must not depend on the inner kind's internals)."""
+    pol = _experiment({"share": 0.1})
+    assert pol.uses_alphas == pol.inner.uses_alphas and pol.default_profile is pol.inner.default_profile
+    assert pol.contrast_probe is pol.inner.contrast_probe and pol.gamma_probe is pol.inner.gamma_probe
+    assert pol.experiment is pol and pol.name == pol.inner.name
+    assert pol.inner.gamma == 4
+    with pytest.raises(AttributeError):
+        _ = pol.gamma
+
+
 def test_build_policy_wraps_only_when_an_experiment_is_configured():
     assert isinstance(build_policy(StaticPolicy(kind="static")), Static)
     pol = _experiment({"share": 0.1})
