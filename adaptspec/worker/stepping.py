@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 
 import torch
 
@@ -57,6 +58,7 @@ class Stepping:
             s.step_k = gamma_at(s.k, s.schedule, len(batch))
             if cap is not None:  # the worker-wide cap (a switchback's off window), running requests included
                 s.step_k = min(s.step_k, cap)
+        self._common_passes(batch)
         long = [s for s in batch if len(s.tokens) - s.kv_len > self.prefill_split_tokens]
         if long and len(long) < len(batch):
             short = [s for s in batch if len(s.tokens) - s.kv_len <= self.prefill_split_tokens]
@@ -71,6 +73,29 @@ class Stepping:
             out += o1
         tally = step_tally(done, ks, groups)  # before the commit moves the requests' positions
         self._commit(done, ks, out, t0, tally)
+
+    def _common_passes(self, batch: list[Seq]) -> None:
+        """A model's passes are shared by the step (it runs max(k) of them for every row it drafts for), so rows
+        admitted under two plans (the proxy's batch gamma moved between them) would make the step pay the
+        larger plan's passes for the smaller plan's tokens. Rows of one model (a draft model; the head and the
+        hybrids over it) draft at most the k most of them asked (the smaller on a tie); shorter asks stay, and so
+        does a seeded request's k (its samples depend on its draft lengths)."""
+        hybrid = self._proposers.get("hybrid")
+        head = hybrid.model.name if hybrid is not None else None
+        asks: dict[str, Counter[int]] = {}
+        for s in batch:
+            if s.step_k > 0 and s.proposer not in ("none", "ngram"):
+                model = head if s.proposer == "hybrid" else s.proposer
+                asks.setdefault(model, Counter())[s.step_k] += 1
+        mode = {m: max(c.items(), key=lambda kv: (kv[1], -kv[0]))[0] for m, c in asks.items() if len(c) > 1}
+        if not mode:
+            return
+        for s in batch:
+            # a seeded request keeps its k: its samples are reproducible whatever else is in the batch
+            if s.step_k > 0 and s.proposer not in ("none", "ngram") and s.sampling.generator is None:
+                k = mode.get(head if s.proposer == "hybrid" else s.proposer)
+                if k is not None and s.step_k > k:
+                    s.step_k = k
 
     def _compute_isolated(self, batch: list[Seq]) -> tuple[list[Seq], list[int], list[list[int]]]:
         """`_compute(batch)`; if it raises, each request alone, failing only those that raise alone.

@@ -191,3 +191,17 @@ def test_server_exports_the_step_counters():
     finally:
         server.stop()
         eng.stop()
+
+
+def test_rows_of_one_model_draft_at_the_k_most_of_them_asked(engine):
+    """Two requests ask the draft model for k=2 and one for k=4 in the same steps: the step runs the model's
+    passes for the majority's 2 (the k=4 row drafts 2 while they share steps), not 4 passes for one row's tokens;
+    greedy output is the same as the k=4 request alone (a draft length never changes the output)."""
+    ids = chat_ids(engine, "Complete this Python function.\n\ndef add(a, b):\n    return a + b\n\ndef add(a, b):\n")
+    alone = engine.generate_sync([greedy_request("solo", ids, "draft", 4, max_tokens=16)])["solo"]
+    reqs = [greedy_request(f"r{i}", ids, "draft", k, max_tokens=16) for i, k in enumerate((2, 2, 4))]
+    ran: dict = {}
+    w, _ = _delta(engine, lambda: ran.update(engine.run_sync(reqs)))
+    assert ran["r2"][0] == alone
+    assert set(ran["r2"][1].steps_by_gamma) == {2}  # all its steps shared with the k=2 rows
+    assert w.draft_passes["draft"] <= 2 * w.steps
