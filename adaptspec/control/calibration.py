@@ -47,11 +47,11 @@ of the profile's coefficients (theta_g = s * theta0_g: the profile's ratio, the 
 measured elsewhere is off mostly by a common factor) when either (a) one member is not identified next to
 one that is (holding it at the prior's value would load its whole error onto the other), or (b) both are
 fitted but the design is ill-conditioned, their estimates correlating below -0.9 with a relative standard
-error above `weak_rel` (10%), or (a model proposer's pair) a member's relative standard error is above 25% whatever
-the correlation (`loose_rel`: a split that loose must not move a price by a factor the data do not show; one above
-100% is held at the prior instead, below), and the fitted ratio
-is within two standard errors of the profile's (Wald test). Data that separate the pair, or contradict the ratio, fit both freely. `CalibratedCosts.tied` names
-them.
+error above `weak_rel` (10%), or (a model proposer's pair) a member's relative standard error is above 25%
+whatever the correlation (`loose_rel`: a split that loose must not move a price by a factor the data do not show;
+one above 100% is held at the prior instead, below), and the fitted ratio is within two standard errors of the
+profile's (Wald test). Data that separate the pair, or contradict the ratio, fit both freely.
+`CalibratedCosts.tied` names them.
 
 The drafted token's price. A drafted token is a batched token with almost no KV, so its price, the batched-token
 slope, decides every speculation choice; yet along the policy's own traffic batched and KV tokens grow together
