@@ -70,3 +70,22 @@ def test_an_idle_worker_is_not_held_to_one_model():
     w = WorkerState("w", proposers=("ngram", "draft", "eagle"), max_gamma=8, profile="cpu-tiny")
     assert pol.decide("code", [w], ALPHAS).proposer == "draft"
     assert pol.decide("chat", [w], ALPHAS).proposer == "eagle"
+
+
+def test_the_kept_model_follows_the_load_level_not_the_bucket():
+    """On an even code / chat mix the head is worth a little more up to batch 23 and the draft model a little more
+    from 32 (within the margin either way). A batch that wanders across a bucket's edge keeps the model it has
+    (its requests are running); a new load level an octave away takes the best one afresh, whatever the last
+    level kept (a ramp from 8 to 45 must not run the head for good because it served the smaller batch)."""
+    pol, w, prof = loaded(8, 8)
+
+    def fresh(batch: float) -> tuple[str, ...] | None:
+        p, v, f = loaded(8, 8)
+        return p.kept_group(v, f, ALPHAS, batch, 8)
+
+    assert (fresh(23.0), fresh(32.0), fresh(45.0)) == (("eagle",), ("draft",), ("draft",))
+    assert pol.kept_group(w, prof, ALPHAS, 23.0, 8) == ("eagle",)
+    assert pol.kept_group(w, prof, ALPHAS, 32.0, 8) == ("eagle",)  # the next bucket: kept
+    assert pol.kept_group(w, prof, ALPHAS, 45.0, 8) == ("draft",)  # an octave from 23: chosen afresh
+    assert pol.kept_group(w, prof, ALPHAS, 32.0, 8) == ("draft",)
+    assert pol.kept_group(w, prof, ALPHAS, 8.0, 8) == ("eagle",)

@@ -94,15 +94,20 @@ class BatchPlanning:
         lookup and plain decoding alone (`_group_gammas`), so two kept groups would each be worth their passes
         and yet a step would pay both for every request: keep the one worth most over the mix.
 
-        Chosen once per class-mix version and batch bucket (as the groups' plans are memoised), and a new choice
-        replaces the worker's model only when another is worth more by the policy's margin (or the last one is
-        not worth its passes at this batch): the running batch holds the last model's requests until they
-        finish, so a change of model pays both models' passes for a while."""
+        Chosen when the class mix is refreshed, and when the batch has moved an octave from the batch it was
+        chosen at (or the kept one is not worth its passes here); not per batch bucket: a steady load's batch
+        wanders across a bucket's edge (100-128 straddles two), and the running batch holds the last model's
+        requests until they finish, so a change of model pays both models' passes for a while. On a new mix
+        another model replaces the kept one only when worth more by the policy's margin; after an octave's move
+        (a new load level, e.g. a ramp's next step) the best one is taken afresh."""
         version, _ = self._mix_state(w, content_class)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
         mine = (w.name, exact)
         last = self._kept.get(mine)
-        if last is not None and last[0] == (version, where):
+        moved = last is None or (last[0][1] != where if exact else abs(where - last[0][1]) >= 2)
+        if not moved and last[0][0] == version and (
+                last[0][1] == where if last[1] is None else  # no passes run: nothing to switch from
+                any(self._group_plan(w, prof, last[1], alphas, batch, bound, exact, content_class)[0].values())):
             return last[1]
         worth = {}
         for group in self._model_groups(w, prof):
@@ -110,7 +115,7 @@ class BatchPlanning:
             if any(gammas.values()):
                 worth[group] = value
         best = max(worth, key=worth.__getitem__) if worth else None
-        if last is not None and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
+        if not moved and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
             best = last[1]
         if len(self._kept) >= 50_000:
             self._kept.clear()
