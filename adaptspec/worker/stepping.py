@@ -83,19 +83,18 @@ class Stepping:
         hybrid = self._proposers.get("hybrid")
         head = hybrid.model.name if hybrid is not None else None
         asks: dict[str, Counter[int]] = {}
+        rows: list[tuple[Seq, str]] = []
         for s in batch:
             if s.step_k > 0 and s.proposer not in ("none", "ngram"):
                 model = head if s.proposer == "hybrid" else s.proposer
                 asks.setdefault(model, Counter())[s.step_k] += 1
+                rows.append((s, model))
         mode = {m: max(c.items(), key=lambda kv: (kv[1], -kv[0]))[0] for m, c in asks.items() if len(c) > 1}
-        if not mode:
-            return
-        for s in batch:
+        for s, model in rows if mode else ():
             # a seeded request keeps its k: its samples are reproducible whatever else is in the batch
-            if s.step_k > 0 and s.proposer not in ("none", "ngram") and s.sampling.generator is None:
-                k = mode.get(head if s.proposer == "hybrid" else s.proposer)
-                if k is not None and s.step_k > k:
-                    s.step_k = k
+            k = mode.get(model)
+            if k is not None and s.step_k > k and s.sampling.generator is None:
+                s.step_k = k
 
     def _compute_isolated(self, batch: list[Seq]) -> tuple[list[Seq], list[int], list[list[int]]]:
         """`_compute(batch)`; if it raises, each request alone, failing only those that raise alone.

@@ -47,6 +47,7 @@ class BatchPlanning:
     _common: dict[tuple, tuple[int, int]]
     _kept: dict[tuple, tuple[tuple, tuple[str, ...] | None]]
     _groups: dict[tuple, dict[str, tuple[str, ...]]]
+    _models: dict[tuple, tuple[tuple[str, ...], ...]]
     _sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]]
 
     def batch_gamma(self, w: WorkerState, prof: Profile, proposer: str, alphas: AlphaSource, batch: float,
@@ -84,9 +85,16 @@ class BatchPlanning:
         return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
 
     def _model_groups(self, w: WorkerState, prof: Profile) -> tuple[tuple[str, ...], ...]:
-        """The worker's pass groups that run a draft model's or head's passes, in a fixed order."""
-        return tuple(sorted({g for p, g in self.pass_groups(w, prof).items()
-                             if prof.draft(p).kind != "ngram" and prof.shared_gamma(p)}))
+        """The worker's pass groups that run a draft model's or head's passes, in a fixed order; memoised as
+        `pass_groups` (it is read several times a decision)."""
+        key = (prof.name, w.proposers)
+        got = self._models.get(key)
+        if got is None:
+            if len(self._models) >= 4096:
+                self._models.clear()
+            got = self._models[key] = tuple(sorted({g for p, g in self.pass_groups(w, prof).items()
+                                                    if prof.draft(p).kind != "ngram" and prof.shared_gamma(p)}))
+        return got
 
     def kept_group(self, w: WorkerState, prof: Profile, alphas: AlphaSource, batch: float, bound: int,
                    exact: bool = False, content_class: str = "chat") -> tuple[str, ...] | None:

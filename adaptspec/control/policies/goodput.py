@@ -65,6 +65,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self._schedules: dict[tuple, Schedule] = {}
         self._levels: dict[tuple, tuple[dict[int, int], int]] = {}  # see _level_gammas
         self._groups: dict[tuple, dict[str, tuple[str, ...]]] = {}  # see pass_groups
+        self._models: dict[tuple, tuple[tuple[str, ...], ...]] = {}  # see BatchPlanning._model_groups
         self._sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]] = {}  # see sunk_passes
         self._implied: dict[tuple, tuple[Profile, Profile]] = {}  # see _stepwise
 
