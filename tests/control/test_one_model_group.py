@@ -89,3 +89,32 @@ def test_the_kept_model_follows_the_load_level_not_the_bucket():
     assert pol.kept_group(w, prof, ALPHAS, 45.0, 8) == ("draft",)  # an octave from 23: chosen afresh
     assert pol.kept_group(w, prof, ALPHAS, 32.0, 8) == ("draft",)
     assert pol.kept_group(w, prof, ALPHAS, 8.0, 8) == ("eagle",)
+
+
+class Thin:
+    """The head and lookup at `rates` with plenty of evidence; the draft model's keys thin (one request, 30
+    tokens) saying 0.2 where the prior says 0.95: a request's own plan takes the prior's hope
+    (`GoodputPolicy.hopeful`), so that one unlucky request cannot keep a proposer off a class for good."""
+
+    def __init__(self, rates: dict[tuple[str, str], float]) -> None:
+        self.rates = rates
+
+    def get(self, worker, proposer, content_class):
+        if proposer == "draft":
+            return AlphaEstimate(0.2, 0.1, 30.0, reports=1.0)
+        return AlphaEstimate(self.rates.get((proposer, content_class), 0.3), 0.0, 1e6)
+
+    def prior_mean(self, worker, proposer, content_class):
+        return 0.95 if proposer == "draft" else 0.3
+
+
+def test_a_hope_does_not_take_the_batch_from_the_model_the_evidence_backs():
+    alphas = Thin({("eagle", "code"): 0.75, ("eagle", "chat"): 0.75, ("ngram", "code"): 0.3,
+                   ("ngram", "chat"): 0.2})
+    pol, w, prof = loaded(8, 8)
+    hoped = {g: pol._group_plan(w, prof, g, alphas, 16.0, 8) for g in pol._model_groups(w, prof)}
+    assert all(any(p[0].values()) for p in hoped.values())  # both worth their passes as planned
+    assert hoped[("draft",)][2] > hoped[("eagle",)][2]  # and the hope alone would rank the draft model first
+    assert pol.kept_group(w, prof, alphas, 16.0, 8) == ("eagle",)
+    assert pol.batch_gamma(w, prof, "draft", alphas, 16.0, 8) == 0
+    assert pol.batch_gamma(w, prof, "eagle", alphas, 16.0, 8) > 0

@@ -6,6 +6,7 @@ for (`sunk_passes`). A mixin of `policies.goodput.CostModelPolicy`, which create
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections import Counter, deque
 
@@ -14,6 +15,8 @@ from adaptspec.control.plancache import PlanCache, prefill_bucket
 from adaptspec.control.policies.common import estimate
 from adaptspec.control.profiles import Profile
 from adaptspec.control.types import AlphaSource, WorkerState
+
+log = logging.getLogger(__name__)
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
 _REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
@@ -117,22 +120,29 @@ class BatchPlanning:
                 last[0][1] == where if last[1] is None else  # no passes run: nothing to switch from
                 any(self._group_plan(w, prof, last[1], alphas, batch, bound, exact, content_class)[0].values())):
             return last[1]
+        # the groups worth their passes (their plans, as the requests will run them), ranked by what they are
+        # worth at the posterior means: a thin key is planned hopefully (`hopeful`) so that one request can try
+        # it, but a hope must not take the whole batch's passes from a model the evidence backs
         worth = {}
         for group in self._model_groups(w, prof):
-            gammas, _, value = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)
-            if any(gammas.values()):
-                worth[group] = value
+            if any(self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0].values()):
+                worth[group] = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class,
+                                                hope=False)[2]
         best = max(worth, key=worth.__getitem__) if worth else None
         if not moved and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
             best = last[1]
         if len(self._kept) >= 50_000:
             self._kept.clear()
         self._kept[mine] = ((version, where), best)
+        if last is None or best != last[1]:
+            log.debug("worker %s: the batch keeps %s at batch %g (worth over the mix: %s)", w.name,
+                      "+".join(best) if best else "no model's passes", batch,
+                      ", ".join(f"{'+'.join(g)} {v:.1f}" for g, v in worth.items()) or "none")
         return best
 
     def _group_plan(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
-                    batch: float, bound: int, exact: bool = False,
-                    content_class: str = "chat") -> tuple[dict[str, int], float, float]:
+                    batch: float, bound: int, exact: bool = False, content_class: str = "chat",
+                    hope: bool = True) -> tuple[dict[str, int], float, float]:
         """`_group_gammas`, memoised as `batch_gamma` says."""
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
@@ -140,10 +150,10 @@ class BatchPlanning:
         version, cold = self._mix_state(w, content_class)
         rho = (w.prefill_ratio, w.prompt_tokens)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
-        key = (w.name, prof.name, group, where, prefill_bucket(rho), cold)
+        key = (w.name, prof.name, group, where, prefill_bucket(rho), cold, hope)
         hit = self._common.get(key)
         if hit is None or hit[1] != version:
-            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat"), version)
+            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat", hope), version)
             if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
                 self._common.clear()
             self._common[key] = hit
@@ -188,17 +198,20 @@ class BatchPlanning:
         return got
 
     def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
-                      batch: float, bound: int, cold: str = "chat") -> tuple[dict[str, int], float, float]:
+                      batch: float, bound: int, cold: str = "chat", hope: bool = True
+                      ) -> tuple[dict[str, int], float, float]:
         """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
         the others 0; and the seconds of the kept subset's passes per step for the share of the batch whose
         classes draft with it (0 when none is kept): what a request that does not draft with them waits.
-        Third: the kept plan's total goodput over the mix (`kept_group` compares the groups by it)."""
+        Third: the kept plan's total goodput over the mix (`kept_group` compares the groups by it). `hope`:
+        thin keys planned at no less than their prior mean (`hopeful`), as a request's own plan is."""
         rho = (w.prefill_ratio, w.prompt_tokens)
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
         total = sum(mix.values())
-        ests = {(p, c): self.hopeful(self._estimate(w, prof, alphas, p, c), alphas, w.name, p, c)
-                for p in group for c in mix}
+        ests = {(p, c): self._estimate(w, prof, alphas, p, c) for p in group for c in mix}
+        if hope:
+            ests = {(p, c): self.hopeful(e, alphas, w.name, p, c) for (p, c), e in ests.items()}
         heads = {(p, c): self.head_alpha(w, prof, p, c, alphas, mean=True) for p in group for c in mix}
         curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho, heads[pc])
                  for pc, e in ests.items()}
