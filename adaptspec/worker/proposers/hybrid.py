@@ -128,6 +128,7 @@ class HybridProposer:
 
     def remove(self, request_id: str) -> None:
         self.model.remove(request_id)
+        self.ngram.remove(request_id)
         for state in (self._stats, self._declined, self._shadow, self._match):
             state.pop(request_id, None)
 
