@@ -123,11 +123,14 @@ class BatchPlanning:
         # the groups worth their passes (their plans, as the requests will run them), ranked by what they are
         # worth at the posterior means: a thin key is planned hopefully (`hopeful`) so that one request can try
         # it, but a hope must not take the whole batch's passes from a model the evidence backs
-        worth = {}
+        worth, idle = {}, 0.0
         for group in self._model_groups(w, prof):
-            if any(self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0].values()):
+            gammas, _, value = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)
+            if any(gammas.values()):
                 worth[group] = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class,
                                                 hope=False)[2]
+            else:
+                idle = value  # the mix without any model's passes
         best = max(worth, key=worth.__getitem__) if worth else None
         if not moved and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
             best = last[1]
@@ -135,9 +138,10 @@ class BatchPlanning:
             self._kept.clear()
         self._kept[mine] = ((version, where), best)
         if last is None or best != last[1]:
-            log.debug("worker %s: the batch keeps %s at batch %g (worth over the mix: %s)", w.name,
+            log.debug("worker %s: the batch keeps %s at batch %g (worth over the mix: %s; profile %s)", w.name,
                       "+".join(best) if best else "no model's passes", batch,
-                      ", ".join(f"{'+'.join(g)} {v:.1f}" for g, v in worth.items()) or "none")
+                      ", ".join(f"{'+'.join(g)} {v:.1f}" for g, v in worth.items()) or f"none, no passes {idle:.1f}",
+                      prof.name)
         return best
 
     def _group_plan(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
