@@ -400,7 +400,9 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
 
     `propose_rate` (pi): the share of steps that find a draft at all (n-gram lookup needs the context to
     repeat). A step without one verifies and emits a single token, so E = 1 + pi * (E(alpha, gamma) - 1) and
-    a step verifies batch * (1 + pi * gamma) tokens; the proposer's own cost is paid every step. For a
+    a step verifies batch * (1 + pi * gamma) tokens (on a padded verify, `Profile.padded_verify`, every row is as
+    long as the longest draft: batch * (1 + (1 - (1 - pi)^batch) * gamma)); the proposer's own cost is paid every
+    step. For a
     hybrid (kind "hybrid") pi is the share its lookup serves and the model covers the misses: with the
     profile's `model_cost` 0 it drafts gamma every step (E and the verified tokens of pi = 1, pi prices its
     drafting); with the worker's price its model drafts m = `hybrid_fallback_tokens` per miss, from the
@@ -440,6 +442,10 @@ def evaluate(profile: Profile, proposer: str, alpha: AlphaLike, gamma: int, batc
         draft, drafting = cost.time(gamma, batch, kv, profile.target), pi
         if pi < 1.0:
             e = 1.0 + pi * (e - 1.0)
+            if profile.padded_verify:
+                # every row is as long as the longest draft: the step verifies gamma positions a row whenever
+                # some row of the batch found a draft
+                drafting = 1.0 - (1.0 - pi) ** batch
     verify = step_time_with_prefill(profile.target, batch * (1.0 + drafting * gamma), kv, batch * rho * e, chunk)
     goodput = e / (draft + verify)
     a = scalar_alpha(alpha, gamma) if summarise or isinstance(alpha, (int, float)) else 0.0
@@ -490,8 +496,13 @@ def stepwise_hybrid(profile: Profile, proposer: str, lookup_alpha: AlphaLike, he
     q = _clip01(lookup_density)
     pi = q / (q + (1.0 - q) / e_head) if q > 0.0 else 0.0
     e = pi * e_lookup + (1.0 - pi) * e_head
-    verify = step_time_with_prefill(profile.target, batch * (1.0 + pi * length + (1.0 - pi) * head_tokens), kv,
-                                    batch * rho * e, chunk)
+    rows = pi * length + (1.0 - pi) * head_tokens  # drafted positions a row verifies
+    if profile.padded_verify:
+        # every row as long as the batch's longest draft: the longer kind's whenever the batch holds both
+        only_lookup, only_head = pi ** batch, (1.0 - pi) ** batch
+        rows = max(length, head_tokens) * (1.0 - only_lookup - only_head) + length * only_lookup + \
+            head_tokens * only_head
+    verify = step_time_with_prefill(profile.target, batch * (1.0 + rows), kv, batch * rho * e, chunk)
     draft = cost.time(gamma, batch, kv, profile.target, verify_s=verify, lookup_rate=pi, fallback_tokens=m)
     goodput = e / (draft + verify)
     a = scalar_alpha(head, gamma) if summarise or isinstance(head, (int, float)) else 0.0

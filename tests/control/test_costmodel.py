@@ -174,6 +174,41 @@ def test_propose_rate_mixes_drafting_and_plain_steps():
     assert plan.speedup == pytest.approx(1 + 0.4 * (cm.expected_tokens(0.7, 3) - 1))
 
 
+def test_a_padded_verify_pads_every_row_to_the_longest_draft():
+    """On a padded verify (the reference engine's one padded attention call) a row without a draft still verifies
+    as many positions as the longest draft of its step: gamma whenever some row of the batch drafted, which at
+    pi in (0, 1) happens with probability 1 - (1 - pi)^batch. At batch 1 nothing changes."""
+    m = cm.StepTimeModel(overhead_s=0.002, memory_floor_s=0.0, kv_s_per_token=0.0, compute_s_per_token=1e-4)
+    ragged = Profile("compute", m, 0.0, {"ngram": cm.DraftCost("ngram")}, {}, "compute-bound")
+    padded = dataclasses.replace(ragged, padded_verify=True)
+    for pi in (0.1, 0.4, 1.0):
+        for batch in (1, 4, 32):
+            plan = cm.evaluate(padded, "ngram", 0.8, 4, batch, propose_rate=pi)
+            rows = 1 + 4 * (1 - (1 - pi) ** batch)
+            assert plan.verify_time_s == pytest.approx(0.002 + 1e-4 * batch * rows)
+            assert plan.expected_tokens == cm.evaluate(ragged, "ngram", 0.8, 4, batch, propose_rate=pi).expected_tokens
+    assert cm.evaluate(padded, "ngram", 0.8, 4, 1, propose_rate=0.3) == cm.evaluate(ragged, "ngram", 0.8, 4, 1,
+                                                                                    propose_rate=0.3)
+    # so at load lookup that rarely drafts is worth less than the ragged price says
+    assert cm.evaluate(padded, "ngram", 0.8, 4, 32, propose_rate=0.3).goodput < \
+        0.8 * cm.evaluate(ragged, "ngram", 0.8, 4, 32, propose_rate=0.3).goodput
+
+
+def test_a_padded_verify_pads_a_stepwise_hybrids_rows_to_the_longer_kind():
+    """A per-step hybrid's lookup steps draft `length` positions and its head steps `head_tokens`: on a padded
+    verify every row verifies the longer whenever the batch holds both kinds (probability 1 - pi^B - (1-pi)^B)."""
+    prof = load_profile("cpu-tiny")
+    ragged = dataclasses.replace(prof, padded_verify=False)
+    lookup, head = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4), 0.75
+    for batch in (1.0, 16.0):
+        p, r = (cm.stepwise_hybrid(x, "hybrid", lookup, head, 3, batch, 0.3) for x in (prof, ragged))
+        assert p.expected_tokens == r.expected_tokens
+        if batch == 1.0:
+            assert p.verify_time_s == pytest.approx(r.verify_time_s)
+        else:
+            assert p.verify_time_s > r.verify_time_s
+
+
 def test_prefill_shares_the_steps():
     """rho prompt tokens per generated token, prefilled in chunks of C tokens: a share q = b rho E / C of the
     steps carries a chunk. Closed forms on a roofline with a memory floor (spare compute below it)."""
