@@ -281,3 +281,25 @@ def test_goodput_policy_does_not_probe_a_draft_model_priced_far_below_its_plan_a
     poor = picks(0.05)
     assert poor["draft"] == 0 and poor["eagle"] == 2000
     assert picks(0.8)["draft"] > 0
+
+
+def test_at_load_only_the_batchs_own_model_is_probed():
+    """A worker whose batch keeps one model's passes (EAGLE, accepted 0.8; the draft model 0.5-0.75, near enough
+    to be worth a token probe on its own: the policy probed it on 128 of 2,000 admissions): a probe with the draft
+    model would run its passes in every step beside EAGLE's, so none is made."""
+    from dataclasses import replace
+
+    costs = replace(calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs(), token_probe=("draft",))
+    cfg = parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}})
+    w = WorkerState("w0", proposers=("none", "eagle", "draft"), running=63.0, step_costs=costs, profile="cpu-tiny")
+    for draft_alpha in (0.5, 0.6, 0.7, 0.75):
+        policy = build_policy(cfg.policy)
+        table = AlphaTable(prior_strength=20.0)
+        for _ in range(50):
+            table.observe_counts("w0", "eagle", "chat", 80, 20)
+            table.observe_counts("w0", "draft", "chat", round(100 * draft_alpha), 100 - round(100 * draft_alpha))
+        prof = policy.worker_profile(w)
+        assert not policy._probe_worth(w, "chat", table, "draft", Decision("w0", "eagle", 2, "chat", "goodput", "", 1.0))
+        got = Counter(policy.decide("chat", [w], table).proposer for _ in range(2000))
+        assert got == Counter({"eagle": 2000})
+        assert policy.kept_group(w, prof, table, 64.0, 8, content_class="chat") == ("eagle",)

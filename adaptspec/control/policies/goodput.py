@@ -273,11 +273,20 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
                      d: Decision) -> bool:
         """Whether drafting with `proposer` could beat decision `d` at this batch (a calibration probe's value):
         its best plan, priced by the profile and by the worker's fit, whichever hopes more, within the probe's
-        `near` of `d`'s expected speedup. A price that cannot change a choice is not worth the probe's passes."""
+        `near` of `d`'s expected speedup. A price that cannot change a choice is not worth the probe's passes.
+        At load, on a worker whose batch keeps one model's passes (`kept_group`), only that model is probed:
+        a probe with another model runs its passes in every step of the batch beside the kept one's; the others
+        are priced where they run."""
         bound = min(w.max_gamma, self.max_gamma)
         base, fitted = self.profile(w.profile), self.worker_profile(w)
         if bound <= 0 or not base.offers(proposer):
             return False
+        if w.load >= 1.0:
+            models = self._model_groups(w, fitted)
+            group = self.pass_groups(w, fitted).get(proposer)
+            if len(models) > 1 and group in models and \
+                    self.kept_group(w, fitted, alphas, w.load + 1.0, bound, content_class=content_class) != group:
+                return False
         est = self.hopeful(self._estimate(w, base, alphas, proposer, content_class), alphas, w.name, proposer,
                            content_class)
         a, _ = self.alpha(est)
