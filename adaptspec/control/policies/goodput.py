@@ -67,6 +67,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self._groups: dict[tuple, dict[str, tuple[str, ...]]] = {}  # see pass_groups
         self._sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]] = {}  # see sunk_passes
         self._implied: dict[tuple, tuple[Profile, Profile]] = {}  # see _stepwise
+        self._plain_decisions: dict[tuple[str, float, str], Decision] = {}  # see _plain
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -279,7 +280,13 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         """`decide`'s answer when `w` is the one healthy worker and it can only run plain (`_plain_only`): its
         off plan (speedup 1: no pass group of its batch drafts), without pricing it. The class mix is not noted:
         it feeds only the batch planning of a worker's proposers, and this worker has none."""
-        d = Decision(w.name, "none", 0, content_class, self.name, f"{self.name}: off batch={w.load + 1:g}", 1.0)
+        key = (w.name, w.load, content_class)  # a Decision is frozen: the same one serves every such request
+        d = self._plain_decisions.get(key)
+        if d is None:
+            if len(self._plain_decisions) >= 4096:
+                self._plain_decisions.clear()
+            d = Decision(w.name, "none", 0, content_class, self.name, f"{self.name}: off batch={w.load + 1:g}", 1.0)
+            self._plain_decisions[key] = d
         d = self.contrast_probe.apply(d, w, None, 0, 0.0)
         return self.gamma_probe.apply(d, w, lambda p: self._probe_worth(w, content_class, alphas, p, d))
 
