@@ -122,7 +122,11 @@ class Proxy:
         self.scrape_interval_s = server.scrape_interval_s
         self.classify_always = server.classify == "always"
         redis = config.state is not None and config.state.backend == "redis"
-        self.metrics.precreate(self.pools.workers.values(), policy.name, "redis" if redis else None)
+        backend = "redis" if redis else None
+        self.metrics.precreate(self.pools.workers.values(), policy.name, backend)
+        if server.classify == "speculating":  # the label of the requests that only these workers can serve
+            plain = [w for w in self.pools.workers.values() if not _speculating((w,))]
+            self.metrics.precreate(plain, policy.name, backend, classes=(UNCLASSIFIED,))
         self.config = config
 
     def _policy(self) -> PolicyBase:

@@ -52,3 +52,17 @@ def test_unclassified_body_is_still_checked():
 def test_classify_setting_is_validated():
     with pytest.raises(ConfigError, match="server.classify"):
         parse_config({"server": {"classify": "never"}})
+
+
+def test_unclassified_series_exist_from_the_start_for_plain_workers_only():
+    from prometheus_client import generate_latest
+
+    def series(proxy: Proxy) -> list[str]:
+        return [ln for ln in generate_latest(proxy.metrics.registry).decode().splitlines()
+                if "unclassified" in ln and not ln.startswith("#")]
+
+    default = series(_proxy())
+    assert any(ln.startswith('adaptspec_requests_total{code="200",content_class="unclassified",proposer="none",'
+                             'worker="o0"}') for ln in default), default
+    assert default and not any('worker="a0"' in ln for ln in default)  # a0 speculates: its requests are classified
+    assert series(_proxy("always")) == []
