@@ -124,8 +124,8 @@ class Proxy:
         redis = config.state is not None and config.state.backend == "redis"
         backend = "redis" if redis else None
         self.metrics.precreate(self.pools.workers.values(), policy.name, backend)
-        if server.classify == "speculating":  # the label of the requests that only these workers can serve
-            plain = [w for w in self.pools.workers.values() if not _speculating((w,))]
+        plain = [w for w in self.pools.workers.values() if not _speculating((w,))]
+        if plain and server.classify == "speculating":  # the label of the requests only these workers can serve
             self.metrics.precreate(plain, policy.name, backend, classes=(UNCLASSIFIED,))
         self.config = config
 

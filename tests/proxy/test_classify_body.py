@@ -66,3 +66,6 @@ def test_unclassified_series_exist_from_the_start_for_plain_workers_only():
                              'worker="o0"}') for ln in default), default
     assert default and not any('worker="a0"' in ln for ln in default)  # a0 speculates: its requests are classified
     assert series(_proxy("always")) == []
+    speculating_only = Proxy(parse_config({"pools": [{"name": "spec", "engine": "adaptspec", "proposers": ["ngram"],
+                                                      "workers": [{"name": "a0", "url": "http://127.0.0.1:9"}]}]}))
+    assert series(speculating_only) == []  # no request there can be unclassified
