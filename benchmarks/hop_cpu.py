@@ -22,8 +22,8 @@ instrumented only while N requests at c=1 run, after 100 unmeasured): a figure t
 Kernel time (syscalls, loopback TCP) is not in it, and the access log's batched writes weigh more than at
 full speed (fewer lines per 0.1 s batch under valgrind).
 
-`--prompts` sends a different prompt with every request (benchmarks/load_distinct.py: the harness's client with
-one prepared request per prompt) instead of the harness's one fixed prompt, which adaptspec's classifier and
+`--prompts` sends a different prompt with every request (the harness client's own `--prompts`: one prepared
+request per prompt) instead of the harness's one fixed prompt, which adaptspec's classifier and
 feature memos remember after the first request. `distinct`: the classifier's held-out test split
 (scripts/train_classifier.py's, from ../shared/data) cut to prompts of 200-4000 characters, shuffled (seed
 0), at most 2000, so that with a 1024-entry memo no prompt is ever remembered; or a JSONL file of
@@ -69,19 +69,19 @@ def distinct_prompts(data: Path) -> list[str]:
 
 
 def _prepare_prompts(args) -> dict:
-    """Resolve --prompts into a JSONL file for the load client (args.prompt_file); its count and median length."""
+    """Resolve --prompts into the load client's prompts file (args.prompt_file); their count and median length."""
     args.prompt_file = None
     if not args.prompts:
         return {}
     if args.prompts == "distinct":
         texts = distinct_prompts(args.data)
-        fd, args.prompt_file = tempfile.mkstemp(prefix="hop_cpu_prompts_", suffix=".jsonl")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps({"prompt": t}) + "\n" for t in texts)
     else:
-        args.prompt_file = args.prompts
         with open(args.prompts, encoding="utf-8") as f:
             texts = [json.loads(line)["prompt"] for line in f if line.strip()]
+    # the harness client's --prompts format: one prompt a line, newlines written as a backslash + n
+    fd, args.prompt_file = tempfile.mkstemp(prefix="hop_cpu_prompts_", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.writelines(t.replace("\n", "\\n") + "\n" for t in texts)
     return {"prompts": len(texts), "prompt_chars_p50": statistics.median(map(len, texts))}
 
 
@@ -129,12 +129,10 @@ async def _naive_site(args):
 
 async def _load(args, *how: str) -> dict:
     extra = ["--stream", "--chunks", "32"] if args.stream else []
-    client = [f"{args.harness}/load.py"]
     if args.prompt_file:  # the same client, a different prompt per request
-        client = [str(REPO / "benchmarks" / "load_distinct.py"), "--harness", args.harness,
-                  "--prompts", args.prompt_file, "--"]
+        extra += ["--prompts", args.prompt_file]
     load = await asyncio.create_subprocess_exec(
-        args.python, *client, "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
+        args.python, f"{args.harness}/load.py", "--url", f"http://127.0.0.1:{GW_PORT}/v1/chat/completions",
         "-c", "1", *how, *extra, stdout=asyncio.subprocess.PIPE)
     if args.pin:  # the client on its own CPU, as the harness places it
         os.sched_setaffinity(load.pid, {_pins(args)[0]})
@@ -259,6 +257,8 @@ def main() -> int:
     ap.add_argument("--profile-out", metavar="FILE", help="with --profile: also FILE.<gateway>, pstats' format")
     ap.add_argument("--instructions", type=int, default=0, metavar="N",
                     help="count instructions (valgrind's callgrind) for N requests instead of CPU seconds")
+    ap.add_argument("--callgrind-out", metavar="DIR",
+                    help="with --instructions: keep each gateway's callgrind dumps in DIR (for callgrind_annotate)")
     ap.add_argument("--prompts", metavar="distinct|FILE",
                     help="a different prompt per request: 'distinct' (held-out test prompts, 200-4000 chars) "
                          "or a JSONL file of {\"prompt\": ...} lines")
@@ -275,7 +275,7 @@ def main() -> int:
             return _instructions(args, prompts)
         return _cpu_seconds(args, prompts)
     finally:
-        if args.prompts == "distinct":
+        if args.prompt_file:
             os.unlink(args.prompt_file)
 
 
@@ -329,7 +329,7 @@ def _instructions(args, prompts: dict) -> int:
         time.sleep(1.5)
         with tempfile.TemporaryDirectory() as tmp:
             for gateway in args.gateways.split(","):
-                dump = f"{tmp}/{len(summary)}.cg"
+                dump = f"{args.callgrind_out or tmp}/{len(summary)}.cg"
                 out = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
                                       f"--callgrind-out-file={dump}", sys.executable, *_child_argv(args, gateway)],
                                      env=_child_env(gateway), check=True, stdout=subprocess.PIPE,

@@ -289,6 +289,7 @@ class AlphaTable:
         self._prior_cache: dict[tuple[str, str], float] = {}
         self._prior_estimates: dict[tuple[str, str], AlphaEstimate] = {}
         self._est_cache: dict[tuple[str, str, str], tuple[float | None, AlphaEstimate]] = {}
+        self._views: dict[str, RegimeView] = {}  # view(): one per regime (a view holds no state of its own)
 
     def _invalidate(self, key: tuple[str, str, str]) -> None:
         if key[2] == ANY_CLASS:  # the pooled estimate is the prior of every class of (worker, proposer)
@@ -481,8 +482,11 @@ class AlphaTable:
 
     def view(self, regime: str) -> RegimeView:
         """An `AlphaSource` whose `get` reads this table's `regime` keys (for a policy's decide)."""
-        regime_key("", regime)  # validates
-        return RegimeView(self, regime)
+        view = self._views.get(regime)
+        if view is None:
+            regime_key("", regime)  # validates
+            view = self._views[regime] = RegimeView(self, regime)
+        return view
 
     def _estimate(self, st: KeyStats | None, worker: str, proposer: str, content_class: str,
                   now: float | None, m0: float | None = None) -> AlphaEstimate:

@@ -357,6 +357,24 @@ def request_text(body: Mapping) -> tuple[str, str]:
     raise RequestError("request body has neither 'messages' nor 'prompt'")
 
 
+def check_request_text(body: Mapping) -> None:
+    """Raise the RequestError `request_text(body)` would raise, without building the texts: for a body that is
+    not classified (the proxy still answers a malformed one with the same 400). One pass of type checks for
+    the usual shapes (messages of string roles and contents, a string prompt); anything else goes through
+    request_text itself."""
+    if type(body) is dict:
+        messages = body.get("messages")
+        if type(messages) is list and messages:
+            for msg in messages:
+                if type(msg) is not dict or type(msg.get("role")) is not str or type(msg.get("content")) is not str:
+                    break
+            else:
+                return
+        elif messages is None and type(body.get("prompt")) is str:
+            return
+    request_text(body)
+
+
 def save_artifact(
     directory: str | Path, vocabulary: list[list[str]], coef: np.ndarray, intercept: np.ndarray, meta: dict
 ) -> None:
@@ -397,4 +415,4 @@ def save_hashed_artifact(
     (directory / META_FILE).write_text(text + "\n", encoding="utf-8")
 
 
-__all__ = ["Classifier", "HashedClassifier", "classify_request", "request_text", "save_artifact", "save_hashed_artifact"]
+__all__ = ["Classifier", "HashedClassifier", "check_request_text", "classify_request", "request_text", "save_artifact", "save_hashed_artifact"]

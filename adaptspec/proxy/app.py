@@ -15,7 +15,14 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from adaptspec.control.classify import MEMO_MAX_CHARS, MEMO_SIZE, Classifier, classify_request, request_text
+from adaptspec.control.classify import (
+    MEMO_MAX_CHARS,
+    MEMO_SIZE,
+    Classifier,
+    check_request_text,
+    classify_request,
+    request_text,
+)
 from adaptspec.control.estimators import GREEDY, AlphaTable
 from adaptspec.control.policy import build_policy
 from adaptspec.control.policy_base import PolicyBase
@@ -37,6 +44,9 @@ from adaptspec.proxy.upstream import Pools, Worker, make_session, workers_from_c
 log = logging.getLogger(__name__)
 
 FALLBACK_CLASS = "chat"
+# the class of a generation request that was not classified (`server.classify: speculating` and no candidate
+# worker speculates): no decision or estimate depends on it, only the labels
+UNCLASSIFIED = "unclassified"
 
 
 def _fallback_class(body: dict) -> str:
@@ -45,7 +55,11 @@ def _fallback_class(body: dict) -> str:
 
 def _speculating(workers: Sequence[Worker]) -> bool:
     """Whether any of `workers` has a proposer: only then do a request's predicted alphas matter."""
-    return any(p != "none" for w in workers for p in w.proposers)
+    for w in workers:  # loops, not any(generator): this runs for every request
+        for p in w.proposers:
+            if p != "none":
+                return True
+    return False
 
 
 class Proxy:
@@ -106,8 +120,13 @@ class Proxy:
         self.pools.eject_after = server.eject_after_failures
         self.pools.backoff_s = server.eject_backoff_s
         self.scrape_interval_s = server.scrape_interval_s
+        self.classify_always = server.classify == "always"
         redis = config.state is not None and config.state.backend == "redis"
-        self.metrics.precreate(self.pools.workers.values(), policy.name, "redis" if redis else None)
+        backend = "redis" if redis else None
+        self.metrics.precreate(self.pools.workers.values(), policy.name, backend)
+        plain = [w for w in self.pools.workers.values() if not _speculating((w,))]
+        if plain and server.classify == "speculating":  # the label of the requests only these workers can serve
+            self.metrics.precreate(plain, policy.name, backend, classes=(UNCLASSIFIED,))
         self.config = config
 
     def _policy(self) -> PolicyBase:
@@ -152,9 +171,16 @@ class Proxy:
         scores the features carry; a custom `classify` gives the class, whose score is then 1. `candidates`:
         the workers that may serve it; when none of them speculates, no alpha is read or learnt for it, so its
         features are not computed (None). The features read the request's `max_tokens` and `temperature` as
-        parsed (request.py), the same temperature its sampling regime comes from."""
+        parsed (request.py), the same temperature its sampling regime comes from. With `server.classify:
+        speculating` (the default), a request none of whose candidates speculates is not classified: its body
+        is checked as classification checks it (request_text) and it is labelled UNCLASSIFIED."""
         body = req.body
-        if not self.predicting or (candidates is not None and not _speculating(candidates)):
+        if candidates is not None and not _speculating(candidates):
+            if self.classify_always:
+                return self.classify(body), None
+            check_request_text(body)  # the same 400s for a malformed body as when it is classified
+            return UNCLASSIFIED, None
+        if not self.predicting:
             return self.classify(body), None
         custom = self.classify is not classify_request
         if custom:

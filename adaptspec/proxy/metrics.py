@@ -6,7 +6,8 @@ occupancy, state-backend status) are read from the app at scrape time by `StateC
 path never touches them.
 
 Label values: `gamma` is the decimal string; `proposer` is "none" when speculation is off; requests
-rejected before a decision carry `content_class="unknown"`, `worker="none"`; `code` is the HTTP status
+rejected before a decision carry `content_class="unknown"`, `worker="none"`; requests that no speculating
+worker could serve carry `content_class="unclassified"` (`server.classify: speculating`); `code` is the HTTP status
 sent to the client (a stream cut by a dying worker counts as "502", one its worker stalled as "504"), one of
 `CODES`; any other status a worker answers is counted under its class ("4xx", "5xx"), so that the label stays
 bounded whatever workers send (`code!~"2.."` still selects every error).

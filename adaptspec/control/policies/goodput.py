@@ -68,6 +68,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self._models: dict[tuple, tuple[tuple[str, ...], ...]] = {}  # see BatchPlanning._model_groups
         self._sunk: dict[tuple, tuple[dict[tuple[str, ...], float], int]] = {}  # see sunk_passes
         self._implied: dict[tuple, tuple[Profile, Profile]] = {}  # see _stepwise
+        self._plain_decisions: dict[tuple[str, float, str], Decision] = {}  # see _plain
 
     def profile(self, name: str | None) -> Profile:
         prof = self._profiles.get(name)
@@ -216,8 +217,15 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         return choice, shown, missed, thin, dream
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
+        ready = healthy(workers)
+        if len(ready) == 1 and _plain_only(ready[0]):
+            return self._plain(content_class, ready[0], alphas)
+        return self._priced(content_class, ready, alphas)
+
+    def _priced(self, content_class: str, ready: list[WorkerState], alphas: AlphaSource) -> Decision:
+        """`decide` over the healthy workers `ready`: every worker's options priced."""
         best = None
-        for w in healthy(workers):
+        for w in ready:
             choice, shown, missed, thin, dream = self.options(w, content_class, alphas)
             # speculation must beat plain decoding by the margin, across workers too
             score = choice.goodput / self.margin if choice.gamma else choice.goodput
@@ -267,6 +275,20 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         d = self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
                                       missed.gamma if missed is not None else 0,
                                       missed.speedup if missed is not None else 0.0)
+        return self.gamma_probe.apply(d, w, lambda p: self._probe_worth(w, content_class, alphas, p, d))
+
+    def _plain(self, content_class: str, w: WorkerState, alphas: AlphaSource) -> Decision:
+        """`decide`'s answer when `w` is the one healthy worker and it can only run plain (`_plain_only`): its
+        off plan (speedup 1: no pass group of its batch drafts), without pricing it. The class mix is not noted:
+        it feeds only the batch planning of a worker's proposers, and this worker has none."""
+        key = (w.name, w.load, content_class)  # a Decision is frozen: the same one serves every such request
+        d = self._plain_decisions.get(key)
+        if d is None:
+            if len(self._plain_decisions) >= 4096:
+                self._plain_decisions.clear()
+            d = Decision(w.name, "none", 0, content_class, self.name, f"{self.name}: off batch={w.load + 1:g}", 1.0)
+            self._plain_decisions[key] = d
+        d = self.contrast_probe.apply(d, w, None, 0, 0.0)
         return self.gamma_probe.apply(d, w, lambda p: self._probe_worth(w, content_class, alphas, p, d))
 
     def _probe_worth(self, w: WorkerState, content_class: str, alphas: AlphaSource, proposer: str,
@@ -382,6 +404,14 @@ def _paying(plan: costmodel.Plan, extra_s: float) -> costmodel.Plan:
     # the constructor, not dataclasses.replace: this runs for every plan of every loaded worker per decision
     return costmodel.Plan(plan.proposer, plan.gamma, plan.alpha, plan.expected_tokens, plan.draft_time_s + extra_s,
                           plan.verify_time_s, plan.baseline_time_s, goodput, goodput * plan.baseline_time_s, plan.batch)
+
+
+def _plain_only(w: WorkerState) -> bool:
+    """Whether `options` can give `w` nothing but its off plan: a fixed worker running plain, or a per-request
+    one with no proposer."""
+    if not w.per_request:
+        return fixed_config(w)[1] <= 0
+    return all(p == "none" for p in w.proposers)
 
 
 def _named(plan: costmodel.Plan, proposer: str) -> costmodel.Plan:
