@@ -125,7 +125,7 @@ class Proxy:
         backend = "redis" if redis else None
         self.metrics.precreate(self.pools.workers.values(), policy.name, backend)
         plain = [w for w in self.pools.workers.values() if not _speculating((w,))]
-        if plain and server.classify == "speculating":  # the label of the requests only these workers can serve
+        if plain and not self.classify_always:  # the label of the requests only these workers can serve
             self.metrics.precreate(plain, policy.name, backend, classes=(UNCLASSIFIED,))
         self.config = config
 

@@ -28,7 +28,8 @@ class _Suffixes:
 
     def __init__(self, sizes: range) -> None:
         self.tokens: list[int] = []
-        self.maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in sizes}
+        # longest n first: the order `lookup` tries them in
+        self.maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in sorted(sizes, reverse=True)}
 
     def extend(self, ids: list[int]) -> None:
         """Take the committed sequence `ids` (this index's tokens and those committed since)."""
@@ -44,10 +45,10 @@ class _Suffixes:
         """Up to k tokens after the most recent earlier match of the longest matching suffix n-gram."""
         toks = self.tokens
         length = len(toks)
-        for n in sorted(self.maps, reverse=True):
+        for n, seen in self.maps.items():
             if n > length - 1:
                 continue
-            i = self.maps[n].get(tuple(toks[length - n:]))
+            i = seen.get(tuple(toks[length - n:]))
             if i is not None:
                 return toks[i + n:i + n + k]
         return []
