@@ -265,6 +265,11 @@ class BatchPlanning:
                 if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
                     best = (value, g, subset, share)
         _, g, kept, share = best
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("worker %s: batch %g plans %s at gamma %d over the mix %s (goodput at gamma 1-%d: %s; "
+                      "without its passes %.1f; hope %s)", w.name, batch, "+".join(group), g if kept else 0,
+                      dict(mix), bound, " ".join(f"{sum(n * max(curve[(p, c)][h] for p in group) for c, n in mix.items()):.0f}"
+                                                 for h in range(bound)), worth((), 0)[0], hope)
         # what the kept passes cost a request that does not draft with them: the passes of the share of the
         # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
         rows = max(1.0, share * batch)
