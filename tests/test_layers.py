@@ -69,3 +69,21 @@ def test_the_proposer_vocabulary_is_written_once():
             if len(names) >= 4:
                 copies.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert copies == []
+
+
+def upstream_senders(root: Path) -> list[str]:
+    """Where a proxied request is sent upstream: calls of the hop client's `post` (`<x>.h1.post(...)`)."""
+    return [f"{path.relative_to(root.parent)}:{node.lineno}"
+            for path in sorted((root / "proxy").rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "post"
+            and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "h1"]
+
+
+def test_one_relay_sends_every_proxied_request():
+    """Generation (handlers.py) and pass-through (passthrough.py) both go through proxy/relay.py `dispatch`: the
+    hop client is called from there only, so retries, ejection and relaying are written once."""
+    senders = upstream_senders(PACKAGE)
+    assert [s.split(":")[0] for s in senders] == ["adaptspec/proxy/relay.py"]
+    for caller in ("handlers.py", "passthrough.py"):
+        assert "relay.dispatch(" in (PACKAGE / "proxy" / caller).read_text()

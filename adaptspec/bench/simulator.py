@@ -218,8 +218,9 @@ def _offered(cost: ProfileCost, workload: Workload | TraceWorkload, specs: Seque
         worker = _with_proposers(worker, tuple(proposers))
     if any(s.hindsight for s in specs) and not isinstance(workload, TraceWorkload):
         raise ConfigError("the oracle policy needs acceptance traces (--trace)", key="--policies", value="oracle")
-    for spec in specs:
-        if getattr(spec.policy, "proposer", None) == "hybrid" and "hybrid" not in worker.proposers:
+    for spec in specs:  # the oracle has no policy section
+        hybrid = spec.policy is not None and spec.policy.named_proposer == "hybrid"
+        if hybrid and "hybrid" not in worker.proposers:
             raise ConfigError("a hybrid policy needs the worker to offer it: add hybrid to --proposers (with --trace)",
                               key="--policies", value=spec.name)
     return worker

@@ -112,13 +112,46 @@ class SwitchbackConfig(_Strict):
 
 
 class _Experiments(_Strict):
-    """Sections every policy kind takes: the measurement of its realized speedup (holdout, switchback)."""
+    """Sections every policy kind takes: the measurement of its realized speedup (holdout, switchback); and the
+    capabilities its readers use, declared here with defaults (as control/policy_base.py declares a built
+    policy's), so that no reader probes a section for a field."""
 
     holdout: HoldoutConfig | None = None
     switchback: SwitchbackConfig | None = None
 
+    @property
+    def priced_profile(self) -> str | None:
+        """The step-cost profile the kind prices with where a worker names none; None: it prices with none."""
+        return None
 
-class StaticPolicy(_Experiments):
+    @property
+    def named_proposer(self) -> str | None:
+        """The one proposer the kind drafts with (threshold: where a class names none); None: it chooses."""
+        return None
+
+
+class _Priced(_Experiments):
+    """A kind that prices plans with a step-cost profile (goodput, bandit, the smartspec / banditspec peers)."""
+
+    default_profile: str = "cpu-tiny"  # for workers whose pool names no profile
+
+    @property
+    def priced_profile(self) -> str | None:
+        return self.default_profile
+
+
+class _OneProposer(_Experiments):
+    """A kind that drafts with one proposer it names (static, threshold, the single-proposer peers); each
+    narrows `proposer`'s type and default."""
+
+    proposer: AnyProposer = "none"
+
+    @property
+    def named_proposer(self) -> str | None:
+        return self.proposer
+
+
+class StaticPolicy(_OneProposer):
     """Always the same proposer and gamma (proposer `none` / gamma 0: speculation off)."""
 
     kind: Literal["static"]
@@ -130,7 +163,7 @@ class ThresholdRow(_Strict):
     gamma: int = Field(ge=0, le=32)
 
 
-class ThresholdPolicy(_Experiments):
+class ThresholdPolicy(_OneProposer):
     """gamma from a load table (vLLM's dynamic speculative decoding, TRT-LLM's draft_len_schedule)."""
 
     kind: Literal["threshold"]
@@ -147,13 +180,12 @@ class ThresholdPolicy(_Experiments):
         return rows
 
 
-class GoodputPolicy(_Experiments):
+class GoodputPolicy(_Priced):
     """Per request: alpha per proposer -> best gamma at the worker's live load -> max expected goodput."""
 
     kind: Literal["goodput"]
     margin: float = Field(default=1.05, ge=1.0)  # a speculative plan must beat off by this factor
     max_gamma: int = Field(default=8, ge=0, le=32)
-    default_profile: str = "cpu-tiny"  # for workers whose pool names no profile
     risk: float = Field(default=0.0, ge=0.0)  # plan with alpha = mean - risk * std
     tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)  # goodputs this close: least loaded wins
     # probes, so a pessimistic prior or a stale estimate cannot keep a proposer off for good: while its
@@ -169,7 +201,7 @@ class GoodputPolicy(_Experiments):
     schedule: bool = False
 
 
-class BanditPolicy(_Experiments):
+class BanditPolicy(_Priced):
     """Thompson sampling (or UCB) on alpha, then the cost model: keys with no data get tried."""
 
     kind: Literal["bandit"]
@@ -178,11 +210,10 @@ class BanditPolicy(_Experiments):
     ucb_c: float = Field(default=1.0, ge=0.0)  # UCB: alpha = mean + ucb_c * std
     margin: float = Field(default=1.0, ge=1.0)
     max_gamma: int = Field(default=8, ge=0, le=32)
-    default_profile: str = "cpu-tiny"
     tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)
 
 
-# the peer policies' sections (control/peers/config.py builds on _Experiments above, hence the late import)
+# the peer policies' sections (control/peers/config.py builds on the bases above, hence the late import)
 from adaptspec.control.peers.config import (  # noqa: E402
     BanditSpecPolicy,
     BatchCutoffPolicy,
@@ -402,7 +433,7 @@ def _check(cfg: Config, source: str, base_dir: Path | None = None) -> None:
                 raise fail(f"unknown class (classes: {', '.join(CONTENT_CLASSES)}, default)", key, c)
             if not 0.0 <= a <= 1.0:
                 raise fail("alpha must be in [0, 1]", key, a)
-    profile = getattr(cfg.policy, "default_profile", None)
+    profile = cfg.policy.priced_profile
     if profile is not None:
         try:
             load_profile(profile)

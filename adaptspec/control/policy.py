@@ -47,7 +47,7 @@ def build_policy(cfg: PolicyConfig):
     """The policy object for a `config.policy` section (wrapped in the holdout / switchback experiment when
     the section has `holdout` or `switchback`)."""
     policy = _build(cfg)
-    if getattr(cfg, "holdout", None) is not None or getattr(cfg, "switchback", None) is not None:
+    if cfg.holdout is not None or cfg.switchback is not None:
         from adaptspec.control.holdout_policy import Experimented
 
         return Experimented(policy, cfg.holdout, cfg.switchback)

@@ -14,6 +14,9 @@ it, so the proxy and the benches read a capability as an attribute, never by pro
     experiment       the holdout / switchback experiment its decisions run in (holdout_policy.Experimented),
                      or None
     adopt(previous)  take over from the policy it replaces on a config reload what should survive it
+
+A policy's config section declares what its readers need likewise (control/config.py `_Experiments`:
+`priced_profile`, `named_proposer`).
 """
 
 from __future__ import annotations

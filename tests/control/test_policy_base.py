@@ -16,6 +16,8 @@ KINDS = ["static", "threshold", "goodput", "bandit", *PEER_KINDS]
 READS_ALPHAS = {"goodput", "bandit", "sglang_adaptive", "draft_len_schedule", "smartspec", "banditspec_ucb"}
 PRICED = {"goodput", "bandit", "smartspec", "banditspec_ucb"}  # a step-cost profile of their own
 REQUIRED = {"threshold": {"table": [{"max_load": 4, "gamma": 4}]}}
+ONE_PROPOSER = {"static": "none", "threshold": "draft", "sglang_adaptive": "eagle", "draft_len_schedule": "eagle",
+                "batch_cutoff": "eagle", "smartspec": "eagle"}  # the kinds that draft with one proposer they name
 
 
 def _policy(kind: str, **experiment) -> PolicyBase:
@@ -34,6 +36,16 @@ def test_every_kind_declares_the_capabilities(kind):
     assert policy.experiment is None
     policy.adopt(None)  # nothing to take over: a no-op
     policy.adopt(_policy(kind))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_section_declares_its_profile_and_proposer(kind):
+    """A policy section's readers (config validation, the simulator's worker check) read declared properties."""
+    section = parse_config({"policy": {"kind": kind, **REQUIRED.get(kind, {})}}).policy
+    assert section.priced_profile == ("cpu-tiny" if kind in PRICED else None)
+    assert section.named_proposer == ONE_PROPOSER.get(kind)
+    priced = build_policy(section).default_profile
+    assert (priced.name if priced is not None else None) == section.priced_profile
 
 
 @pytest.mark.parametrize("kind", ["static", "goodput", "smartspec"])

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from adaptspec.control.config import SpecProposer, _Experiments
+from adaptspec.control.config import SpecProposer, _OneProposer, _Priced
 
 
 class SglangTier(BaseModel):
@@ -33,7 +33,7 @@ SGLANG_TIERS = {
 }
 
 
-class SglangAdaptivePolicy(_Experiments):
+class SglangAdaptivePolicy(_OneProposer):
     """SGLang's adaptive EAGLE depth by batch-size tier (control/peers/sglang_adaptive.py)."""
 
     kind: Literal["sglang_adaptive"]
@@ -52,7 +52,7 @@ class SglangAdaptivePolicy(_Experiments):
         return tiers
 
 
-class DraftLenSchedulePolicy(_Experiments):
+class DraftLenSchedulePolicy(_OneProposer):
     """TensorRT-LLM's draft_len_schedule / max_concurrency / acceptance gate (control/peers/trtllm_schedule.py)."""
 
     kind: Literal["draft_len_schedule"]
@@ -72,7 +72,7 @@ class DraftLenSchedulePolicy(_Experiments):
         return rows
 
 
-class BatchCutoffPolicy(_Experiments):
+class BatchCutoffPolicy(_OneProposer):
     """vLLM's speculative_disable_by_batch_size (control/peers/vllm_cutoff.py)."""
 
     kind: Literal["batch_cutoff"]
@@ -81,16 +81,15 @@ class BatchCutoffPolicy(_Experiments):
     disable_by_batch_size: int = Field(default=4, ge=1)
 
 
-class SmartSpecPolicy(_Experiments):
+class SmartSpecPolicy(_OneProposer, _Priced):
     """SmartSpec-style goodput-optimal k per batch size, one scalar alpha (control/peers/smartspec.py)."""
 
     kind: Literal["smartspec"]
     proposer: SpecProposer = "eagle"
     max_gamma: int = Field(default=8, ge=1, le=32)
-    default_profile: str = "cpu-tiny"
 
 
-class BanditSpecPolicy(_Experiments):
+class BanditSpecPolicy(_Priced):
     """BanditSpec's UCBSpec over (proposer, gamma) arms (control/peers/banditspec.py)."""
 
     kind: Literal["banditspec_ucb"]
@@ -99,7 +98,6 @@ class BanditSpecPolicy(_Experiments):
     exploration_weight: float = Field(default=6.0, ge=0.0)
     warmup_rounds: int = Field(default=2, ge=0)
     per_arm_bonus: bool = True
-    default_profile: str = "cpu-tiny"
 
     @field_validator("gammas")
     @classmethod
