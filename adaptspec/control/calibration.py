@@ -175,6 +175,7 @@ class StepCalibrator:
         self._last: StepCounters | None = None
         self._cached: CalibratedCosts | None = None
         self._grid: tuple[int | None, ...] | None = None  # the last fit's grid indices (`_hold`)
+        self._free = np.zeros(d, dtype=bool)  # what the last fit identified (`_identified`'s hysteresis)
 
     @property
     def steps(self) -> float:
@@ -240,7 +241,11 @@ class StepCalibrator:
 
     # -- the fit ---------------------------------------------------------------------------------------
     def _identified(self) -> np.ndarray:
-        """Which coefficients the data identify, in order (a slope needs residual spread, see module doc)."""
+        """Which coefficients the data identify, in order (a slope needs residual spread, see module doc). With
+        hysteresis for a proposer's costs: one the last fit identified stays identified while its spread is at
+        least half of `min_spread`, so a spread hovering at the threshold does not toggle a price between the
+        prior's value and the fit's at every refit (seen: a head's call cost 0 and 1.7 ms on alternate scrapes).
+        The target's slopes have none: a KV slope barely identified early must not escape the pair's tie."""
         d = len(self.names)
         free = np.zeros(d, dtype=bool)
         n = self.steps
@@ -259,8 +264,10 @@ class StepCalibrator:
             idx = np.where(free)[0]
             resid = gjj - g[j, idx] @ np.linalg.lstsq(g[np.ix_(idx, idx)], g[idx, j], rcond=None)[0]
             explained = max(gjj - resid, 1e-300)
-            if resid > 0 and math.sqrt(resid / explained) >= self.min_spread:
+            held = j >= 3 and self._free[j]  # a proposer's cost (the target's pair has its own tie rule)
+            if resid > 0 and math.sqrt(resid / explained) >= self.min_spread * (0.5 if held else 1.0):
                 free[j] = True
+        self._free = free.copy()
         return free
 
     def costs(self) -> CalibratedCosts:

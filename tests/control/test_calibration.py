@@ -450,3 +450,33 @@ def test_a_loosely_split_model_cost_keeps_the_profiles_ratio():
                 assert ratio == pytest.approx(theta0[NAMES.index("draft_token_s")] / theta0[NAMES.index("draft_pass_s")])
     assert tied >= 6
     assert np.mean(errs[0.25]) < np.mean(errs[math.inf])
+
+
+def test_an_identified_proposer_cost_holds_while_its_spread_hovers_at_the_threshold():
+    """`min_spread` with hysteresis for a proposer's costs: a spread of the draft model's passes per step between
+    half of it and it identifies the per-pass cost in no fresh fit, keeps it identified in a fit that already
+    did, and one under half of it is dropped (the prior's price back)."""
+    prior = load_profile("cpu-tiny")
+    rng = np.random.default_rng(4)
+
+    def hover(cal: StepCalibrator, spread: float, count: int) -> None:
+        for i in range(count):  # every step drafts, passes per step 4 * (1 +- spread) in alternate windows
+            p, d = 4.0 * (1.0 + spread * (-1) ** i), 40.0 * (1.0 + 0.3 * (-1) ** (i // 2))  # drafted: apart
+            t = 10 * (0.006 + prior.target.compute_s_per_token * (100.0 + d) + 3e-3 * p + 3.8e-5 * d)
+            cal.observe(StepCounters(10, t + rng.normal(0.0, 1e-5), 10 * (100.0 + d), 10 * 1_000.0,
+                                     {"draft": 10 * d}, {"draft": 10 * p}, draft_calls={"draft": 10.0}))
+
+    fresh = StepCalibrator(prior, half_life_steps=2_000)
+    hover(fresh, 0.035, 800)
+    assert not fresh.costs().fitted["draft_pass_s"]
+    warm = StepCalibrator(prior, half_life_steps=2_000)
+    hover(warm, 0.3, 300)
+    assert warm.costs().fitted["draft_pass_s"]
+    for _ in range(30):  # 3,000 windows (15 half-lives: the wide ones are forgotten), the fit asked every 100
+        hover(warm, 0.035, 100)
+        c = warm.costs()
+        assert c.fitted["draft_pass_s"]
+    assert c.coefficients["draft_pass_s"] == pytest.approx(3e-3, rel=0.05)
+    hover(warm, 0.01, 3_000)
+    c = warm.costs()
+    assert not c.fitted["draft_pass_s"]
