@@ -317,9 +317,14 @@ class Engine(Stepping):
 
     def submit(self, req: GenRequest, sink) -> None:
         """Queue a request; `sink(StepOutput | BaseException)` is called from the engine thread."""
-        seq = self._make_seq(req, sink)
+        self.submit_many([(req, sink)])
+
+    def submit_many(self, items: list[tuple[GenRequest, object]]) -> None:
+        """Queue several (request, sink) pairs at once: the engine thread sees all of them waiting together
+        (one lock), so they are admitted to the same step when the batch has room."""
+        seqs = [self._make_seq(req, sink) for req, sink in items]
         with self._lock:
-            self._waiting.append(seq)
+            self._waiting.extend(seqs)
             self._wake.notify_all()
         self.start()
 
@@ -448,8 +453,9 @@ class Engine(Stepping):
         return {rid: tokens for rid, (tokens, _) in self.run_sync(reqs, timeout).items()}
 
     def run_sync(self, reqs: list[GenRequest], timeout: float = 300.0) -> dict[str, tuple[list[int], StepOutput]]:
-        """Run `reqs` together to completion from a plain thread; -> {request_id: (generated token ids, its last
-        StepOutput)} (the last output carries the request's speculation counters)."""
+        """Run `reqs` together to completion from a plain thread (queued at once: they join the same step when
+        the batch has room); -> {request_id: (generated token ids, its last StepOutput)} (the last output carries
+        the request's speculation counters)."""
         results: dict[str, list[int]] = {r.request_id: [] for r in reqs}
         last: dict[str, StepOutput] = {}
         done = threading.Event()
@@ -473,8 +479,7 @@ class Engine(Stepping):
                             done.set()
             return sink
 
-        for r in reqs:
-            self.submit(r, make_sink(r.request_id))
+        self.submit_many([(r, make_sink(r.request_id)) for r in reqs])
         t0 = time.monotonic()
         if not done.wait(timeout):
             raise TimeoutError(f"run_sync: not done after {time.monotonic() - t0:.0f}s")

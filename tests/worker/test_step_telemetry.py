@@ -199,8 +199,9 @@ def test_rows_of_one_model_draft_at_the_k_most_of_them_asked(engine):
     greedy output is the same as the k=4 request alone (a draft length never changes the output)."""
     ids = chat_ids(engine, "Complete this Python function.\n\ndef add(a, b):\n    return a + b\n\ndef add(a, b):\n")
     alone = engine.generate_sync([greedy_request("solo", ids, "draft", 4, max_tokens=16)])["solo"]
-    # the k=2 rows outlive the k=4 one (it is submitted last and may join a step or two after them), so every
-    # step it runs in holds them
+    # the k=2 rows outlive the k=4 one and run_sync queues the three at once (they join the same step: a late
+    # joiner's prompt would run in a forward group of its own, whose draft call adds passes), so every step the
+    # k=4 row runs in holds them
     reqs = [greedy_request(f"r{i}", ids, "draft", k, max_tokens=n) for i, (k, n) in enumerate(((2, 48), (2, 48),
                                                                                                 (4, 16)))]
     ran: dict = {}
