@@ -20,10 +20,6 @@ log = logging.getLogger(__name__)
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
 _REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
-# batch-level exploration of the draft length at load: one mix version in _STRETCH_EVERY plans the kept model one
-# token longer when the model prices that within _STRETCH_TOL of its plan (`_group_gammas`)
-_STRETCH_EVERY = 8
-_STRETCH_TOL = 0.03
 
 
 def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
@@ -40,15 +36,6 @@ def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]
         return (proposer,)
     return tuple(q for q in w.proposers if q != "none" and prof.offers(q) and prof.shared_gamma(q)
                  and model(q) == mine) or (proposer,)
-
-
-def _log_plan(worker: str, batch: float, group: tuple[str, ...], g: int, mix: Counter, curve: dict,
-              idle: float, hope: bool, stretched: bool) -> None:
-    bound = len(next(iter(curve.values()))) if curve else 0
-    at = " ".join(f"{sum(n * max(curve[(p, c)][h] for p in group) for c, n in mix.items()):.0f}" for h in range(bound))
-    log.debug("worker %s: batch %g plans %s at gamma %d%s over the mix %s (goodput at gamma 1-%d: %s; without its "
-              "passes %.1f; hope %s)", worker, batch, "+".join(group), g, " (stretched)" if stretched else "",
-              dict(mix), bound, at, idle, hope)
 
 
 class BatchPlanning:
@@ -170,8 +157,7 @@ class BatchPlanning:
         key = (w.name, prof.name, group, where, prefill_bucket(rho), cold, hope)
         hit = self._common.get(key)
         if hit is None or hit[1] != version:
-            stretch = hope and batch >= 2.0 and version % _STRETCH_EVERY == _STRETCH_EVERY - 1
-            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat", hope, stretch), version)
+            hit = (self._group_gammas(w, prof, group, alphas, batch, bound, cold or "chat", hope), version)
             if len(self._common) >= 50_000:  # keys carry the fit's name and the level: bound them like the plans
                 self._common.clear()
             self._common[key] = hit
@@ -216,16 +202,13 @@ class BatchPlanning:
         return got
 
     def _group_gammas(self, w: WorkerState, prof: Profile, group: tuple[str, ...], alphas: AlphaSource,
-                      batch: float, bound: int, cold: str = "chat", hope: bool = True, stretch: bool = False
+                      batch: float, bound: int, cold: str = "chat", hope: bool = True
                       ) -> tuple[dict[str, int], float, float]:
         """`batch_gamma` for every proposer of a pass group at once: the subset kept gets its common gamma,
         the others 0; and the seconds of the kept subset's passes per step for the share of the batch whose
         classes draft with it (0 when none is kept): what a request that does not draft with them waits.
         Third: the kept plan's total goodput over the mix (`kept_group` compares the groups by it). `hope`:
-        thin keys planned at no less than their prior mean (`hopeful`), as a request's own plan is. `stretch`: the
-        kept subset drafts one token longer when the model prices that within `_STRETCH_TOL` of its plan: the
-        batch-level exploration that shows the step-time fit a longer draft's price at this load, which the plan's
-        own traffic never would (at load the price curve over gamma is flat and the fit's slopes decide it)."""
+        thin keys planned at no less than their prior mean (`hopeful`), as a request's own plan is."""
         rho = (w.prefill_ratio, w.prompt_tokens)
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
@@ -282,12 +265,11 @@ class BatchPlanning:
                 if value >= best[0]:  # the passes must pay for themselves over the mix (no margin: a tie keeps)
                     best = (value, g, subset, share)
         _, g, kept, share = best
-        longer = worth(kept, g + 1) if stretch and kept and g < bound else None
-        stretched = longer is not None and longer[0] >= (1.0 - _STRETCH_TOL) * best[0]
-        if stretched:
-            g, share = g + 1, longer[1]
         if log.isEnabledFor(logging.DEBUG):
-            _log_plan(w.name, batch, group, g if kept else 0, mix, curve, worth((), 0)[0], hope, stretched)
+            log.debug("worker %s: batch %g plans %s at gamma %d over the mix %s (goodput at gamma 1-%d: %s; "
+                      "without its passes %.1f; hope %s)", w.name, batch, "+".join(group), g if kept else 0,
+                      dict(mix), bound, " ".join(f"{sum(n * max(curve[(p, c)][h] for p in group) for c, n in mix.items()):.0f}"
+                                                 for h in range(bound)), worth((), 0)[0], hope)
         # what the kept passes cost a request that does not draft with them: the passes of the share of the
         # batch that does (each pass's fixed cost and its rows); none when no class drafts on its own
         rows = max(1.0, share * batch)
