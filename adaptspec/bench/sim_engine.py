@@ -44,7 +44,9 @@ from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
 from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.estimators import AlphaTable, TrafficShape
+from adaptspec.control.hybrid_rule import RuleBook
 from adaptspec.control.learn import Outcome, Speculation, learn
+from adaptspec.control.policies.goodput import CostModelPolicy
 from adaptspec.control.shadow import SHADOW_K
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Decision, Policy, WorkerState
@@ -68,6 +70,7 @@ class _Simulation:
         self.telemetry, self.telemetry_interval_s, self.calibrator = telemetry, telemetry_interval_s, calibrator
         self.predictor = predictor
         self.rule = hybrid_rule or HybridRule()
+        self.fixed_rule = hybrid_rule is not None  # `--hybrid-rule`: every hybrid request runs it (no rule book)
         self.truth = truth or AlphaModel()
         self.replay = workload if isinstance(workload, TraceWorkload) else None
         self.hindsight = policy.hindsight if isinstance(policy, Oracle) else None
@@ -114,6 +117,10 @@ class _Simulation:
         # the per-step hybrid's rule walked along every other traced request's n-gram runs teaches its key (what
         # its lookup steps would have been: the lookup is scored on every request, as the n-gram shadow is)
         self.shadow_hybrid = config.shadow and "hybrid" in base_worker.proposers and self.hyb_head is not None
+        # a cost-model policy runs each class's hybrid requests with the rule its walks price best (`RuleBook`)
+        self.book = RuleBook() if self.shadow_hybrid and not self.fixed_rule and self.replay is not None and \
+            isinstance(self.policy, CostModelPolicy) else None
+        self.m_rules: dict[str, int] = {}
 
     def _draw(self, workload: Workload) -> None:
         """The point's requests (class, prompt and output lengths) and, open loop, their arrival times."""
@@ -216,7 +223,7 @@ class _Simulation:
             if self.step_plan is not None:
                 plan = self.step_plan(req, state, G)
             elif self.hyb_head is not None:
-                plan = hybrid_plan(req, self.hyb_head, g, G, self.rule)
+                plan = hybrid_plan(req, self.hyb_head, g, G, self._rule(state, cname, g))
         sl.plans[s] = plan
         sl.stepwise[s] = plan is not None
         sl.lookup_always[s] = plan is not None and plan.lookup_always
@@ -437,6 +444,31 @@ class _Simulation:
             self.account(s)
             self._release(s)
 
+    def _rule(self, state: WorkerState, cname: str, gamma: int) -> HybridRule:
+        """The rule a hybrid request of class `cname` runs with: the rule book's choice, else the fixed rule."""
+        if self.book is None:
+            return self.rule
+        assert isinstance(self.policy, CostModelPolicy)
+        name = self.policy.hybrid_rule(state, cname, gamma, self.alphas, self.book)
+        if self.t_warm is not None:
+            self.m_rules[name] = self.m_rules.get(name, 0) + 1
+        return self.book.rules[name]
+
+    def _shadow_rule(self, cname: str) -> HybridRule | None:
+        """The rule walked along a request not run with the hybrid to teach the hybrid's key: the one its class's
+        hybrid requests run with now."""
+        if not self.shadow_hybrid:
+            return None
+        return self.rule if self.book is None else self.book.rules[self.book.chosen(self.base_worker.name, cname)]
+
+    def _walk_rules(self, rid: int, generated: int, cname: str) -> None:
+        """Every rule of the book walked along a finished traced request's n-gram runs (`RuleBook.observe`)."""
+        req = self.replay.request(rid) if self.replay is not None else None
+        runs = req.accept_runs.get("ngram") if req is not None else None
+        if runs is not None:
+            walks = self.book.walks(runs, generated, min(self.G, req.max_k))
+            self.book.observe(self.base_worker.name, cname, walks)
+
     def _learn(self, s: int) -> None:
         """The worker's report of slot s's request (usage.speculative) and its shadow runs, learned as the proxy
         learns them; then the on_outcome / on_finish callbacks."""
@@ -453,8 +485,9 @@ class _Simulation:
                            _row(sl.pos_acc[s], top), idle_steps=float(sl.step_gamma[s, 0]), parts=parts)
         scored = self.replay is not None and self.record and not sl.stepwise[s]
         traced = self.replay.request(int(sl.rid[s])) if scored else None
-        shadows = _shadows(traced, int(sl.gen[s]), pname, self.shadow_k, self.rule if self.shadow_hybrid else None,
-                           self.G)
+        shadows = _shadows(traced, int(sl.gen[s]), pname, self.shadow_k, self._shadow_rule(cname), self.G)
+        if self.book is not None and self.record is not None:
+            self._walk_rules(int(sl.rid[s]), int(sl.gen[s]), cname)
         outcome = Outcome(self.base_worker.name, pname, cname, int(sl.gamma[s]), output_tokens=float(sl.gen[s]),
                           prompt_tokens=float(self.wl_prompt[sl.rid[s]]), speculation=spec, shadows=shadows,
                           worker_proposers=self.base_worker.proposers, features=sl.feats[s], now=self.t0 + self.t)
@@ -529,5 +562,7 @@ class _Simulation:
                    # lookup / with the head (the rest drafted nothing), over the measured requests that ran one
                    "hybrid_requests": self.m_plans,
                    "hybrid_lookup_steps_share": self.m_lookup / m_plan_steps if m_plan_steps else None,
-                   "hybrid_head_steps_share": self.m_head / m_plan_steps if m_plan_steps else None},
+                   "hybrid_head_steps_share": self.m_head / m_plan_steps if m_plan_steps else None,
+                   # the rules the measured window's hybrid requests ran with (`RuleBook`; absent: a fixed rule)
+                   **({"hybrid_rules": dict(self.m_rules)} if self.m_rules else {})},
         )

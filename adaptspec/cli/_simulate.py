@@ -61,8 +61,10 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hybrid-rule", metavar="K=V,...",
                    help="the per-step hybrid's causal rule on traces (adaptspec/bench/stepwise.py HybridRule): "
-                        "min_match, multiplier, lookup_cap, window; e.g. min_match=2,multiplier=2 (default: its "
-                        "defaults)")
+                        "min_match, multiplier, lookup_cap, window; e.g. min_match=2,multiplier=2. Default: static "
+                        "hybrid runs HybridRule's defaults and adaptive / goodput / bandit run, per class, the rule of "
+                        "control/hybrid_rule.py RULES that its walks along the class's requests price best; a rule "
+                        "given here is what every hybrid request runs")
     p.add_argument("--cold-start", action="store_true",
                    help="alpha estimates (and the step-time fit) from the priors at every point (default: carried "
                         "over from the policy's previous point, like a proxy that has been serving)")

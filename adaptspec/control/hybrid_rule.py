@@ -6,7 +6,7 @@ request, as the n-gram key does, not only from the requests that ran it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,3 +114,99 @@ def hybrid_shadow(prompt_ids: Sequence[int], output_ids: Sequence[int], rule: Hy
     traced request (bench/simulator.py `_shadows`)."""
     runs = lookup_runs(prompt_ids, output_ids, bound, lookup)
     return walk_hybrid(runs, len(output_ids), rule, bound)
+
+
+# The rules a per-step hybrid may run with, from cautious to eager: each is walked along every finished request's
+# n-gram runs (its lookup steps are exact whatever the request ran with), so every rule has evidence on every
+# request and none can be locked out; `RuleBook` keeps that evidence per (worker, class) and the cost-model
+# policy runs a class's hybrid requests with the rule that prices best (`CostModelPolicy.hybrid_rule`).
+RULES: dict[str, HybridRule] = {
+    "m2x2": HybridRule(),  # the default: lookup from a 2-token match, 2m + 1 tokens
+    "m1x2": HybridRule(min_match=1),
+    "m1x4": HybridRule(min_match=1, multiplier=4.0),
+    "m4x2": HybridRule(min_match=4),
+}
+DEFAULT_RULE = "m2x2"
+
+
+class _Tally:
+    """Discounted sums of one rule's walks: steps, lookup steps, and per draft position tried / accepted."""
+
+    __slots__ = ("steps", "drafts", "tried", "acc")
+
+    def __init__(self) -> None:
+        self.steps = self.drafts = 0.0
+        self.tried = np.zeros(0)
+        self.acc = np.zeros(0)
+
+    def add(self, s: ShadowStats, keep: float) -> None:
+        n = max(len(self.tried), len(s.tried_per_position))
+        tried, acc = np.zeros(n), np.zeros(n)
+        tried[:len(self.tried)], acc[:len(self.acc)] = self.tried * keep, self.acc * keep
+        tried[:len(s.tried_per_position)] += s.tried_per_position
+        acc[:len(s.accepted_per_position)] += s.accepted_per_position
+        self.tried, self.acc = tried, acc
+        self.steps = self.steps * keep + s.steps
+        self.drafts = self.drafts * keep + s.drafts
+
+    def rates(self) -> list[float]:
+        """Per-position conditional acceptance of the lookup drafts (a position no draft reached: 0)."""
+        return [float(a / t) if t > 0 else 0.0 for t, a in zip(self.tried, self.acc, strict=True)]
+
+    @property
+    def density(self) -> float:
+        """Lookup steps / (lookup steps + positions the head covered): `costmodel.stepwise_hybrid`'s q."""
+        return self.drafts / self.steps if self.steps > 0 else 0.0
+
+
+class RuleBook:
+    """Every rule's walks per (worker, class), discounted by `half_life` requests; `best` prices them.
+
+    A class runs the default rule until `min_requests` of its requests were walked (the discounted count),
+    and leaves it only for a rule priced at least `margin` better: the walks are exact, the price of the head's
+    steps is the model's, so a small edge is not worth a change the model alone asserts."""
+
+    def __init__(self, rules: dict[str, HybridRule] | None = None, half_life: float = 256.0,
+                 min_requests: float = 8.0, margin: float = 0.01) -> None:
+        self.rules = dict(rules or RULES)
+        if DEFAULT_RULE not in self.rules:
+            raise ValueError(f"the rule book needs the default rule {DEFAULT_RULE!r}")
+        self.keep = 0.5 ** (1.0 / half_life)
+        self.min_requests, self.margin = min_requests, margin
+        self._n: dict[tuple[str, str], float] = {}
+        self._tallies: dict[tuple[str, str], dict[str, _Tally]] = {}
+        self._chosen: dict[tuple[str, str], str] = {}
+
+    def walks(self, runs: Sequence[int], output_tokens: int, bound: int) -> dict[str, ShadowStats]:
+        """Every rule walked along one request's n-gram runs (`walk_hybrid`)."""
+        return {name: walk_hybrid(runs, output_tokens, rule, bound) for name, rule in self.rules.items()}
+
+    def observe(self, worker: str, content_class: str, walks: dict[str, ShadowStats]) -> None:
+        """One finished request's walks (`walks`, or the worker's report of them)."""
+        key = (worker, content_class)
+        self._n[key] = self._n.get(key, 0.0) * self.keep + 1.0
+        tallies = self._tallies.setdefault(key, {})
+        for name, stats in walks.items():
+            if name in self.rules:
+                tallies.setdefault(name, _Tally()).add(stats, self.keep)
+
+    def evidence(self, worker: str, content_class: str) -> float:
+        return self._n.get((worker, content_class), 0.0)
+
+    def chosen(self, worker: str, content_class: str) -> str:
+        """The rule `best` last chose for the class (the default before it chose)."""
+        return self._chosen.get((worker, content_class), DEFAULT_RULE)
+
+    def best(self, worker: str, content_class: str, goodput: Callable[[list[float], float], float]) -> str:
+        """The rule whose walks price best: `goodput(lookup rates, lookup density)` per rule (the cost model's
+        per-step hybrid at the request's gamma and the worker's batch)."""
+        key = (worker, content_class)
+        tallies = self._tallies.get(key)
+        name = DEFAULT_RULE
+        if tallies and DEFAULT_RULE in tallies and self._n.get(key, 0.0) >= self.min_requests:
+            priced = {n: goodput(t.rates(), t.density) for n, t in tallies.items() if t.steps > 0}
+            top = max(priced, key=lambda n: priced[n])
+            if priced[top] >= priced.get(DEFAULT_RULE, 0.0) * (1.0 + self.margin):
+                name = top
+        self._chosen[key] = name
+        return name

@@ -20,6 +20,7 @@ from dataclasses import replace
 from adaptspec.control import costmodel
 from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
 from adaptspec.control.config import GoodputPolicy
+from adaptspec.control.hybrid_rule import DEFAULT_RULE, RuleBook
 from adaptspec.control.plancache import PlanCache, alpha_bucket, prefill_bucket, rate_bucket
 from adaptspec.control.policies.batchplan import BatchPlanning
 from adaptspec.control.policies.common import estimate, fixed_config, head_of, healthy, posterior_draw
@@ -123,6 +124,23 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
             return None
         est = self.hopeful(estimate(alphas, w.name, head, content_class), alphas, w.name, head, content_class)
         return est.priced if mean else self.alpha(est)[0]
+
+    def hybrid_rule(self, w: WorkerState, content_class: str, gamma: int, alphas: AlphaSource,
+                    book: RuleBook) -> str:
+        """The rule a per-step hybrid request of the class runs with (`hybrid_rule.RULES`): the one whose walks
+        along the class's recent requests price best in the cost model at this gamma and the worker's batch (the
+        head priced at its key's alpha, as the plan); the default where the worker's hybrid is not per step."""
+        prof = self.worker_profile(w)
+        if gamma <= 0 or not prof.offers("hybrid") or not prof.draft("hybrid").stepwise:
+            return DEFAULT_RULE
+        head = self.head_alpha(w, prof, "hybrid", content_class, alphas)
+
+        def goodput(rates: list[float], density: float) -> float:
+            return costmodel.evaluate(prof, "hybrid", rates, gamma, w.load + 1.0, propose_rate=density,
+                                      prefill_ratio=w.prefill_ratio, prefill_chunk=w.prompt_tokens,
+                                      fallback_alpha=head).goodput
+
+        return book.best(w.name, content_class, goodput)
 
     def _estimate(self, w: WorkerState, prof: Profile, alphas: AlphaSource, proposer: str,
                   content_class: str) -> AlphaEstimate:
