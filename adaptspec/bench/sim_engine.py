@@ -44,9 +44,9 @@ from adaptspec.bench.traces import TraceRequest, TraceWorkload
 from adaptspec.bench.workloads import AlphaModel, Workload
 from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.estimators import AlphaTable, TrafficShape
-from adaptspec.control.hybrid_rule import RuleBook
+from adaptspec.control.hybrid_rule import DEFAULT_RULE
 from adaptspec.control.learn import Outcome, Speculation, learn
-from adaptspec.control.policies.goodput import CostModelPolicy
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.shadow import SHADOW_K
 from adaptspec.control.telemetry import StepCounters
 from adaptspec.control.types import CONTENT_CLASSES, PROPOSERS, Decision, Policy, WorkerState
@@ -117,9 +117,10 @@ class _Simulation:
         # the per-step hybrid's rule walked along every other traced request's n-gram runs teaches its key (what
         # its lookup steps would have been: the lookup is scored on every request, as the n-gram shadow is)
         self.shadow_hybrid = config.shadow and "hybrid" in base_worker.proposers and self.hyb_head is not None
-        # a cost-model policy runs each class's hybrid requests with the rule its walks price best (`RuleBook`)
-        self.book = RuleBook() if self.shadow_hybrid and not self.fixed_rule and self.replay is not None and \
-            isinstance(self.policy, CostModelPolicy) else None
+        # a cost-model policy runs each class's hybrid requests with the rule its walks price best (its `rules`,
+        # fed below as the proxy feeds it from the worker's reports; the decision names the rule)
+        self.book = self.policy.rules if isinstance(self.policy, PolicyBase) and self.shadow_hybrid and \
+            not self.fixed_rule and self.replay is not None else None
         self.m_rules: dict[str, int] = {}
 
     def _draw(self, workload: Workload) -> None:
@@ -223,7 +224,7 @@ class _Simulation:
             if self.step_plan is not None:
                 plan = self.step_plan(req, state, G)
             elif self.hyb_head is not None:
-                plan = hybrid_plan(req, self.hyb_head, g, G, self._rule(state, cname, g))
+                plan = hybrid_plan(req, self.hyb_head, g, G, self._rule(d))
         sl.plans[s] = plan
         sl.stepwise[s] = plan is not None
         sl.lookup_always[s] = plan is not None and plan.lookup_always
@@ -444,15 +445,15 @@ class _Simulation:
             self.account(s)
             self._release(s)
 
-    def _rule(self, state: WorkerState, cname: str, gamma: int) -> HybridRule:
-        """The rule a hybrid request of class `cname` runs with: the rule book's choice, else the fixed rule."""
+    def _rule(self, d: Decision) -> HybridRule:
+        """The rule a hybrid request runs with: the one its decision names (the rule book's choice for its
+        class), else the worker's own (the fixed rule)."""
         if self.book is None:
             return self.rule
-        assert isinstance(self.policy, CostModelPolicy)
-        name = self.policy.hybrid_rule(state, cname, gamma, self.alphas, self.book)
+        name = d.hybrid_rule or DEFAULT_RULE
         if self.t_warm is not None:
             self.m_rules[name] = self.m_rules.get(name, 0) + 1
-        return self.book.rules[name]
+        return self.book.rules[name] if d.hybrid_rule else self.rule
 
     def _shadow_rule(self, cname: str) -> HybridRule | None:
         """The rule walked along a request not run with the hybrid to teach the hybrid's key: the one its class's

@@ -11,6 +11,8 @@ it, so the proxy and the benches read a capability as an attribute, never by pro
                      worker's step-time calibration), or None
     contrast_probe   its calibration probes (control/calibration_probe.py), or None when it makes none
     gamma_probe
+    rules            the per-step hybrid's rule book (control/hybrid_rule.py `RuleBook`): the walks the proxy
+                     feeds it from the workers' reports, the rule it sends with a hybrid request; or None
     experiment       the holdout / switchback experiment its decisions run in (holdout_policy.Experimented),
                      or None
     adopt(previous)  take over from the policy it replaces on a config reload what should survive it
@@ -29,6 +31,7 @@ from adaptspec.control.types import AlphaSource, Decision, WorkerState
 if TYPE_CHECKING:
     from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
     from adaptspec.control.holdout_policy import Experimented
+    from adaptspec.control.hybrid_rule import RuleBook
     from adaptspec.control.profiles import Profile
 
 
@@ -38,6 +41,7 @@ class PolicyBase:
     default_profile: Profile | None = None
     contrast_probe: ContrastProbe | None = None
     gamma_probe: GammaProbe | None = None
+    rules: RuleBook | None = None  # the per-step hybrid's rules' walks, per class (control/hybrid_rule.py)
     experiment: Experimented | None = None
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:

@@ -131,6 +131,9 @@ class Decision:
     # None: gamma stays as admitted. With a schedule the request runs with k = max(gamma, its highest cap)
     # and `proposer` is the one it drafts with whenever a cap allows (gamma may be 0 at admission)
     schedule: tuple[tuple[int, int], ...] | None = None
+    # a per-step hybrid's rule by name (control/hybrid_rule.py RULES) where its class runs another than the
+    # worker's own; None: the worker's own rule
+    hybrid_rule: str | None = None
 
     @property
     def max_k(self) -> int:

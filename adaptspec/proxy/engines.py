@@ -42,9 +42,11 @@ class Engine:
         return None
 
     def rewrite(self, body: dict, per_request: bool, proposer: str, gamma: int,
-                content_class: str, schedule: list | None = None) -> tuple[dict, tuple[str, ...]]:
+                content_class: str, schedule: list | None = None,
+                hybrid_rule: str | None = None) -> tuple[dict, tuple[str, ...]]:
         """(fields to set, fields to drop) in the upstream body for this attempt's applied plan (`schedule`:
-        the decision's gamma caps by running batch, [[max_running_batch, cap], ...], or None)."""
+        the decision's gamma caps by running batch, [[max_running_batch, cap], ...], or None; `hybrid_rule`: a
+        per-step hybrid's rule by name, control/hybrid_rule.py RULES, for the engines that run one)."""
         return {}, ()
 
     def ingest(self, table, tracker, worker: str, samples: list, proposer: str, gamma: int) -> int:
@@ -63,11 +65,13 @@ class AdaptspecEngine(Engine):
     def client_speculation(self, body: dict) -> object | None:
         return body.get("speculation")
 
-    def rewrite(self, body, per_request, proposer, gamma, content_class, schedule=None):
+    def rewrite(self, body, per_request, proposer, gamma, content_class, schedule=None, hybrid_rule=None):
         if per_request:  # always ours (validated, clamped): the client's field never passes as is
             spec = {"proposer": proposer, "num_speculative_tokens": gamma, "content_class": content_class}
             if schedule:
                 spec["schedule"] = schedule
+            if hybrid_rule and proposer == "hybrid":
+                spec["hybrid_rule"] = hybrid_rule
             return {"speculation": spec}, ()
         if "speculation" in body:
             return {}, ("speculation",)  # a fixed-speculation worker would honour it: not the client's call
@@ -83,7 +87,7 @@ class VllmEngine(Engine):
     # /v1/embeddings only answers for a pooling model (`--runner pooling`); others 404 upstream, relayed as is
     passthrough = frozenset({EMBEDDINGS, RESPONSES, TOKENIZE, DETOKENIZE})
 
-    def rewrite(self, body, per_request, proposer, gamma, content_class, schedule=None):
+    def rewrite(self, body, per_request, proposer, gamma, content_class, schedule=None, hybrid_rule=None):
         if not per_request:
             return {}, ()
         xargs = body.get("vllm_xargs") or {}

@@ -41,6 +41,7 @@ from adaptspec.control.calibration import StepCalibrator
 from adaptspec.control.config import CalibrationConfig
 from adaptspec.control.counters import shadow_deltas
 from adaptspec.control.estimators import GREEDY, SAMPLED, CounterTracker
+from adaptspec.control.hybrid_rule import RULES
 from adaptspec.control.learn import Outcome, Speculation, learn, shadow_observation, source_parts
 from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.predict import AcceptancePredictor
@@ -153,6 +154,19 @@ def source_stats(payload: dict) -> dict[str, ShadowStats] | None:
     return out if len(out) == len(by_source) and all(v is not None for v in out.values()) else None
 
 
+def rule_stats(payload: dict) -> dict[str, ShadowStats] | None:
+    """Every per-step hybrid rule walked along the output (`usage.speculative.hybrid_rules`, the reference
+    worker's: {rule name: the walk in the shadow's form}, control/hybrid_rule.py RULES); None when absent or any
+    part is inconsistent or unknown."""
+    usage = payload.get("usage")
+    spec = usage.get("speculative") if isinstance(usage, dict) else None
+    walks = spec.get("hybrid_rules") if isinstance(spec, dict) else None
+    if not isinstance(walks, dict) or not walks or not set(walks) <= set(RULES):
+        return None
+    out = {name: ShadowStats.from_dict(d) for name, d in walks.items()}
+    return out if all(v is not None for v in out.values()) else None
+
+
 def lookup_drafts(payload: dict) -> float | None:
     """A hybrid request's drafting steps that its n-gram lookup served (`usage.speculative.lookup_drafts`)."""
     usage = payload.get("usage")
@@ -193,13 +207,15 @@ class Feedback:
                     positions: tuple[list[float], list[float]] | None = None,
                     prompt: float | None = None, regime: str = GREEDY, features=None,
                     lookups: float | None = None, shadows: tuple[tuple[str, ShadowStats], ...] = (), idle: float = 0.0,
-                    sources: dict[str, ShadowStats] | None = None) -> None:
+                    sources: dict[str, ShadowStats] | None = None,
+                    rules: dict[str, ShadowStats] | None = None) -> None:
         """Account one response; what it teaches is control/learn.py's. `features`: the request's
         (control/predict.py), to teach the predictor. `lookups`: for proposer "hybrid", its drafting steps that
         n-gram lookup served. `shadows`: (proposer, stats) scored along the output of a request that ran without
         them (`shadow_stats`), each counted for the worker's key of that proposer. `idle`: its steps capped to gamma 0
         (`idle_steps`). `sources`: a per-step hybrid's steps by draft source (`source_stats`): each source teaches
-        its own key (control/learn.py `source_parts`)."""
+        its own key (control/learn.py `source_parts`). `rules`: every per-step hybrid rule walked along the output
+        (`rule_stats`), into the policy's rule book."""
         m = self.metrics
         if output_tokens > 0:
             mn.inc(m.child(m.output_tokens, worker.name, proposer, content_class), output_tokens)
@@ -225,6 +241,9 @@ class Feedback:
                 self._shadow_metrics(worker, content_class, counted)
         # the predictor is touched only by a request with features (it has one then)
         updates.apply(self.state.observe, self.predictor if updates.lessons else None, worker.traffic)
+        book = self.policy().rules
+        if rules and book is not None:
+            book.observe(worker.name, content_class, rules)
 
     def on_shadow(self, worker, content_class: str, shadow: ShadowStats, regime: str = GREEDY) -> None:
         """Scraped shadow n-gram counters (vLLM plugin) into (worker, "ngram", class), as learn counts a

@@ -32,6 +32,7 @@ from adaptspec.proxy.feedback import (
     lookup_drafts,
     position_stats,
     prompt_tokens,
+    rule_stats,
     shadow_stats,
     source_stats,
     spec_stats,
@@ -103,7 +104,8 @@ class _Attempt(relay.Exchange):
 class _Plan:
     """What one attempt sends: worker, applied (proposer, gamma), body bytes, and whether to strip usage."""
 
-    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime", "schedule")
+    __slots__ = ("worker", "decision", "proposer", "gamma", "payload", "strip_usage", "scan", "regime", "schedule",
+                 "rule")
 
     def __init__(self, ctx: _Attempt, decision, worker):
         req, engine = ctx.req, worker.adapter
@@ -124,7 +126,10 @@ class _Plan:
             self.proposer, self.gamma = worker.fixed_plan()
         self.scan = engine.scan
         self.strip_usage = False
-        rewrite, drop = engine.rewrite(body, worker.per_request, self.proposer, self.gamma, ctx.cls, self.schedule)
+        # a per-step hybrid's rule where the policy's rule book runs the class with another than the worker's own
+        self.rule = decision.hybrid_rule if worker.per_request and self.proposer == "hybrid" else None
+        rewrite, drop = engine.rewrite(body, worker.per_request, self.proposer, self.gamma, ctx.cls, self.schedule,
+                                       self.rule)
         if req.stream and self.scan and worker.per_request:
             opts = body.get("stream_options")
             if not (isinstance(opts, dict) and opts.get("include_usage")):
@@ -138,8 +143,11 @@ class _Plan:
 
     def headers(self, cls: str) -> dict[str, str]:
         # every value comes from a closed set (classes, proposer names, config worker names) or is an int
-        return {"x-adaptspec-class": cls, "x-adaptspec-proposer": self.proposer,
-                "x-adaptspec-gamma": str(self.gamma), "x-adaptspec-worker": self.worker.name}
+        out = {"x-adaptspec-class": cls, "x-adaptspec-proposer": self.proposer,
+               "x-adaptspec-gamma": str(self.gamma), "x-adaptspec-worker": self.worker.name}
+        if self.rule is not None:
+            out["x-adaptspec-hybrid-rule"] = self.rule
+        return out
 
 
 def _short(value: object) -> str:
@@ -223,7 +231,7 @@ def _count_request(ctx: _Attempt, status: int) -> None:
 class _Outcome:
     """What a finished attempt reported: output / prompt tokens and the engine's speculation stats."""
 
-    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadows", "sources")
+    __slots__ = ("tokens", "prompt", "stats", "positions", "lookups", "idle", "shadows", "sources", "rules")
 
     def __init__(self) -> None:
         self.tokens: float | None = None
@@ -235,6 +243,7 @@ class _Outcome:
         # proposers scored along the output of a request that ran without them (n-gram lookup, the hybrid)
         self.shadows: tuple[tuple[str, ShadowStats], ...] = ()
         self.sources: dict[str, ShadowStats] | None = None  # a per-step hybrid's steps by draft source
+        self.rules: dict[str, ShadowStats] | None = None  # every hybrid rule walked along the output
 
     def read(self, payload: dict) -> None:
         """Take usage and speculation stats from one response body or stream chunk (later ones win)."""
@@ -246,6 +255,7 @@ class _Outcome:
         if stats is not None:
             self.stats, self.positions, self.lookups = stats, position_stats(payload), lookup_drafts(payload)
             self.idle, self.shadows, self.sources = idle_steps(payload), shadow_stats(payload), source_stats(payload)
+            self.rules = rule_stats(payload)
 
     def scan_bytes(self, data: bytes) -> None:
         """Token counts from an unparsed body (engines whose answers carry no stats worth a JSON parse)."""
@@ -263,7 +273,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
     tokens = out.tokens or 0.0
     ctx.proxy.feedback.on_response(plan.worker, cls, plan.proposer, plan.gamma, tokens, out.stats,
                                    out.positions, out.prompt, plan.regime, ctx.features, out.lookups, out.shadows,
-                                   idle=out.idle, sources=out.sources)
+                                   idle=out.idle, sources=out.sources, rules=out.rules)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy.policy, plan, tokens, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,

@@ -72,6 +72,8 @@ class JobResult:
     shadow: ShadowStats | None = None  # n-gram lookup scored along the output (requests not run with it)
     hybrid_shadow: ShadowStats | None = None  # the per-step hybrid's lookup steps along it (not run with it)
     by_source: dict[str, ShadowStats] | None = None  # a hybrid's steps by draft source (requests.SourceTally)
+    # every rule of control/hybrid_rule.py RULES walked along the output (a per-step hybrid's worker, every request)
+    hybrid_rules: dict[str, ShadowStats] | None = None
 
     def speculative(self) -> dict:
         out = {"draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens, "steps": self.steps,
@@ -86,6 +88,8 @@ class JobResult:
             out["shadow"] = shadow
         if self.by_source is not None:
             out["by_source"] = {name: stats.to_dict() for name, stats in self.by_source.items()}
+        if self.hybrid_rules is not None:
+            out["hybrid_rules"] = {name: stats.to_dict() for name, stats in self.hybrid_rules.items()}
         return out
 
 

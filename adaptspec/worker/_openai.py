@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
+from adaptspec.control.hybrid_rule import RULES
 from adaptspec.control.schedule import Schedule, parse_schedule
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
@@ -38,6 +39,7 @@ class Speculation(BaseModel):
     num_speculative_tokens: StrictInt | None = None
     content_class: str | None = None
     schedule: Any = None  # [[max_running_batch, cap], ...], checked by resolve_speculation (a clear 400)
+    hybrid_rule: Any = None  # a per-step hybrid's rule by name (control/hybrid_rule.py RULES), checked there too
 
 
 class _SamplingRequest(_Lenient):
@@ -143,6 +145,7 @@ class SpecChoice:
     k: int  # 0 when speculation is off
     content_class: str | None
     schedule: Schedule | None = None  # caps on k by the running batch (control/schedule.py)
+    hybrid_rule: str | None = None  # the per-step hybrid's rule for this request (None: the worker's own)
 
 
 def resolve_speculation(spec: Speculation | None, *, default_proposer: str, default_k: int,
@@ -177,9 +180,14 @@ def resolve_speculation(spec: Speculation | None, *, default_proposer: str, defa
         except ValueError as e:
             raise RequestError(f"speculation.schedule {e}.", param="speculation.schedule",
                                code="invalid_value") from None
+    rule = spec.hybrid_rule
+    if rule is not None and (not isinstance(rule, str) or rule not in RULES or proposer != "hybrid"):
+        raise RequestError(
+            f"speculation.hybrid_rule must be one of {', '.join(RULES)} with proposer 'hybrid'; got {rule!r} "
+            f"with proposer {proposer!r}.", param="speculation.hybrid_rule", code="invalid_value")
     if proposer == "none" or k == 0:
         return SpecChoice("none", 0, cls)
-    return SpecChoice(proposer, k, cls, schedule)
+    return SpecChoice(proposer, k, cls, schedule, rule)
 
 
 def error_body(status: int, message: str, *, type: str | None = None, code: str | None = None,

@@ -77,6 +77,7 @@ from pathlib import Path
 
 import torch
 
+from adaptspec.control.hybrid_rule import RULES
 from adaptspec.control.schedule import parse_schedule
 from adaptspec.control.types import PROPOSERS
 from adaptspec.errors import RequestError
@@ -289,6 +290,9 @@ class Engine(Stepping):
                 schedule = parse_schedule(req.schedule, self.max_speculative_tokens)
             except ValueError as e:
                 raise RequestError(f"speculation.schedule {e}", param="speculation.schedule") from None
+        if req.hybrid_rule is not None and (req.hybrid_rule not in RULES or name != "hybrid"):
+            raise RequestError(f"speculation.hybrid_rule must be one of {', '.join(RULES)} with proposer 'hybrid'; "
+                               f"got {req.hybrid_rule!r} with proposer {name!r}", param="speculation.hybrid_rule")
         seq = Seq(req, name, k, stop, sink, schedule if name != "none" else None)
         if name == "hybrid":
             seq.tally = SourceTally()
@@ -437,6 +441,8 @@ class Engine(Stepping):
             self._running.append(s)
             if s.proposer != "none":
                 self._proposers[s.proposer].add(s.req.request_id)
+                if s.req.hybrid_rule is not None:  # the request's own rule (the proxy's per-class choice)
+                    self._proposers["hybrid"].set_rule(s.req.request_id, RULES[s.req.hybrid_rule])
             budget -= n
             admitted += 1
 

@@ -32,6 +32,8 @@ class GenRequest:
     ignore_eos: bool = False
     # caps on k by the running batch, applied at every step: ((max_running_batch, cap), ...) (control/schedule.py)
     schedule: list | tuple | None = None
+    # the per-step hybrid's rule by name (control/hybrid_rule.py RULES); None: the engine's own
+    hybrid_rule: str | None = None
 
 
 @dataclass

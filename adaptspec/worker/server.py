@@ -51,7 +51,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from adaptspec.control.hybrid_rule import hybrid_shadow
+from adaptspec.control.hybrid_rule import RULES, lookup_runs, walk_hybrid
 from adaptspec.control.shadow import SHADOW_K, NgramIndex, ShadowStats, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
@@ -258,9 +258,9 @@ class _Worker:
             if res.finish_reason is not None:
                 args = (job.spec.proposer, job.prompt_ids, tracker.ids[: res.completion_tokens])
                 # one lookup per output position: a long output's walk goes to the CPU pool, off the event loop
-                res.shadow, res.hybrid_shadow = (await self.run_cpu(self._shadows, *args)
-                                                 if res.completion_tokens > _SHADOW_INLINE_TOKENS
-                                                 else self._shadows(*args))
+                res.shadow, res.hybrid_shadow, res.hybrid_rules = (
+                    await self.run_cpu(self._shadows, *args) if res.completion_tokens > _SHADOW_INLINE_TOKENS
+                    else self._shadows(*args))
             self.counters.add_steps_by_gamma(res.steps_by_gamma)
             if res.finish_reason is None:
                 self.counters.aborted(len(job.prompt_ids), res.completion_tokens)
@@ -269,16 +269,21 @@ class _Worker:
                                        time.monotonic() - arrived)
 
     def _shadows(self, proposer: str, prompt_ids: list[int], output_ids: list[int]
-                 ) -> tuple[ShadowStats | None, ShadowStats | None]:
-        """A finished request's shadows: prompt lookup along its output (not run with n-gram) and the per-step
-        hybrid's lookup steps (not run with the hybrid), over one n-gram index of prompt + output."""
+                 ) -> tuple[ShadowStats | None, ShadowStats | None, dict[str, ShadowStats] | None]:
+        """A finished request's shadows: prompt lookup along its output (not run with n-gram), the per-step
+        hybrid's lookup steps (not run with the hybrid), and every rule of `RULES` walked along it (a per-step
+        hybrid's worker, every request: the proxy's per-class choice of rule), over one n-gram index."""
         ngram = self.shadow_sizes is not None and proposer != "ngram"
         hybrid = self.hybrid_rule is not None and proposer != "hybrid"
-        if not (ngram or hybrid):
-            return None, None
+        if not (ngram or self.hybrid_rule is not None):
+            return None, None, None
         index = NgramIndex(np.asarray([*prompt_ids, *output_ids], dtype=np.int64), *self.engine.ngram_sizes)
-        return (walk_lookup(prompt_ids, output_ids, self.shadow_k, index) if ngram else None,
-                hybrid_shadow(prompt_ids, output_ids, self.hybrid_rule, self.shadow_k, index) if hybrid else None)
+        own = rules = None
+        if self.hybrid_rule is not None:
+            runs, n = lookup_runs(prompt_ids, output_ids, self.shadow_k, index), len(output_ids)
+            rules = {name: walk_hybrid(runs, n, rule, self.shadow_k) for name, rule in RULES.items()}
+            own = walk_hybrid(runs, n, self.hybrid_rule, self.shadow_k) if hybrid else None
+        return walk_lookup(prompt_ids, output_ids, self.shadow_k, index) if ngram else None, own, rules
 
     def _gen_request(self, job: Job) -> Any:
         from adaptspec.worker.engine import GenRequest
@@ -287,7 +292,8 @@ class _Worker:
             request_id=job.request_id, prompt_token_ids=job.prompt_ids, max_tokens=job.max_tokens,
             temperature=job.temperature, top_p=job.top_p, seed=job.seed, proposer=job.spec.proposer,
             num_speculative_tokens=job.spec.k, content_class=job.spec.content_class,
-            ignore_eos=job.ignore_eos, schedule=job.spec.schedule)
+            ignore_eos=job.ignore_eos, schedule=job.spec.schedule,
+            hybrid_rule=job.spec.hybrid_rule)
 
     async def collect(self, job: Job) -> JobResult:
         gen = self.generate(job)

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from adaptspec.control.hybrid_rule import RULES
 from adaptspec.control.shadow import ShadowStats
 
 pytestmark = pytest.mark.integration
@@ -70,7 +71,10 @@ def client(worker_url):
 def _spec(usage) -> dict:
     spec = (usage.model_extra or {}).get("speculative")
     assert set(spec) - {"shadow"} == {"draft_tokens", "accepted_tokens", "steps", "drafts", "tried_per_position",
-                                      "accepted_per_position", "steps_by_gamma"}
+                                      "accepted_per_position", "steps_by_gamma", "hybrid_rules"}
+    # every rule of the per-step hybrid walked along the output (the proxy's per-class choice of rule)
+    assert set(spec["hybrid_rules"]) == set(RULES) and all(
+        ShadowStats.from_dict(stats) is not None for stats in spec["hybrid_rules"].values())
     # a request not run with n-gram lookup: lookup scored along its output; not run with the per-step hybrid
     # (this worker offers one: it has the tiny EAGLE head): the hybrid rule's lookup steps (consistent counts)
     assert "hybrid" in spec["shadow"]
@@ -161,3 +165,26 @@ def test_health_and_metrics_over_plain_http(worker_url):
     assert httpx.get(worker_url + "/health").status_code == 200
     text = httpx.get(worker_url + "/metrics").text
     assert 'vllm:num_requests_running{engine="0",model_name="tiny"}' in text
+
+
+def test_a_request_runs_the_hybrid_rule_it_names_and_its_output_does_not_change(client):
+    """`speculation.hybrid_rule` (control/hybrid_rule.py RULES): greedy output byte-identical to plain decoding
+    under every rule, each rule's lookup share its own; an unknown rule, or one with another proposer, is a 400."""
+    prompt = ("Fix the typo in this function and return the whole function.\n\ndef total_price(items, tax):\n"
+              "    subtotal = sum(item.price * item.qty for item in items)\n    return subtotl + subtotal * tax\n")
+    kw = {"model": "tiny", "prompt": prompt, "max_tokens": 40, "temperature": 0}
+    plain = client.completions.create(**kw, extra_body={"speculation": {"proposer": "none"}})
+    lookups = {}
+    for name in RULES:
+        r = client.completions.create(**kw, extra_body={"speculation": {"proposer": "hybrid",
+                                                                        "num_speculative_tokens": 4,
+                                                                        "hybrid_rule": name}})
+        assert r.choices[0].text == plain.choices[0].text, name
+        lookups[name] = r.usage.model_extra["speculative"]["by_source"]["ngram"]["drafts"]
+    assert lookups["m1x2"] >= lookups["m4x2"]  # a lower match threshold looks up at least as often
+    for bad in ({"proposer": "hybrid", "hybrid_rule": "m9x9"}, {"proposer": "eagle", "hybrid_rule": "m1x4"},
+                {"proposer": "hybrid", "hybrid_rule": 3}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(**kw, extra_body={"speculation": bad})
+        assert e.value.body["param"] == "speculation.hybrid_rule" and "m2x2" in e.value.body["message"]
+

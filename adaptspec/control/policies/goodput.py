@@ -53,6 +53,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self.gamma_probe = GammaProbe()  # ... and while it cannot split a model proposer's call and pass costs
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
+        self.rules = RuleBook()  # the per-step hybrid's rules per class (`hybrid_rule`)
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
         self._calibrated: dict[tuple[str, str], Profile] = {}  # (profile, fit fingerprint) -> priced profile
         # Per worker: content classes of its recent requests (the mix its running batch is made of), a
@@ -238,7 +239,13 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         ready = healthy(workers)
         if len(ready) == 1 and _plain_only(ready[0]):
             return self._plain(content_class, ready[0], alphas)
-        return self._priced(content_class, ready, alphas)
+        d = self._priced(content_class, ready, alphas)
+        if d.proposer == "hybrid" and d.gamma > 0 and self.rules.evidence(d.worker, content_class) > 0:
+            w = next(x for x in ready if x.name == d.worker)
+            rule = self.hybrid_rule(w, content_class, d.gamma, alphas, self.rules)
+            if rule != DEFAULT_RULE:
+                d = replace(d, hybrid_rule=rule)
+        return d
 
     def _priced(self, content_class: str, ready: list[WorkerState], alphas: AlphaSource) -> Decision:
         """`decide` over the healthy workers `ready`: every worker's options priced."""

@@ -121,6 +121,7 @@ class HybridProposer:
         self._shadow: dict[str, tuple[int, tuple[int, ...], int]] = {}
         self._lookup_stats: list[list[list[int]]] = [[] for _ in range(_BUCKETS)]
         self._match: dict[str, int] = {}  # request -> the match in progress m
+        self._rules: dict[str, tuple[int, float]] = {}  # request -> its own (min_match, multiplier) (`set_rule`)
 
     def add(self, request_id: str) -> None:
         self.model.add(request_id)
@@ -129,7 +130,7 @@ class HybridProposer:
     def remove(self, request_id: str) -> None:
         self.model.remove(request_id)
         self.ngram.remove(request_id)
-        for state in (self._stats, self._declined, self._shadow, self._match):
+        for state in (self._stats, self._declined, self._shadow, self._match, self._rules):
             state.pop(request_id, None)
 
     def match(self, item: ProposeInput) -> int:
@@ -150,6 +151,11 @@ class HybridProposer:
             self._match[rid] = m
             del self._shadow[rid]
         return m
+
+    def set_rule(self, request_id: str, rule: HybridRule) -> None:
+        """Run this request with `rule`'s match threshold and draft-length multiplier (the proxy's per-class
+        choice, control/hybrid_rule.py `RuleBook`) instead of the engine's; until `remove`."""
+        self._rules[request_id] = (rule.min_match, rule.multiplier)
 
     def rule(self) -> HybridRule | None:
         """This rule's match test and lookup length as trace replay's `HybridRule` (what the worker walks along
@@ -180,7 +186,8 @@ class HybridProposer:
 
     def lookup_len(self, m: int, item: ProposeInput) -> int:
         """A lookup draft's length at match m: k, longer as the match grows, at most the cap."""
-        return min(self.lookup_cap(item), max(item.k, int(self.multiplier * m) + 1))
+        multiplier = self._rules.get(item.request_id, (self.min_match, self.multiplier))[1]
+        return min(self.lookup_cap(item), max(item.k, int(multiplier * m) + 1))
 
     def model_k(self, request_id: str, k: int) -> int:
         """How many tokens the model part drafts for this request now: the longest j <= k whose estimated
@@ -232,7 +239,7 @@ class HybridProposer:
                 self._shadow[it.request_id] = (len(it.token_ids), tuple(d.token_ids), min(m, _BUCKETS - 1))
             else:  # the suffix n-gram is new: whatever matched before has ended
                 self._match[it.request_id] = 0
-            if d.token_ids and m >= self.min_match:
+            if d.token_ids and m >= self._rules.get(it.request_id, (self.min_match, 0.0))[0]:
                 out.append(Draft(d.token_ids[:self.lookup_len(m, it)], source="ngram"))
             else:
                 out.append(Draft([], source="ngram"))
