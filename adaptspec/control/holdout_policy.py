@@ -89,6 +89,10 @@ class Experimented(PolicyBase):
         return self.inner.gamma_probe
 
     @property
+    def rules(self):
+        return self.inner.rules
+
+    @property
     def experiment(self) -> Experimented:
         return self
 
@@ -275,6 +279,7 @@ class Experimented(PolicyBase):
         """Keep the evidence of the experiment this one replaces (a config reload): the request book and the
         guard when the holdout's confidence and sample rules are unchanged, the windows when the switchback's
         timing is. Requests decided before the reload still report to the old object, and are lost."""
+        self.inner.adopt(previous)  # what the inner policy keeps (the hybrid's rule book)
         if not isinstance(previous, Experimented):
             return
         self.engine_workers = previous.engine_workers  # what the workers can do is no part of the config

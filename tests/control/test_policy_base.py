@@ -7,6 +7,7 @@ import pytest
 from adaptspec.control.calibration_probe import ContrastProbe, GammaProbe
 from adaptspec.control.config import parse_config
 from adaptspec.control.holdout_policy import Experimented
+from adaptspec.control.hybrid_rule import RuleBook
 from adaptspec.control.peers import PEER_KINDS
 from adaptspec.control.policy import build_policy
 from adaptspec.control.policy_base import PolicyBase
@@ -34,8 +35,12 @@ def test_every_kind_declares_the_capabilities(kind):
     assert isinstance(policy.contrast_probe, ContrastProbe) if probes else policy.contrast_probe is None
     assert isinstance(policy.gamma_probe, GammaProbe) if probes else policy.gamma_probe is None
     assert policy.experiment is None
+    # the per-step hybrid's rule book: the cost-model policies keep one (fed by the proxy, kept across a reload)
+    assert isinstance(policy.rules, RuleBook) if probes else policy.rules is None
     policy.adopt(None)  # nothing to take over: a no-op
-    policy.adopt(_policy(kind))
+    old = _policy(kind)
+    policy.adopt(old)
+    assert policy.rules is old.rules
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -56,6 +61,10 @@ def test_the_experiment_has_its_inner_policys_capabilities(kind):
     assert wrapped.name == inner.name and wrapped.uses_alphas == inner.uses_alphas
     assert wrapped.default_profile is inner.default_profile
     assert wrapped.contrast_probe is inner.contrast_probe and wrapped.gamma_probe is inner.gamma_probe
+    assert wrapped.rules is inner.rules
+    again = _policy(kind, holdout={"share": 0.1})
+    again.adopt(wrapped)  # a reload: the new experiment's inner policy keeps the rule book
+    assert again.rules is wrapped.rules
 
 
 def test_the_base_decides_nothing():

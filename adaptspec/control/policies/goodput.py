@@ -235,6 +235,11 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
                     dream = (_named(plan, p), est.n, drawn)
         return choice, shown, missed, thin, dream
 
+    def adopt(self, previous: PolicyBase | None) -> None:
+        """A config reload keeps the hybrid's rule book: its walks are evidence of the traffic, not config."""
+        if previous is not None and previous.rules is not None:
+            self.rules = previous.rules
+
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         ready = healthy(workers)
         if len(ready) == 1 and _plain_only(ready[0]):
