@@ -129,6 +129,21 @@ RULES: dict[str, HybridRule] = {
 DEFAULT_RULE = "m2x2"
 
 
+def walk_rules(runs: Sequence[int], output_tokens: int, bound: int,
+               rules: dict[str, HybridRule] = RULES) -> dict[str, ShadowStats]:
+    """Every rule walked along one request's n-gram runs (`walk_hybrid`): what `RuleBook` learns from, what the
+    reference worker reports as `usage.speculative.hybrid_rules`."""
+    return {name: walk_hybrid(runs, output_tokens, rule, bound) for name, rule in rules.items()}
+
+
+def rule_error(rule: object, proposer: str) -> str | None:
+    """Why `speculation.hybrid_rule` cannot run (None: it can): a `RULES` name, with proposer hybrid only."""
+    if rule is None or (isinstance(rule, str) and rule in RULES and proposer == "hybrid"):
+        return None
+    return (f"speculation.hybrid_rule must be one of {', '.join(RULES)} with proposer 'hybrid'; got {rule!r} "
+            f"with proposer {proposer!r}")
+
+
 class _Tally:
     """Discounted sums of one rule's walks: steps, lookup steps, and per draft position tried / accepted."""
 
@@ -178,8 +193,8 @@ class RuleBook:
         self._chosen: dict[tuple[str, str], str] = {}
 
     def walks(self, runs: Sequence[int], output_tokens: int, bound: int) -> dict[str, ShadowStats]:
-        """Every rule walked along one request's n-gram runs (`walk_hybrid`)."""
-        return {name: walk_hybrid(runs, output_tokens, rule, bound) for name, rule in self.rules.items()}
+        """Every rule of the book walked along one request's n-gram runs (`walk_rules`)."""
+        return walk_rules(runs, output_tokens, bound, self.rules)
 
     def observe(self, worker: str, content_class: str, walks: dict[str, ShadowStats]) -> None:
         """One finished request's walks (`walks`, or the worker's report of them)."""

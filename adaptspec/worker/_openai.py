@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
-from adaptspec.control.hybrid_rule import RULES
+from adaptspec.control.hybrid_rule import rule_error
 from adaptspec.control.schedule import Schedule, parse_schedule
 from adaptspec.control.types import CONTENT_CLASSES
 from adaptspec.errors import RequestError
@@ -181,10 +181,9 @@ def resolve_speculation(spec: Speculation | None, *, default_proposer: str, defa
             raise RequestError(f"speculation.schedule {e}.", param="speculation.schedule",
                                code="invalid_value") from None
     rule = spec.hybrid_rule
-    if rule is not None and (not isinstance(rule, str) or rule not in RULES or proposer != "hybrid"):
-        raise RequestError(
-            f"speculation.hybrid_rule must be one of {', '.join(RULES)} with proposer 'hybrid'; got {rule!r} "
-            f"with proposer {proposer!r}.", param="speculation.hybrid_rule", code="invalid_value")
+    why = rule_error(rule, proposer)
+    if why is not None:
+        raise RequestError(why + ".", param="speculation.hybrid_rule", code="invalid_value")
     if proposer == "none" or k == 0:
         return SpecChoice("none", 0, cls)
     return SpecChoice(proposer, k, cls, schedule, rule)

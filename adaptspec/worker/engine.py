@@ -77,7 +77,7 @@ from pathlib import Path
 
 import torch
 
-from adaptspec.control.hybrid_rule import RULES
+from adaptspec.control.hybrid_rule import RULES, rule_error
 from adaptspec.control.schedule import parse_schedule
 from adaptspec.control.types import PROPOSERS
 from adaptspec.errors import RequestError
@@ -290,9 +290,9 @@ class Engine(Stepping):
                 schedule = parse_schedule(req.schedule, self.max_speculative_tokens)
             except ValueError as e:
                 raise RequestError(f"speculation.schedule {e}", param="speculation.schedule") from None
-        if req.hybrid_rule is not None and (req.hybrid_rule not in RULES or name != "hybrid"):
-            raise RequestError(f"speculation.hybrid_rule must be one of {', '.join(RULES)} with proposer 'hybrid'; "
-                               f"got {req.hybrid_rule!r} with proposer {name!r}", param="speculation.hybrid_rule")
+        why = rule_error(req.hybrid_rule, name)
+        if why is not None:
+            raise RequestError(why, param="speculation.hybrid_rule")
         seq = Seq(req, name, k, stop, sink, schedule if name != "none" else None)
         if name == "hybrid":
             seq.tally = SourceTally()

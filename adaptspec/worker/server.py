@@ -51,7 +51,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from adaptspec.control.hybrid_rule import RULES, lookup_runs, walk_hybrid
+from adaptspec.control.hybrid_rule import RULES, lookup_runs, walk_hybrid, walk_rules
 from adaptspec.control.shadow import SHADOW_K, NgramIndex, ShadowStats, walk_lookup
 from adaptspec.errors import RequestError
 from adaptspec.jsonlimits import loads_limited
@@ -281,8 +281,10 @@ class _Worker:
         own = rules = None
         if self.hybrid_rule is not None:
             runs, n = lookup_runs(prompt_ids, output_ids, self.shadow_k, index), len(output_ids)
-            rules = {name: walk_hybrid(runs, n, rule, self.shadow_k) for name, rule in RULES.items()}
-            own = walk_hybrid(runs, n, self.hybrid_rule, self.shadow_k) if hybrid else None
+            rules = walk_rules(runs, n, self.shadow_k)
+            if hybrid:  # the worker's own rule is usually one of them (the default's): walked once
+                same = next((name for name, rule in RULES.items() if rule == self.hybrid_rule), None)
+                own = rules[same] if same is not None else walk_hybrid(runs, n, self.hybrid_rule, self.shadow_k)
         return walk_lookup(prompt_ids, output_ids, self.shadow_k, index) if ngram else None, own, rules
 
     def _gen_request(self, job: Job) -> Any:

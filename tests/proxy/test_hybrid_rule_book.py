@@ -64,7 +64,7 @@ def test_feedback_teaches_the_policys_rule_book_and_the_policy_prices_a_class_wi
     metrics, state = ProxyMetrics(), MemoryState(AlphaTable())
     feedback = Feedback(metrics, state, Pools([worker]), policy=lambda: policy)
     ws = WorkerState(name="w0", proposers=("ngram", "eagle", "hybrid"), max_gamma=8)
-    assert policy.hybrid_rule(ws, "code", 4, state.alphas, policy.rules) == DEFAULT_RULE  # no walks yet
+    assert policy.hybrid_rule(ws, "code", 4, state.alphas) == DEFAULT_RULE  # no walks yet
     for req in _requests(kind, n=30):
         walks = rule_stats(_payload(_walks(req)))
         feedback.on_response(worker, "code", "eagle", 4, float(req.output_tokens), (0.0, 0.0, 10.0), rules=walks)
@@ -79,5 +79,5 @@ def test_feedback_teaches_the_policys_rule_book_and_the_policy_prices_a_class_wi
                                           fallback_alpha=head).goodput
     top = max(priced, key=priced.get)
     want = top if priced[top] >= 1.01 * priced[DEFAULT_RULE] else DEFAULT_RULE
-    assert policy.hybrid_rule(ws, "code", 4, state.alphas, policy.rules) == want
+    assert policy.hybrid_rule(ws, "code", 4, state.alphas) == want
     assert want != DEFAULT_RULE or kind == "spurious"  # copied stretches: the eager rule prices better here

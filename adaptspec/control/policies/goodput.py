@@ -126,11 +126,11 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         est = self.hopeful(estimate(alphas, w.name, head, content_class), alphas, w.name, head, content_class)
         return est.priced if mean else self.alpha(est)[0]
 
-    def hybrid_rule(self, w: WorkerState, content_class: str, gamma: int, alphas: AlphaSource,
-                    book: RuleBook) -> str:
-        """The rule a per-step hybrid request of the class runs with (`hybrid_rule.RULES`): the one whose walks
-        along the class's recent requests price best in the cost model at this gamma and the worker's batch (the
-        head priced at its key's alpha, as the plan); the default where the worker's hybrid is not per step."""
+    def hybrid_rule(self, w: WorkerState, content_class: str, gamma: int, alphas: AlphaSource) -> str:
+        """The rule a per-step hybrid request of the class runs with (`hybrid_rule.RULES`): the one whose walks in
+        `rules` along the class's recent requests price best in the cost model at this gamma and the worker's
+        batch (the head priced at its key's alpha, as the plan); the default where the worker's hybrid is not per
+        step."""
         prof = self.worker_profile(w)
         if gamma <= 0 or not prof.offers("hybrid") or not prof.draft("hybrid").stepwise:
             return DEFAULT_RULE
@@ -141,7 +141,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
                                       prefill_ratio=w.prefill_ratio, prefill_chunk=w.prompt_tokens,
                                       fallback_alpha=head).goodput
 
-        return book.best(w.name, content_class, goodput)
+        return self.rules.best(w.name, content_class, goodput)
 
     def _estimate(self, w: WorkerState, prof: Profile, alphas: AlphaSource, proposer: str,
                   content_class: str) -> AlphaEstimate:
@@ -247,7 +247,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         d = self._priced(content_class, ready, alphas)
         if d.proposer == "hybrid" and d.gamma > 0 and self.rules.evidence(d.worker, content_class) > 0:
             w = next(x for x in ready if x.name == d.worker)
-            rule = self.hybrid_rule(w, content_class, d.gamma, alphas, self.rules)
+            rule = self.hybrid_rule(w, content_class, d.gamma, alphas)
             if rule != DEFAULT_RULE:
                 d = replace(d, hybrid_rule=rule)
         return d
