@@ -75,7 +75,7 @@ _PROPOSE_PRIOR_RATE: dict[str, float] = {"hybrid": 0.0}
 
 
 def walk_rates(pos_n: Sequence[float], pos_a: Sequence[float], rates: Sequence[float],
-               weight: float = 1.0) -> tuple[float, ...]:
+               weight: float = 1.0, depth_weights: Sequence[float] | None = None) -> tuple[float, ...]:
     """Per-position rates whose expected tokens at every depth g price the walk at g, not the one counted.
 
     Conditional rates are counted at the step starts of the walk the traffic ran (its gammas). Where acceptance
@@ -99,6 +99,14 @@ def walk_rates(pos_n: Sequence[float], pos_a: Sequence[float], rates: Sequence[f
     gamma and 6% above it (docs/results/walk-rates.md). `weight` (0..1, the counts' evidence) scales the
     correction's exponent.
 
+    `depth_weights` (0..1 per position, None: 1 everywhere): how far the correction is trusted at each depth.
+    Past the depths the traffic drafted to, the counts say nothing of the tokens a longer step would add, and the
+    harmonic limit alone says "none" (its counted steps stopped where they stopped): a policy whose rates were
+    counted at gamma 4 would find every longer gamma worthless and never draft past 4 again (issue 31: lookup
+    held at gamma 5-6 where 8 replays best). At a depth with weight w the survival priced is w x the corrected
+    one + (1 - w) x the shrunk `rates`' own (the table weighs a depth by its counts against the prior's strength),
+    so an unvisited depth is priced by what the estimate knows there, not by nothing.
+
     Returns rates r' (as many as `rates`) with 1 + r'_0 + r'_0 r'_1 + ... = A(g) (H(g) / A_c(g))^(weight / 2),
     A the shrunk `rates`' price and A_c the counts' own; `rates` unchanged where the counts are empty."""
     size = len(rates)
@@ -119,7 +127,8 @@ def walk_rates(pos_n: Sequence[float], pos_a: Sequence[float], rates: Sequence[f
     tokens = sum(rejected[j] * (j + 1) + stopped[j] * (j + 2) for j in range(size))
     exponent = 0.5 * min(weight, 1.0)
     out: list[float] = []
-    surv, prev_m = 1.0, 1.0
+    surv, prev_m = 1.0, 1.0  # the corrected walk's survival and price at depth g - 1
+    priced = 1.0  # the survival returned (blended by `depth_weights`)
     shrunk, shrunk_surv = 1.0, 1.0  # the shrunk rates' price at depth g
     for g in range(1, size + 1):
         shrunk_surv *= rates[g - 1]
@@ -134,8 +143,11 @@ def walk_rates(pos_n: Sequence[float], pos_a: Sequence[float], rates: Sequence[f
             return tuple(rates)
         m = shrunk * (tokens / steps / tail[0][g]) ** exponent
         step = min(max(m - prev_m, 0.0), surv)  # survival to position g - 1: non-increasing, in [0, 1]
-        out.append(step / surv if surv > 0 else 0.0)
         surv, prev_m = step, prev_m + step
+        w = 1.0 if depth_weights is None or g > len(depth_weights) else min(max(float(depth_weights[g - 1]), 0.0), 1.0)
+        blended = min(w * step + (1.0 - w) * shrunk_surv, priced)
+        out.append(blended / priced if priced > 0 else 0.0)
+        priced = blended
     return tuple(out)
 
 
@@ -507,7 +519,11 @@ class AlphaTable:
                 rates.append((pa * d + mean * k) / (pn * d + k))
             per_pos = tuple(rates) or None
             if per_pos is not None:
-                walked = walk_rates(st.pos_n, st.pos_a, rates, st.pos_n[0] * d / (st.pos_n[0] * d + k))
+                # a depth's counts against the prior's strength, relative to the first position's (which sets
+                # `weight`): the correction is trusted where the walk went, the shrunk rates priced where it did not
+                first = st.pos_n[0] * d / (st.pos_n[0] * d + k)
+                depths = [pn * d / (pn * d + k) / first for pn in st.pos_n[:len(rates)]]
+                walked = walk_rates(st.pos_n, st.pos_a, rates, first, depths)
                 walked = None if walked == per_pos else walked
         rate = r0 = _PROPOSE_PRIOR_RATE.get(proposer, 1.0)
         if st is not None and st.steps * d > 0:

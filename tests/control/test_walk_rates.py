@@ -82,3 +82,25 @@ def test_the_estimate_keeps_its_conditional_rates_and_prices_with_the_walk_rates
     assert e.walk_rates is not None and e.priced == e.walk_rates
     assert expected_tokens_any(e.priced, 5) == pytest.approx(expected_tokens_any(e.per_position, 5), rel=1e-3)
     assert expected_tokens_any(e.priced, 2) > expected_tokens_any(e.per_position, 2) * 1.05
+
+
+def test_depths_the_walk_never_reached_keep_the_estimates_price():
+    """Counted along a walk at gamma 4 (a few steps drafted 8, all accepted), the harmonic limit prices nothing past
+    4: alone it would hold a policy at gamma 4 for good. Weighted by each depth's counts (as the table does), a
+    longer draft keeps the value its shrunk rates give it, and the counted depths keep their corrected price."""
+    tried, accepted = two_stretches(300.0, 4000.0, 4)
+    tried, accepted = tried + [3.0] * 4, accepted + [3.0] * 4
+    table = AlphaTable(half_life_tokens=None, prior_strength=20.0)
+    table.observe_counts("w", "ngram", "summarize", sum(accepted), sum(tried) - sum(accepted), tried, accepted,
+                         now=0.0)
+    e = table.get("w", "ngram", "summarize", now=0.0)
+    rates = list(e.per_position)
+    unweighted = walk_rates(tried, accepted, rates, tried[0] / (tried[0] + 20.0))
+    assert expected_tokens_any(unweighted, 8) == pytest.approx(expected_tokens_any(unweighted, 4), rel=1e-12)
+    priced = [expected_tokens_any(e.priced, g) for g in range(1, 9)]
+    assert all(b > a for a, b in zip(priced[3:], priced[4:], strict=False))  # every depth past 4 adds tokens
+    assert all(r > 0.0 for r in e.priced)
+    assert priced[3] == pytest.approx(expected_tokens_any(unweighted, 4), rel=0.01)  # the counted depth: as before
+    # with every depth counted as fully as the first, the weights change nothing
+    full = walk_rates(tried, accepted, rates, 0.9, [1.0] * 8)
+    assert full == walk_rates(tried, accepted, rates, 0.9)
