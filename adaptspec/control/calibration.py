@@ -29,8 +29,9 @@ exceeds its value while the prior lies within two errors of it (the data neither
 it). The model is `trusted` once enough steps were seen (`min_steps`, fewer when the profile is far off:
 `required_steps`) AND it predicts the windows better than the profile: before each window is added (once
 the fit has a tenth of `min_steps` behind it), both predict it (the profile at the window's per-step means,
-so a roofline keeps its max(), with a window's prompt tokens priced apart at the compute slope: at the means a few
-compute-bound prompt chunks would look free next to memory-bound decode steps; the fit linearly) and their discounted squared errors are compared
+so a roofline keeps its max(); with prompt tokens in a window, the range between those tokens spread over its steps
+and each priced at the compute slope, since the counters do not say which steps carried the chunks, and the
+profile's error is the window's distance from that range; the fit linearly) and their discounted squared errors are compared
 (prequential, out of sample, over the regression's horizon); or the profile is biased now, its mean error
 over the last few dozen windows beyond 4 standard errors and 20% of the step (then a tenth of `min_steps`
 is enough: least squares is unbiased by construction, and per-step noise as large as the step — prefill
@@ -198,7 +199,8 @@ class StepCalibrator:
         if n < 1.0 or not (math.isfinite(y) and y >= 0.0 and np.isfinite(x).all() and (x >= 0).all()):
             return False
         lam = 0.5 ** (n / self.half_life_steps)
-        prior_y = self._prior_seconds(w, x)
+        lo, hi = self._prior_range(w, x)
+        prior_y = min(max(y, lo), hi)  # the profile's error is the window's distance from what it allows
         fit_y = float(x @ np.asarray(list(self.costs().coefficients.values()))) if self.steps > 0 else prior_y
         # fit vs profile, out of sample, over the regression's own horizon (forgetting by steps), scored once
         # the fit has seen a tenth of min_steps (its first, immature predictions would weigh for long)
@@ -221,23 +223,29 @@ class StepCalibrator:
         self._cached = None
         return True
 
-    def _prior_seconds(self, w: StepCounters, x: np.ndarray) -> float:
-        """The profile's prediction of a window: its target model at the window's per-step means (nonlinear
-        forms kept; a roofline's decode rows only, its prompt tokens at the compute slope when the engine counts
-        requests per step), plus its drafting in the linear window form."""
+    def _prior_range(self, w: StepCounters, x: np.ndarray) -> tuple[float, float]:
+        """What the profile predicts for a window, as the range its steps allow: its target model at the window's
+        per-step means (nonlinear forms kept), plus its drafting in the linear window form.
+
+        A roofline with prompt tokens in the window (the engine counts requests per step, so the window's batched
+        tokens beyond its decode rows are prompt chunks) cannot be pinned from the window's sums: which steps
+        carried the chunks is not counted. Spread over every step (the target at the mean batched tokens) is the
+        low end (the max() is convex); every prompt token at the compute slope on top of the decode rows at their
+        means is the high end (chunks so large that their steps are compute-bound whatever rode with them). A
+        window inside the range does not tell the profile wrong: scoring it against either end would judge a
+        right roofline biased by the prompts' chunking (h200-llama3-70b at c=1-8: the upper end over-predicted
+        every prompt step by up to a third, the linear fit took over and priced drafted tokens at the compute
+        slope where decode steps verify them free). Additive forms and windows without prompts are points."""
         n = float(w.steps)
         t = self.prior.target
+        drafting = float(x[3:] @ self.theta0[3:])
         rows = w.requests + float(sum(w.drafted_tokens.values()))  # one row per request + its drafted tokens
         prompt = w.batched_tokens - rows
+        spread = n * t.time(w.batched_tokens / n, w.kv_tokens / n) + drafting
         if w.requests <= 0 or t.additive or prompt <= 0.0:
-            target = n * t.time(w.batched_tokens / n, w.kv_tokens / n)
-        else:
-            # a roofline's max() at the window's means would spread the prompt chunks of a few steps over all
-            # of them (below the knee: free), while the steps that carry them are compute-bound: the decode
-            # rows at their means, each prompt token at the compute slope (an upper bound by one memory floor
-            # per chunk step)
-            target = n * t.time(rows / n, w.kv_tokens / n) + t.compute_s_per_token * prompt
-        return target + float(x[3:] @ self.theta0[3:])
+            return spread, spread
+        apart = n * t.time(rows / n, w.kv_tokens / n) + t.compute_s_per_token * prompt + drafting
+        return min(spread, apart), max(spread, apart)
 
     # -- the fit ---------------------------------------------------------------------------------------
     def _identified(self) -> np.ndarray:

@@ -480,3 +480,41 @@ def test_an_identified_proposer_cost_holds_while_its_spread_hovers_at_the_thresh
     hover(warm, 0.01, 3_000)
     c = warm.costs()
     assert not c.fitted["draft_pass_s"]
+
+
+def _small_chunk_windows(rng: np.random.Generator, prof, count: int) -> list[StepCounters]:
+    """Windows at batch 1 on `prof`'s exact roofline: one request drafting 0..8 lookup tokens a step, and one
+    step in three also carrying a 20..120-token prompt (short prompts: the chunk step stays memory-bound, so a
+    prompt token there costs nothing). Requests are counted per step."""
+    t = prof.target
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(4, 12))
+        g = float(rng.integers(0, 9))
+        kv = 800.0
+        chunks = np.where(rng.random(n) < 1.0 / 3.0, rng.integers(20, 121, size=n), 0).astype(float)  # [n]
+        secs = [t.time(1.0 + g + c, kv + c) for c in chunks]
+        out.append(StepCounters(n, float(sum(secs)), float(n * (1.0 + g) + chunks.sum()), float(n * kv + chunks.sum()),
+                                {"ngram": n * g}, {}, requests=float(n + (chunks > 0).sum())))
+    return out
+
+
+def test_a_right_roofline_is_kept_when_its_prompt_chunks_ride_free():
+    """Short prompts chunked into memory-bound steps cost nothing on a roofline, yet pricing each prompt token
+    at the compute slope (the high end of what the window's sums allow) over-predicts those windows by a
+    quarter: the fit would be trusted and price every drafted token at a linear slope the roofline does not
+    have. Scored by its distance from the range the window allows (prompt tokens spread over the steps ..
+    at the compute slope), the right profile is exact on every window: not biased, and the fit never
+    predicts better."""
+    prof = load_profile("h200-llama3-70b")
+    ws = _small_chunk_windows(np.random.default_rng(11), prof, 600)
+    t = prof.target
+    high = sum(w.steps * t.time((w.requests + w.drafted_tokens["ngram"]) / w.steps, w.kv_tokens / w.steps)
+               + t.compute_s_per_token * (w.batched_tokens - w.requests - w.drafted_tokens["ngram"]) for w in ws)
+    truth = sum(w.step_seconds for w in ws)
+    assert high > 1.1 * truth  # the high end alone: biased by more than a tenth
+    cal = StepCalibrator(prof, min_steps=300, half_life_steps=1e9)
+    for w in ws:
+        cal.observe(w)
+    assert cal.profile_bias() == pytest.approx(0.0, abs=1e-9)
+    assert not cal.profile_biased() and not cal.costs().trusted
