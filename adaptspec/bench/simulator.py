@@ -167,9 +167,9 @@ def sweep(
     """Every policy at every load point (same seed: same requests and coins); one row per pair.
 
     `profile` is what the policies believe (a profile name or YAML path); `truth_profile` what the simulated
-    engine costs (default: the same). Each point starts from a fresh policy object. Its AlphaTable carries over from the policy's previous
-    point (`warm_start`, like a proxy that has been serving: estimates learnt at one load are valid at the
-    next) or starts from the priors at every point (`warm_start=False`, a cold start each time).
+    engine costs (default: the same). With `warm_start` a policy object and its AlphaTable carry over from its
+    previous point (like a proxy that has been serving: estimates learnt at one load are valid at the next, and
+    its probes' schedules go on); `warm_start=False` starts each point from a fresh policy and the priors.
     `telemetry(now, counters)`: the engine's step counters (see `simulate`), continued from point to point
     of a policy; a new policy is a new engine (its counters start from zero: a reset to the consumer).
 
@@ -245,9 +245,10 @@ class _Sweep:
     hybrid_rule: HybridRule | None
 
     def policy_rows(self, spec: PolicySpec, loads: Sequence[tuple[str, float | tuple]], bar) -> list[dict]:
-        """One policy at every load point in turn, from a fresh policy object each time. Its learning (the
-        AlphaTable on simulated seconds, the step-time calibrator, the acceptance predictor) and the engine's
-        counters carry over from point to point (with `warm_start`; else the learning starts afresh)."""
+        """One policy at every load point in turn. With `warm_start` everything a live proxy keeps while its
+        load moves carries over from point to point: the policy object (its rule book, its calibration probes'
+        schedules and back-offs, its hedges), its learning (the AlphaTable on simulated seconds, the step-time
+        calibrator, the acceptance predictor) and the engine's counters; else each point starts afresh."""
         from adaptspec.control.policy import build_policy
 
         clock, alphas = _fresh_table(spec)
@@ -257,13 +258,14 @@ class _Sweep:
         predictor = TracePredictor() if predicting else None  # learns on, point to point, like the table
         counters = None
         calibrator = StepCalibrator(self.belief) if self.calibrate else None
-        rows = []
+        rows, policy = [], None
         for kind, value in loads:
             bar.set_postfix_str(f"{spec.name} {kind}={value if kind == 'ramp' else format(value, 'g')}")
             cfg = SimConfig(concurrency=int(value) if kind == "concurrency" else None,
                             rate=value if kind == "rate" else None,
                             ramp=tuple(map(tuple, value)) if kind == "ramp" else None, **self.fields)
-            policy = oracle or build_policy(spec.policy)
+            if policy is None or not self.warm_start:
+                policy = oracle or build_policy(spec.policy)
             if not self.warm_start:
                 clock, alphas = _fresh_table(spec)
                 calibrator = StepCalibrator(self.belief) if self.calibrate else None

@@ -66,8 +66,8 @@ def register(subparsers) -> None:
                         "control/hybrid_rule.py RULES that its walks along the class's requests price best; a rule "
                         "given here is what every hybrid request runs")
     p.add_argument("--cold-start", action="store_true",
-                   help="alpha estimates (and the step-time fit) from the priors at every point (default: carried "
-                        "over from the policy's previous point, like a proxy that has been serving)")
+                   help="a fresh policy, alpha estimates and step-time fit from the priors at every point (default: all "
+                        "carried over from the policy's previous point, like a proxy that has been serving)")
     p.add_argument("--no-calibration", action="store_true",
                    help="price with --profile alone (default: calibrate the step-time model online from the "
                         "simulated engine's telemetry, with --profile as the prior, as the proxy does)")
