@@ -111,14 +111,16 @@ class GammaProbe(_Blocks):
     batch runs its passes in every step of the batch (measured on the reference worker at 256 clients: the draft
     model on 17% of the admissions, 3.3 of its passes in every step, 0.86x of static EAGLE). So the load form
     probes only a proposer that could win there: `worth(proposer)` (the policy's: its best plan at this batch,
-    priced by the profile and by the fit, whichever hopes more, within `near` of the decision's expected speedup);
+    priced by the profile and by the fit, whichever hopes more, at least `near` x the decision's expected speedup:
+    a proposer that no price puts ahead of the plan cannot change the choice, whatever its split, so the probe
+    would buy nothing with its passes);
     and every block doubles the gap to the next (`backoff`), so a probe that does not resolve the split costs
     ever less (blocks 1..k take a share below 2 / (every 2^k) of the admissions after them) instead of a
     constant share for good."""
 
     probe_gamma: int = 2
     backoff: float = 2.0
-    near: float = 1.3
+    near: float = 1.0  # worth: a price puts the proposer's best plan at >= near x the decision's
 
     def apply(self, d: Decision, w: WorkerState, worth: Callable[[str], bool] | None = None) -> Decision:
         costs = w.step_costs

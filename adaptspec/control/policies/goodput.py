@@ -324,8 +324,8 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
     def _probe_worth(self, w: WorkerState, content_class: str, alphas: AlphaSource, proposer: str,
                      d: Decision) -> bool:
         """Whether drafting with `proposer` could beat decision `d` at this batch (a calibration probe's value):
-        its best plan, priced by the profile and by the worker's fit, whichever hopes more, within the probe's
-        `near` of `d`'s expected speedup. A price that cannot change a choice is not worth the probe's passes.
+        its best plan, priced by the profile and by the worker's fit, whichever hopes more, at least the probe's
+        `near` x `d`'s expected speedup. A price that cannot change a choice is not worth the probe's passes.
         At load, on a worker whose batch keeps one model's passes (`kept_group`), only that model is probed:
         a probe with another model runs its passes in every step of the batch beside the kept one's; the others
         are priced where they run."""
@@ -345,7 +345,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         batch, rho = w.load + 1.0, (w.prefill_ratio, w.prompt_tokens)
         best = max(self.cache.best(prof, proposer, a, batch, bound, est.propose_rate, rho).speedup
                    for prof in (base, fitted) if prof.offers(proposer))
-        return best * self.gamma_probe.near >= d.expected_speedup
+        return best >= self.gamma_probe.near * d.expected_speedup
 
     def request_schedule(self, w: WorkerState, content_class: str, alphas: AlphaSource, plan: costmodel.Plan
                          ) -> tuple[str, Schedule | None]:
