@@ -181,3 +181,28 @@ def test_the_simulated_proxy_learns_the_prefill_ratio_from_finished_requests():
     for _ in range(1000):
         traffic.note(200.0, 200.0)
     assert _with_load(WorkerState("w"), 0, 0, traffic).prefill_ratio == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_warm_sweep_keeps_one_policy_object_from_point_to_point(monkeypatch, warm):
+    """A live proxy keeps its policy object while its load moves (the calibration probes' schedules and back-offs,
+    the rule book, the kept pass group): a warm sweep builds the policy once and plays every point with it; a cold
+    start builds a fresh one per point."""
+    import adaptspec.control.policy as policy_module
+    from adaptspec.bench.simulator import parse_policy, sweep
+
+    built = []
+    real = policy_module.build_policy
+
+    def spy(cfg):
+        built.append(real(cfg))
+        return built[-1]
+
+    monkeypatch.setattr(policy_module, "build_policy", spy)
+    spec = parse_policy("adaptive", "h100-llama3-8b-measured", 0)
+    rows = sweep([spec], "h100-llama3-8b-measured", get_workload("mixed"),
+                 [("concurrency", 1.0), ("concurrency", 4.0), ("concurrency", 8.0)], requests=16, warmup=4,
+                 progress=False, warm_start=warm)
+    assert [r["concurrency"] for r in rows] == [1.0, 4.0, 8.0]
+    assert len(built) == (1 if warm else 3)
+    assert len({id(p) for p in built}) == len(built)
