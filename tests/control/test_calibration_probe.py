@@ -303,3 +303,27 @@ def test_at_load_only_the_batchs_own_model_is_probed():
         got = Counter(policy.decide("chat", [w], table).proposer for _ in range(2000))
         assert got == Counter({"eagle": 2000})
         assert policy.kept_group(w, prof, table, 64.0, 8, content_class="chat") == ("eagle",)
+
+
+def test_token_probe_needs_a_price_that_puts_the_proposer_ahead_of_the_decision():
+    """At 4 running on cpu-tiny, n-gram accepted 0.5 and the draft model 0.75 for the class: the policy runs lookup
+    (x1.18) and prices the draft model's best plan at ~x1.13 under the profile and the fit alike. Its split cannot
+    change that choice, so a fit that asks for a token probe of the draft model gets none; the old gate (within
+    1.3x of the decision) moved whole blocks of admissions to it, whose passes the batch pays."""
+    from dataclasses import replace
+
+    costs = replace(calibrator([window(10, 8, 150, 3.0 * (i % 2)) for i in range(40)]).costs(), token_probe=("draft",))
+    cfg = parse_config({"policy": {"kind": "goodput", "default_profile": "cpu-tiny"}})
+    w = WorkerState("w0", proposers=("none", "ngram", "draft"), running=3.0, step_costs=costs, profile="cpu-tiny")
+
+    def picks(near: float) -> Counter:
+        policy = build_policy(cfg.policy)
+        policy.gamma_probe = GammaProbe(near=near)
+        table = AlphaTable(prior_strength=20.0)
+        for _ in range(50):
+            table.observe_counts("w0", "ngram", "code", 50, 50)
+            table.observe_counts("w0", "draft", "code", 75, 25)
+        return Counter(policy.decide("code", [w], table).proposer for _ in range(400))
+
+    assert picks(1.0) == Counter({"ngram": 400})
+    assert picks(1.0 / 1.3)["draft"] >= 4  # the old gate: at least one block of the batch's worth of admissions
