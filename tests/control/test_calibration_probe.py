@@ -307,7 +307,7 @@ def test_at_load_only_the_batchs_own_model_is_probed():
 
 def test_token_probe_needs_a_price_that_puts_the_proposer_ahead_of_the_decision():
     """At 4 running on cpu-tiny, n-gram accepted 0.5 and the draft model 0.75 for the class: the policy runs lookup
-    (x1.18) and prices the draft model's best plan at ~x1.13 under the profile and the fit alike. Its split cannot
+    (x1.18) and prices the draft model's best plan at ~x1.13 under the more hopeful of the profile and the fit. Its split cannot
     change that choice, so a fit that asks for a token probe of the draft model gets none; the old gate (within
     1.3x of the decision) moved whole blocks of admissions to it, whose passes the batch pays."""
     from dataclasses import replace
