@@ -268,6 +268,12 @@ def proxy_dashboard() -> dict:
                           "throughput of policy windows over control windows per load bucket, and 1 while the "
                           "bucket runs the fixed plan (in all but switchback.share of its windows) because the "
                           "policy measured slower. README: the hedge's bound."),
+        panel("Measured correction of the model's price at batch 1",
+              [(f"adaptspec_realized_correction{w}", "{{worker}} {{content_class}} {{proposer}}")],
+              description="Per worker, class and proposer: the factor on the cost model's goodput that its "
+                          "batch-1 requests' decode rates are sure of (1: the model agrees, or too little "
+                          "evidence). Below 1: the model overprices the proposer for the class; the policy ranks "
+                          "it lower there."),
         row("Errors and health"),
         panel("Request rate by status code",
               [(f"sum by (code) (rate(adaptspec_requests_total[{RI}]))", "{{code}}")], unit="reqps"),

@@ -44,15 +44,18 @@ from adaptspec.control.estimators import AlphaTable
 from adaptspec.control.holdout import CONTROL, load_bucket
 from adaptspec.control.holdout_policy import Experimented
 from adaptspec.control.policy import build_policy
+from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import load_profile
 from adaptspec.control.types import Decision
 
 
-class Recorder:
-    """The inner policy, remembering every decision in call order (= request id order: FIFO admission)."""
+class Recorder(PolicyBase):
+    """The inner policy, remembering every decision in call order (= request id order: FIFO admission); what it
+    learns from its requests (its realized-rate corrections) is the inner policy's."""
 
     def __init__(self, inner) -> None:
         self.inner, self.name, self.decisions = inner, inner.name, []
+        self.rates = getattr(inner, "rates", None)
 
     def decide(self, content_class, workers, alphas) -> Decision:
         d = self.inner.decide(content_class, workers, alphas)
@@ -60,8 +63,8 @@ class Recorder:
         return d
 
 
-class Replay:
-    """The recorded decisions again, in the same order (the paired 'with speculation' run)."""
+class Replay(PolicyBase):
+    """The recorded decisions again, in the same order (the paired 'with speculation' run): it learns nothing."""
 
     def __init__(self, decisions: list[Decision]) -> None:
         self.name, self._d, self._i = "replay", decisions, 0

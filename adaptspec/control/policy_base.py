@@ -15,6 +15,8 @@ it, so the proxy and the benches read a capability as an attribute, never by pro
                      feeds it from the workers' reports, the rule it sends with a hybrid request; or None
     experiment       the holdout / switchback experiment its decisions run in (holdout_policy.Experimented),
                      or None
+    rates            its batch-1 realized-rate corrections (control/realized.py `RealizedRates`): what the proxy
+                     feeds with the decode rate of every request whose decision is `rate_evidence`; or None
     adopt(previous)  take over from the policy it replaces on a config reload what should survive it
 
 A policy's config section declares what its readers need likewise (control/config.py `_Experiments`:
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from adaptspec.control.holdout_policy import Experimented
     from adaptspec.control.hybrid_rule import RuleBook
     from adaptspec.control.profiles import Profile
+    from adaptspec.control.realized import RealizedRates
 
 
 class PolicyBase:
@@ -43,6 +46,7 @@ class PolicyBase:
     gamma_probe: GammaProbe | None = None
     rules: RuleBook | None = None  # the per-step hybrid's rules' walks, per class (control/hybrid_rule.py)
     experiment: Experimented | None = None
+    rates: RealizedRates | None = None
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         raise NotImplementedError

@@ -134,6 +134,9 @@ class Decision:
     # a per-step hybrid's rule by name (control/hybrid_rule.py RULES) where its class runs another than the
     # worker's own; None: the worker's own rule
     hybrid_rule: str | None = None
+    # the request's realized decode rate over `expected_speedup` is evidence for the policy's per-proposer
+    # correction (control/realized.py): a plan priced alone at batch 1 and sent as priced (never a probe)
+    rate_evidence: bool = False
 
     @property
     def max_k(self) -> int:

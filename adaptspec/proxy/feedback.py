@@ -334,7 +334,10 @@ class Feedback:
             contrast.append(((name,), c.contrast_steps))
             probes.append(((name,), float(made.get(name, 0))))
         labels = ("worker", "coefficient")
-        return {mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
+        rates = self.policy().rates
+        realized = [((w, c, p), f) for w, c, p, f in rates.rows()] if rates is not None else []
+        return {mn.REALIZED_CORRECTION: (("worker", "content_class", "proposer"), realized),
+                mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
                 mn.STEP_MODEL_COEFFICIENT: (labels, coef),
                 mn.STEP_MODEL_COEFFICIENT_ERROR: (labels, err),
                 mn.STEP_MODEL_TRUSTED: (("worker",), trusted),

@@ -39,6 +39,7 @@ from adaptspec.proxy.feedback import (
 )
 from adaptspec.proxy.h1client import Response
 from adaptspec.proxy.report import record as record_experiment
+from adaptspec.proxy.report import record_rate
 from adaptspec.proxy.request import Generation, parse_generation, read_body
 
 log = logging.getLogger(__name__)
@@ -276,6 +277,7 @@ def _record(ctx: _Attempt, out: _Outcome, t_first: float | None, *, streamed: bo
                                    idle=out.idle, sources=out.sources, rules=out.rules)
     # the holdout / switchback experiment: decode time per token needs a stream's first-token time
     record_experiment(ctx.proxy.policy, plan, tokens, t_first if streamed else None, now)
+    record_rate(ctx.proxy.policy, plan, cls, tokens, ctx.t0, t_first if streamed else None, now)
     accesslog.note(prompt_tokens=out.prompt, output_tokens=tokens,
                    ttft_ms=None if t_first is None else accesslog.ms(t_first - ctx.t0))
     mn.observe(m.child(m.e2e, cls, plan.proposer), now - ctx.t0)

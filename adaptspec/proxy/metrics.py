@@ -269,6 +269,7 @@ STEP_MODEL_REQUIRED_STEPS = "adaptspec_step_model_required_steps"
 STEP_MODEL_PREDICTION_MSE = "adaptspec_step_model_prediction_mse"
 STEP_MODEL_CONTRAST_STEPS = "adaptspec_step_model_contrast_steps"
 STEP_MODEL_PROBES = "adaptspec_step_model_probes"
+REALIZED_CORRECTION = "adaptspec_realized_correction"
 
 GAUGE_DOCS = {
     WORKER_RUNNING: "Requests in the worker's running batch (scraped)",
@@ -296,6 +297,8 @@ GAUGE_DOCS = {
     STEP_MODEL_CONTRAST_STEPS: "Engine steps' worth of drafted tokens varying on their own at given requests and KV "
                                "(below calibration.probe_steps the policy probes: a drafted token's price)",
     STEP_MODEL_PROBES: "Admissions the policy toggled to give the fit a drafted token's price (calibration probes)",
+    REALIZED_CORRECTION: "Factor on the model's goodput of the proposer for the class at batch 1, from its requests' "
+                         "measured decode rates (1: nothing sure yet; control/realized.py)",
 }
 
 GaugeRows = Iterable[tuple[tuple[str, ...], float]]

@@ -47,6 +47,22 @@ def record(policy: PolicyBase, plan, output_tokens: float, t_first: float | None
     exp.record(decision, output_tokens, decode)
 
 
+def record_rate(policy: PolicyBase, plan, content_class: str, output_tokens: float, t_start: float,
+                t_first: float | None, t_end: float) -> None:
+    """A finished attempt's decode rate to the policy's realized-rate corrections (control/realized.py), where its
+    decision is evidence and the worker ran it as decided: tokens after the first over the time since it (a
+    stream), else every token over the whole attempt."""
+    rates, d = policy.rates, plan.decision
+    if rates is None or not d.rate_evidence or plan.proposer != d.proposer or plan.gamma != d.gamma:
+        return
+    if t_first is not None and output_tokens > 1:
+        rates.observe(plan.worker.name, content_class, plan.proposer, output_tokens - 1, t_end - t_first,
+                      d.expected_speedup)
+    else:
+        rates.observe(plan.worker.name, content_class, plan.proposer, output_tokens, t_end - t_start,
+                      d.expected_speedup)
+
+
 async def report(request: web.Request) -> web.Response:
     proxy = request.app["proxy"]
     exp = proxy.policy.experiment

@@ -273,3 +273,35 @@ async def test_a_worker_that_never_answers_loses_the_request_to_the_next_after_t
                     assert r.status == 200 and r.headers["x-adaptspec-worker"] == "w1"
                     await r.read()
     assert _count(proxy, "adaptspec_upstream_retries_total", worker="w0") >= 1
+
+
+
+async def test_batch_one_decode_rates_reach_the_policys_realized_rate_corrections():
+    """Streamed and whole answers at concurrency 1 (no exploration, no step telemetry: no probes): each speculating
+    request is a plan priced alone at batch 1, so each adds one request of evidence to its proposer's ratio in the
+    policy's `RealizedRates`."""
+    pools = [{"name": "p", "engine": "adaptspec", "profile": "cpu-tiny", "max_gamma": 8, "proposers": ["ngram", "eagle"],
+              "workers": [{"name": "w0", "url": ""}]}]
+    async with upstream(alpha=0.8, chunks=12) as up:
+        pools[0]["workers"][0]["url"] = up.url
+        proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30},
+                                    "policy": {"kind": "goodput", "explore": 0.0}}))
+        async with TestClient(TestServer(create_app(proxy))) as client:
+            rates = proxy.policy.rates
+            half = 0.5 ** (1.0 / rates.half_life)
+            expected: dict[str, float] = {}
+            for i in range(8):
+                r = await client.post("/v1/chat/completions", json={
+                    "model": "tiny", "messages": CHAT, "temperature": 0, "stream": i % 2 == 0, "delay_ms": 2})
+                assert r.status == 200
+                await r.read()
+                proposer = r.headers["x-adaptspec-proposer"]
+                assert proposer != "none"
+                expected = {p: n * half for p, n in expected.items()}
+                expected[proposer] = expected.get(proposer, 0.0) + 1.0
+            assert rates.evidence("w0", "code") == pytest.approx(expected)
+            # one proposer alone has nothing to be compared with: its price stands, and /metrics says so
+            assert all(rates.correction("w0", "code", p) == 1.0 for p in expected)
+            text = await (await client.get("/metrics")).text()
+            for p in expected:
+                assert f'adaptspec_realized_correction{{content_class="code",proposer="{p}",worker="w0"}} 1.0' in text

@@ -26,6 +26,7 @@ from adaptspec.control.policies.batchplan import BatchPlanning
 from adaptspec.control.policies.common import estimate, fixed_config, head_of, healthy, posterior_draw
 from adaptspec.control.policy_base import PolicyBase
 from adaptspec.control.profiles import Profile, implied_hybrid, load_profile
+from adaptspec.control.realized import RealizedRates
 from adaptspec.control.schedule import ANY_BATCH, Schedule, compress, levels, max_cap
 from adaptspec.control.types import AlphaEstimate, AlphaSource, Decision, WorkerState
 from adaptspec.errors import ConfigError
@@ -54,6 +55,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self.default_profile = load_profile(default_profile)
         self.cache = PlanCache()
         self.rules = RuleBook()  # the per-step hybrid's rules per class (`hybrid_rule`)
+        self.rates = RealizedRates()  # batch-1 corrections of the model's price per proposer, measured
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
         self._calibrated: dict[tuple[str, str], Profile] = {}  # (profile, fit fingerprint) -> priced profile
         # Per worker: content classes of its recent requests (the mix its running batch is made of), a
@@ -188,6 +190,10 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
                 choice = _named(self.cache.at(prof, p, a, batch, g, est.propose_rate, rho), p)
             return choice, shown, None, None, None
         bound = min(w.max_gamma, self.max_gamma)
+        # at batch 1 a plan is ranked against the others at its measured correction (control/realized.py);
+        # the margin over off stays the model's
+        local = self.rates.corrections(w.name, content_class) if w.load < 1 else {}
+        best = 0.0
         # at load the batch's kept pass groups run their passes whatever this request does: every plan
         # (off included) waits for the passes of the groups it is not in (`sunk_passes`)
         sunk = self.sunk_passes(w, prof, alphas, batch, bound, content_class) if w.load >= 1 and bound > 0 else {}
@@ -223,8 +229,8 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
                     missed = _named(plan, p)
                 if est.n < self.explore_below and (thin is None or plan.speedup > thin[0].speedup):
                     thin = (_named(plan, p), est.n)
-            elif plan.goodput > choice.goodput:
-                choice, shown = _named(plan, p), shown_p
+            elif choice.gamma == 0 or plan.goodput * local.get(p, 1.0) > best:
+                choice, shown, best = _named(plan, p), shown_p, plan.goodput * local.get(p, 1.0)
             if self.explore > 0 and est.n < self.explore_below and (w.load < 1 or not prof.shared_gamma(p)):
                 # a request-local probe (no passes shared with a batch): plan it at a posterior draw
                 drawn = posterior_draw(self._probe_rng, est)
@@ -236,9 +242,12 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         return choice, shown, missed, thin, dream
 
     def adopt(self, previous: PolicyBase | None) -> None:
-        """A config reload keeps the hybrid's rule book: its walks are evidence of the traffic, not config."""
+        """A config reload keeps the hybrid's rule book and the realized-rate corrections: evidence of the traffic
+        and the workers, not config."""
         if previous is not None and previous.rules is not None:
             self.rules = previous.rules
+        if previous is not None and previous.rates is not None:
+            self.rates = previous.rates
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
         ready = healthy(workers)
@@ -296,12 +305,16 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
             reason = f"{self.name}: off batch={b}{note}"
         else:
             reason = f"{self.name}: {plan.proposer} g={plan.gamma} alpha={shown} batch={b} x{plan.speedup:.2f}"
+            corr = self.rates.correction(w.name, content_class, plan.proposer) if w.load < 1 else 1.0
+            if corr != 1.0:
+                reason += f" (measured x{corr:.2f})"
         proposer, sched = plan.proposer, None
         if self.schedule and w.per_request:
             proposer, sched = self.request_schedule(w, content_class, alphas, plan)
             if sched is not None:
                 reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
-        d = Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched)
+        d = Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched,
+                     rate_evidence=plan.gamma > 0 and sched is None and w.per_request and w.load < 1)
         d = self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
                                       missed.gamma if missed is not None else 0,
                                       missed.speedup if missed is not None else 0.0)
