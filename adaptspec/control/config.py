@@ -199,6 +199,9 @@ class GoodputPolicy(_Priced):
     # per-request gamma schedules: the best gamma at every running-batch level, applied by the worker at
     # every step (control/schedule.py), instead of the gamma of the admission load only
     schedule: bool = False
+    # at batch 1, rank a class's plans at the model's price times what their requests' decode rates are sure of
+    # (control/realized.py); false: the model's price alone
+    measured: bool = True
 
 
 class BanditPolicy(_Priced):

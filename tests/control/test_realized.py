@@ -142,3 +142,13 @@ def test_probes_are_no_evidence():
     probes = [d for d in seen if "probe" in d.reason]
     assert probes and not any(d.rate_evidence for d in probes)
     assert all(d.rate_evidence for d in seen if "probe" not in d.reason)
+
+
+def test_measured_false_is_the_models_price_alone():
+    policy = build_policy(parse_config({"policy": {"kind": "goodput", "measured": False}}).policy)
+    assert policy.rates is None
+    d = policy.decide("code", _workers(), AlphaTable())
+    assert not d.rate_evidence and "measured" not in d.reason
+    on = build_policy(parse_config({"policy": {"kind": "goodput"}}).policy)
+    on.adopt(policy)  # a reload from a config without it keeps its own, empty
+    assert on.rates is not None

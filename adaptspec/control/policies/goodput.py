@@ -192,7 +192,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         bound = min(w.max_gamma, self.max_gamma)
         # at batch 1 a plan is ranked against the others at its measured correction (control/realized.py);
         # the margin over off stays the model's
-        local = self.rates.corrections(w.name, content_class) if w.load < 1 else {}
+        local = self.rates.corrections(w.name, content_class) if w.load < 1 and self.rates is not None else {}
         best = 0.0
         # at load the batch's kept pass groups run their passes whatever this request does: every plan
         # (off included) waits for the passes of the groups it is not in (`sunk_passes`)
@@ -246,7 +246,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         and the workers, not config."""
         if previous is not None and previous.rules is not None:
             self.rules = previous.rules
-        if previous is not None and previous.rates is not None:
+        if previous is not None and previous.rates is not None and self.rates is not None:
             self.rates = previous.rates
 
     def decide(self, content_class: str, workers: Sequence[WorkerState], alphas: AlphaSource) -> Decision:
@@ -305,7 +305,8 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
             reason = f"{self.name}: off batch={b}{note}"
         else:
             reason = f"{self.name}: {plan.proposer} g={plan.gamma} alpha={shown} batch={b} x{plan.speedup:.2f}"
-            corr = self.rates.correction(w.name, content_class, plan.proposer) if w.load < 1 else 1.0
+            corr = self.rates.correction(w.name, content_class, plan.proposer) \
+                if w.load < 1 and self.rates is not None else 1.0
             if corr != 1.0:
                 reason += f" (measured x{corr:.2f})"
         proposer, sched = plan.proposer, None
@@ -314,7 +315,8 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
             if sched is not None:
                 reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
         d = Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched,
-                     rate_evidence=plan.gamma > 0 and sched is None and w.per_request and w.load < 1)
+                     rate_evidence=self.rates is not None and plan.gamma > 0 and sched is None and w.per_request
+                     and w.load < 1)
         d = self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
                                       missed.gamma if missed is not None else 0,
                                       missed.speedup if missed is not None else 0.0)
@@ -476,6 +478,8 @@ class Goodput(CostModelPolicy):
         self.explore, self.explore_below = cfg.explore, cfg.explore_below_tokens
         self._probe_rng = random.Random(cfg.seed)
         self.schedule = cfg.schedule
+        if not cfg.measured:
+            self.rates = None
 
     def alpha(self, est: AlphaEstimate) -> tuple[costmodel.AlphaLike, str]:
         if not self.risk:
