@@ -305,3 +305,25 @@ async def test_batch_one_decode_rates_reach_the_policys_realized_rate_correction
             text = await (await client.get("/metrics")).text()
             for p in expected:
                 assert f'adaptspec_realized_correction{{content_class="code",proposer="{p}",worker="w0"}} 1.0' in text
+
+
+async def test_a_request_the_worker_ran_otherwise_than_decided_teaches_the_corrections_nothing():
+    """A client's own `speculation` (opt-in, `server.allow_client_speculation`) runs instead of the decision: its
+    decode rate is not the decided plan's, so it is no evidence for the realized-rate corrections."""
+    async with upstream(alpha=0.8, chunks=12) as up:
+        pools = [{"name": "p", "engine": "adaptspec", "profile": "cpu-tiny", "max_gamma": 8,
+                  "proposers": ["ngram", "eagle"], "workers": [{"name": "w0", "url": up.url}]}]
+        proxy = Proxy(parse_config({"pools": pools, "server": {"scrape_interval_s": 30,
+                                                               "allow_client_speculation": True},
+                                    "policy": {"kind": "goodput", "explore": 0.0}}))
+        async with TestClient(TestServer(create_app(proxy))) as client:
+            decided = proxy.policy.decide("code", [w.state() for w in proxy.pools.workers.values()],
+                                          proxy.state.alphas)
+            other = "ngram" if decided.proposer == "eagle" else "eagle"
+            for _ in range(4):
+                r = await client.post("/v1/chat/completions", json={
+                    "model": "tiny", "messages": CHAT, "temperature": 0, "stream": True, "delay_ms": 2,
+                    "speculation": {"proposer": other, "num_speculative_tokens": 1}})
+                assert r.status == 200 and r.headers["x-adaptspec-proposer"] == other
+                await r.read()
+            assert proxy.policy.rates.evidence("w0", "code") == {}
