@@ -55,7 +55,7 @@ class Recorder(PolicyBase):
 
     def __init__(self, inner) -> None:
         self.inner, self.name, self.decisions = inner, inner.name, []
-        self.rates = getattr(inner, "rates", None)
+        self.rates = inner.rates if isinstance(inner, PolicyBase) else None
 
     def decide(self, content_class, workers, alphas) -> Decision:
         d = self.inner.decide(content_class, workers, alphas)

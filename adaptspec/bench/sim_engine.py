@@ -496,7 +496,7 @@ class _Simulation:
             self.on_outcome(outcome)
         predictor = self.predictor.predictor if self.predictor is not None else None
         learn(outcome, self.alphas).apply(self.record, predictor, self.traffic)
-        d, rates = sl.decisions[s], getattr(self.policy, "rates", None)  # a policy that learns from them
+        d, rates = sl.decisions[s], self.policy.rates if isinstance(self.policy, PolicyBase) else None
         if rates is not None and d.rate_evidence and sl.gen[s] > 1:  # as the proxy's report.record_rate
             rates.observe(self.base_worker.name, cname, pname, float(sl.gen[s] - 1), self.t - float(sl.t_first[s]),
                           d.expected_speedup)
