@@ -127,14 +127,6 @@ class RealizedRates:
                 out[p] = math.exp(math.copysign(min(sure, cap), d))
         return out
 
-    def rows(self) -> list[tuple[str, str, str, float]]:
-        """(worker, class, proposer, correction) for every proposer with evidence (1.0 where nothing is sure)."""
-        out = []
-        for (worker, cls), arms in list(self._sums.items()):
-            applied = self.corrections(worker, cls)
-            out += [(worker, cls, p, applied.get(p, 1.0)) for p in arms]
-        return out
-
     def evidence(self, worker: str, content_class: str) -> dict[str, float]:
         """Discounted requests behind each proposer's ratio (for reports and tests)."""
         return {p: s[4] for p, s in self._sums.get((worker, content_class), {}).items()}

@@ -334,8 +334,11 @@ class Feedback:
             contrast.append(((name,), c.contrast_steps))
             probes.append(((name,), float(made.get(name, 0))))
         labels = ("worker", "coefficient")
+        # every (worker, class, proposer) from the first scrape, like the alpha gauges: traffic adds no series
         rates = self.policy().rates
-        realized = [((w, c, p), f) for w, c, p, f in rates.rows()] if rates is not None else []
+        realized = [((w.name, c, p), rates.correction(w.name, c, p) if rates is not None else 1.0)
+                    for w in list(self.pools.workers.values()) for p in w.proposers if p != "none"
+                    for c in CONTENT_CLASSES]
         return {mn.REALIZED_CORRECTION: (("worker", "content_class", "proposer"), realized),
                 mn.ALPHA_ESTIMATE_SAMPLED: (("worker", "proposer", "content_class"), sampled),
                 mn.STEP_MODEL_COEFFICIENT: (labels, coef),
