@@ -88,12 +88,12 @@ class ContrastProbe(_Blocks):
             return d
         if d.gamma > 0 or d.schedule:
             self.made[w.name] = self.made.get(w.name, 0) + 1
-            return replace(d, proposer="none", gamma=0, schedule=None, expected_speedup=1.0, rate_evidence=False,
+            return replace(d, proposer="none", gamma=0, schedule=None, expected_speedup=1.0,
                            reason=f"{d.reason} [calibration probe: plain]")
         if missed_proposer is None or missed_gamma <= 0:
             return d
         self.made[w.name] = self.made.get(w.name, 0) + 1
-        return replace(d, proposer=missed_proposer, gamma=missed_gamma, rate_evidence=False,
+        return replace(d, proposer=missed_proposer, gamma=missed_gamma,
                        reason=f"{d.reason} [calibration probe: {missed_proposer} g={missed_gamma}]")
 
 
@@ -131,8 +131,7 @@ class GammaProbe(_Blocks):
                 return d
             g = d.gamma // 2
             self.made[w.name] = self.made.get(w.name, 0) + 1
-            return replace(d, gamma=g, schedule=None, rate_evidence=False,
-                           reason=f"{d.reason} [calibration probe: {d.proposer} g={g}]")
+            return replace(d, gamma=g, schedule=None, reason=f"{d.reason} [calibration probe: {d.proposer} g={g}]")
         names = [p for p in costs.token_probe if p in w.proposers and p != d.proposer]
         if w.load < 1.0 or not names:
             return d
@@ -141,5 +140,4 @@ class GammaProbe(_Blocks):
             return d
         p, g = names[0], min(self.probe_gamma, w.max_gamma)
         self.made[w.name] = self.made.get(w.name, 0) + 1
-        return replace(d, proposer=p, gamma=g, schedule=None, rate_evidence=False,
-                       reason=f"{d.reason} [calibration probe: {p} g={g}]")
+        return replace(d, proposer=p, gamma=g, schedule=None, reason=f"{d.reason} [calibration probe: {p} g={g}]")

@@ -138,8 +138,8 @@ class Experimented(PolicyBase):
         a = Assignment(content_class, bucket, arm, group, d.worker, window, regime, why, load, now, seq, clean)
         if engine and regime == "off" and group == CONTROL:  # the worker's cap keeps it off while the window is
             self.changed[(content_class, bucket, arm, why)] += 1
-            return replace(d, reason=f"{why} off (window {window}, engine); {d.reason}", assignment=a,
-                           rate_evidence=False)
+            # the decision keeps its plan, which the worker does not run: no evidence
+            return replace(d, reason=f"{why} off (window {window}, engine); {d.reason}", assignment=a, priced=None)
         if group == CONTROL and plan is not None and why != "holdout":
             self.changed[(content_class, bucket, arm, why)] += 1
             return replace(d, **self._control_fields(plan, state),
@@ -150,7 +150,7 @@ class Experimented(PolicyBase):
             shown = {"switchback": f"switchback off (window {window})", "guard": "guard: realized speedup < 1",
                      "holdout": "holdout"}[why]
             return replace(d, proposer="none", gamma=0, schedule=None, reason=f"{shown}; policy: {d.reason}",
-                           expected_speedup=1.0, assignment=a, rate_evidence=False)
+                           expected_speedup=1.0, assignment=a)
         if why:
             self.changed[(content_class, bucket, arm, why)] += 1
             return replace(d, reason=f"{why}; {d.reason}", assignment=a)
@@ -161,9 +161,9 @@ class Experimented(PolicyBase):
         """The decision fields of the fixed control plan on `worker` (off where it does not offer the proposer)."""
         p, g = plan
         if worker is not None and p not in worker.proposers:
-            return {"proposer": "none", "gamma": 0, "schedule": None, "expected_speedup": 1.0, "rate_evidence": False}
+            return {"proposer": "none", "gamma": 0, "schedule": None, "expected_speedup": 1.0}
         g = min(g, worker.max_gamma) if worker is not None else g
-        return {"proposer": p, "gamma": g, "schedule": None, "rate_evidence": False}
+        return {"proposer": p, "gamma": g, "schedule": None, "priced": None}  # a control request is no evidence
 
     def _block(self, key: tuple[str, str, str], expected: float) -> int | None:
         """Block size for the stratum: the share's, or larger where the share is one of decode time

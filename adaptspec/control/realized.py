@@ -29,8 +29,9 @@ proposer run on a few requests, or whose requests' ratios scatter widely (n-gram
 nothing until the evidence is beyond its noise, and a model that is right moves almost nothing at all. The sums
 forget by `half_life` of the class's observed requests, so the ratios follow the model as its estimates and fit
 move. Only requests whose plan was priced alone at batch 1 and not changed afterwards are evidence
-(`Decision.rate_evidence`: set by the goodput policy for request-local plans, never for probes, calibration probes
-or a holdout's control); and only such decisions are corrected.
+(`Decision.rate_evidence`: the goodput policy records the plan it priced alone at batch 1 in `Decision.priced`,
+and a decision is evidence while it still runs that plan; a calibration probe or a holdout's control that replaces
+it is not, a posterior-draw probe never was); and only such decisions are corrected.
 
 Kept per proxy process (not in the shared state): each replica learns its own, from its own requests.
 """

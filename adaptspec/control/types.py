@@ -134,9 +134,10 @@ class Decision:
     # a per-step hybrid's rule by name (control/hybrid_rule.py RULES) where its class runs another than the
     # worker's own; None: the worker's own rule
     hybrid_rule: str | None = None
-    # the request's realized decode rate over `expected_speedup` is evidence for the policy's per-proposer
-    # correction (control/realized.py): a plan priced alone at batch 1 and sent as priced (never a probe)
-    rate_evidence: bool = False
+    # (proposer, gamma) of a plan priced alone at batch 1 (control/realized.py), or None: while the decision still
+    # runs that plan (no probe or experiment replaced it), its realized decode rate over `expected_speedup` is
+    # evidence for the policy's per-proposer correction (`rate_evidence`)
+    priced: tuple[str, int] | None = None
 
     @property
     def max_k(self) -> int:
@@ -144,6 +145,11 @@ class Decision:
         if not self.schedule:
             return self.gamma
         return max(self.gamma, max(cap for _, cap in self.schedule))
+
+    @property
+    def rate_evidence(self) -> bool:
+        """Whether the request is evidence for the batch-1 corrections: it runs the plan that was priced."""
+        return self.priced is not None and self.priced == (self.proposer, self.gamma)
 
 
 class Policy(Protocol):

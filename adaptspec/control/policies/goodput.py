@@ -315,8 +315,8 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
             if sched is not None:
                 reason += " sched=" + ",".join(f"{mb}:{c}" for mb, c in sched)
         d = Decision(w.name, proposer, plan.gamma, content_class, self.name, reason, plan.speedup, schedule=sched,
-                     rate_evidence=self.rates is not None and plan.gamma > 0 and sched is None and w.per_request
-                     and w.load < 1)
+                     priced=(proposer, plan.gamma) if self.rates is not None and plan.gamma > 0 and sched is None
+                     and w.per_request and w.load < 1 else None)
         d = self.contrast_probe.apply(d, w, missed.proposer if missed is not None else None,
                                       missed.gamma if missed is not None else 0,
                                       missed.speedup if missed is not None else 0.0)
