@@ -85,7 +85,19 @@ windows lack (control/calibration_probe.py `GammaProbe`): a share of the propose
 calls and passes are not told apart (`CalibratedCosts.split_probe`), and at load a share of the requests it planned
 otherwise with the proposer at gamma 2 while passes and tokens are not (`token_probe`: several requests drafting in
 one call), until the windows separate the costs. A wrong
-prior for a cost the windows cannot separate is kept only until then: the probes are what corrects it.
+prior for a cost the windows cannot separate is kept only until then: the probes are what corrects it. The order
+holds when a cost is held for being vague too (below, Errors): a per-token cost is not fitted while the per-pass cost
+before it is held (the token would take the pass's whole error); the pass is fitted and the token keeps the profile's.
+
+Calls larger than the windows held. A line fitted through a head's calls for one or two requests at gamma 1-2 says
+little about a call for 16 requests at gamma 3: its slopes carry whatever per-call time the profile lacks, and drawn
+out 4-40x they priced such calls at 2-3x their cost on the reference worker (a cold proxy at 16 clients planned off on
+91% of its requests, 0.80x of static EAGLE:3). `CalibratedCosts.seen` keeps the largest passes and drafted tokens
+per call of any window, for a proposer whose fitted costs the windows determine loosely (a relative standard error
+above `weak_rel`; a line they pin down is drawn out as it is); past them a call costs the cheaper of the fit's price and the profile's at this box's speed
+(the target's fitted step over the profile's), never less than the fit's price of the largest seen call it holds
+(`DraftCost.time`). The cheaper side is the one that corrects itself: a call priced too cheaply is planned, run,
+and its windows widen `seen`; one priced too dearly would never be run to show it is not.
 
 Errors. sigma^2 (per-step noise) is the weighted residual sum of squares over the windows' degrees of
 freedom; the standard error of each fitted coefficient is sigma * sqrt(diag((S + D)^-1)) (NaN for
@@ -177,6 +189,8 @@ class StepCalibrator:
         self._cached: CalibratedCosts | None = None
         self._grid: tuple[int | None, ...] | None = None  # the last fit's grid indices (`_hold`)
         self._free = np.zeros(d, dtype=bool)  # what the last fit identified (`_identified`'s hysteresis)
+        # per model proposer: the largest passes and drafted tokens per call of any window (`CalibratedCosts.seen`)
+        self._seen: dict[str, tuple[float, float]] = {}
 
     @property
     def steps(self) -> float:
@@ -210,6 +224,12 @@ class StepCalibrator:
         # the profile's bias over the recent windows (a few dozen)
         r = (y - prior_y) / n
         self._bias = lam * _ERR_DECAY * self._bias + np.array([n, n * n, n * r, n * r * r, y])
+        for i, p in enumerate(self.proposers):
+            calls, passes, tokens = x[3 + 3 * i], x[4 + 3 * i], x[5 + 3 * i]
+            if passes > 0.0:  # an engine that does not count calls: one a step
+                per = calls if calls > 0.0 else n
+                was = self._seen.get(p, (0.0, 0.0))
+                self._seen[p] = (max(was[0], passes / per), max(was[1], tokens / per))
         self._s = lam * self._s + np.outer(x, x) / n
         self._r = lam * self._r + x * y / n
         self._q = lam * self._q + y * y / n
@@ -488,12 +508,34 @@ class StepCalibrator:
         # the prior (within 2 errors of it) keeps the prior's value: noise must not move a cost
         vague = free & ~in_tie & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
             np.abs(theta - self.theta0) <= 2.0 * errors)
+        for i in range(len(self.proposers)):
+            # the order pass, call, token (module doc): a per-token cost is not fitted while the per-pass cost
+            # before it is held (a head's few drafting steps at batch ~1, pass and tokens barely told apart, would
+            # put the pass's whole error on a drafted token and price the head ~5x too dear at a batch of 16);
+            # the pass takes what the profile does not explain, and the token keeps the profile's value
+            jp, jt = 4 + 3 * i, 5 + 3 * i
+            if vague[jp] and free[jt] and not vague[jt] and not in_tie[jt]:
+                vague[jp], vague[jt] = False, True
         if vague.any():
             free = free & ~vague
             theta, errors, sigma, _ = self._solve(free, tied)
         kv, reqs = self._ctx
         grid = self._hold((*theta, kv / reqs if reqs > 0 and kv > 0 else 0.0), errors)
         key = ".".join("z" if i is None else str(i) for i in grid)
+        # the calls seen by a proposer whose fitted costs the windows determine loosely (a relative standard error
+        # above `weak_rel`: its line is not to be drawn far out), tokens rounded down to a power of 2 (they price
+        # what lies past them: `CalibratedCosts.seen`; a maximum grows with every window, and a finer grid would
+        # rename the price list as often)
+        seen = {}
+        for i, p in enumerate(self.proposers):
+            if p not in self._seen:
+                continue
+            js = [j for j in (3 + 3 * i, 4 + 3 * i, 5 + 3 * i) if free[j]]
+            if js and all(errors[j] <= self.weak_rel * theta[j] for j in js):
+                continue
+            a, b = self._seen[p]
+            seen[p] = (float(math.floor(a)), 2.0 ** math.floor(math.log2(b)) if b >= 1.0 else 0.0)
+        key += "".join(f".{p}{a:.0f}-{b:.0f}" for p, (a, b) in sorted(seen.items()))
         *snapped, ctx = (0.0 if i is None else _GRID**i for i in grid)
         batch = float(self._s[0, 1] / n) if n > 0 else 0.0
         contrast = self.drafted_contrast()
@@ -511,4 +553,4 @@ class StepCalibrator:
             prior_mse=float(self._err[1] / self._err_windows) if self._err_windows > 0 else math.nan,
             tied=tuple(self.names[j] for g in tied for j in g), drafted_contrast=contrast, contrast_steps=evidence,
             probe=bool(math.isfinite(contrast) and evidence < self.probe_steps),
-            split_probe=split[0], token_probe=split[1])
+            split_probe=split[0], token_probe=split[1], seen=seen)

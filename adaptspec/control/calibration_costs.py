@@ -57,6 +57,11 @@ class CalibratedCosts:
     # ... whose per-pass / per-token split they cannot tell (one request a call): probed at load with requests the
     # policy planned otherwise drafting with it (several requests a call)
     token_probe: tuple[str, ...] = ()
+    # model proposer (one whose fitted costs the windows determine loosely) -> the largest (passes, drafted tokens)
+    # per call of the windows (passes floored, tokens rounded
+    # down to a power of 2): a call beyond them is priced at the cheaper of the fit's line and the profile's price at
+    # this box's speed (`apply`)
+    seen: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def target(self) -> StepTimeModel:
@@ -81,8 +86,17 @@ class CalibratedCosts:
         drafts = dict(profile.drafts)
         models = [p for p in self.proposers if profile.offers(p) and profile.draft(p).kind != "ngram"]
         seen = [p for p in models if any(self.fitted.get(f"{p}_{c}_s") for c in ("call", "pass", "token"))]
+        speed = self.box_scale(profile, ())  # the target's measured / profile step: this box's speed
         for p in seen:
-            drafts[profile.resolve(p)] = self.draft_cost(p)
+            cost = self.draft_cost(p)
+            if self.seen.get(p):
+                # past the calls the windows held, the fit's slopes are extrapolated from far smaller ones (a head
+                # drafting for one request of 16 at gamma 1-2: its per-call time lands on passes or tokens and a
+                # call for 16 at gamma 3 is priced 2-3x its cost, so it is never run to show otherwise): there a
+                # call costs the cheaper of the fit's price and the profile's at this box's speed. Too cheap is
+                # corrected by running it; too dear never would be
+                cost = replace(cost, seen=self.seen[p], unseen=scaled_draft(profile.draft(p), speed))
+            drafts[profile.resolve(p)] = cost
         scale = self.box_scale(profile, seen)
         for p in models:
             if p not in seen:

@@ -315,6 +315,11 @@ class DraftCost:
     # kind "hybrid": the per-step rule of trace replay (bench/stepwise.py HybridRule), priced by `stepwise_hybrid`
     # (lookup steps and head steps apart), not the worker's lookup-first rule
     stepwise: bool = False
+    # kind "draft" fitted online (control/calibration_costs.py): the largest (passes, drafted tokens) per call the fit
+    # has seen, and the profile's price at the box's speed (`unseen`): a call beyond them costs the cheaper of the
+    # two, as the fit's line extrapolated there is a guess (its slopes come from calls far smaller)
+    seen: tuple[float, float] = ()
+    unseen: DraftCost | None = None
 
     @property
     def per_step(self) -> bool:
@@ -347,7 +352,14 @@ class DraftCost:
             return t
         if self.kind == "draft":
             assert self.model is not None
-            return self.call_s + gamma * self.model.time(batch, kv_tokens)
+            t = self.call_s + gamma * self.model.time(batch, kv_tokens)
+            if self.unseen is not None and self.seen and (gamma > self.seen[0] or gamma * batch > self.seen[1]):
+                # never below the fit's price of the largest seen call it holds (a longer call costs no less)
+                g = max(1, min(gamma, int(self.seen[0])))
+                b = min(float(batch), max(self.seen[1] / g, 1.0))
+                edge = self.call_s + g * self.model.time(b, kv_tokens * b / max(float(batch), 1e-9))
+                t = min(t, max(self.unseen.time(gamma, batch, kv_tokens, target, verify_s), edge))
+            return t
         if self.kind == "eagle":
             if self.per_step:
                 return self.overhead_s + self.per_token_s * gamma * batch + self.kv_s_per_token * kv_tokens
