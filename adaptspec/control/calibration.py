@@ -85,16 +85,15 @@ windows lack (control/calibration_probe.py `GammaProbe`): a share of the propose
 calls and passes are not told apart (`CalibratedCosts.split_probe`), and at load a share of the requests it planned
 otherwise with the proposer at gamma 2 while passes and tokens are not (`token_probe`: several requests drafting in
 one call), until the windows separate the costs. A wrong
-prior for a cost the windows cannot separate is kept only until then: the probes are what corrects it. The order
-holds when a cost is held for being vague too (below, Errors): a per-token cost is not fitted while the per-pass cost
-before it is held (the token would take the pass's whole error); the pass is fitted and the token keeps the profile's.
+prior for a cost the windows cannot separate is kept only until then: the probes are what corrects it.
 
 Calls larger than the windows held. A line fitted through a head's calls for one or two requests at gamma 1-2 says
-little about a call for 16 requests at gamma 3: its slopes carry whatever per-call time the profile lacks, and drawn
-out 4-40x they priced such calls at 2-3x their cost on the reference worker (a cold proxy at 16 clients planned off on
-91% of its requests, 0.80x of static EAGLE:3). `CalibratedCosts.seen` keeps the largest passes and drafted tokens
-per call of any window, for a proposer whose fitted costs the windows determine loosely (a relative standard error
-above `weak_rel`; a line they pin down is drawn out as it is); past them a call costs the cheaper of the fit's price and the profile's at this box's speed
+little about a call for 16 requests at gamma 3: its slopes carry whatever per-call time the profile lacks (there, a
+per-token cost 5x the head's, its pass held at the profile's), and drawn out 4-40x they priced such calls at 2-3x
+their cost on the reference worker (a cold proxy at 16 clients planned off on 91% of its requests, 0.80x of static
+EAGLE:3). `CalibratedCosts.seen` keeps the largest passes and drafted tokens per call of any window, for a proposer
+whose fitted costs the windows determine loosely (a relative standard error above `weak_rel`; a line they pin down
+is drawn out as it is); past them a call costs the cheaper of the fit's price and the profile's at this box's speed
 (the target's fitted step over the profile's), never less than the fit's price of the largest seen call it holds
 (`DraftCost.time`). The cheaper side is the one that corrects itself: a call priced too cheaply is planned, run,
 and its windows widen `seen`; one priced too dearly would never be run to show it is not.
@@ -508,14 +507,6 @@ class StepCalibrator:
         # the prior (within 2 errors of it) keeps the prior's value: noise must not move a cost
         vague = free & ~in_tie & (np.arange(len(free)) > 0) & (errors > np.abs(theta)) & (
             np.abs(theta - self.theta0) <= 2.0 * errors)
-        for i in range(len(self.proposers)):
-            # the order pass, call, token (module doc): a per-token cost is not fitted while the per-pass cost
-            # before it is held (a head's few drafting steps at batch ~1, pass and tokens barely told apart, would
-            # put the pass's whole error on a drafted token and price the head ~5x too dear at a batch of 16);
-            # the pass takes what the profile does not explain, and the token keeps the profile's value
-            jp, jt = 4 + 3 * i, 5 + 3 * i
-            if vague[jp] and free[jt] and not vague[jt] and not in_tie[jt]:
-                vague[jp], vague[jt] = False, True
         if vague.any():
             free = free & ~vague
             theta, errors, sigma, _ = self._solve(free, tied)
