@@ -58,9 +58,8 @@ class CalibratedCosts:
     # policy planned otherwise drafting with it (several requests a call)
     token_probe: tuple[str, ...] = ()
     # model proposer (one whose fitted costs the windows determine loosely) -> the largest (passes, drafted tokens)
-    # per call of the windows (passes floored, tokens rounded
-    # down to a power of 2): a call beyond them is priced at the cheaper of the fit's line and the profile's price at
-    # this box's speed (`apply`)
+    # per call of any window since the last reset (passes floored, tokens rounded down to a power of 2): a call beyond
+    # them is priced at the cheaper of the fit's line and the profile's price at this box's speed (`apply`)
     seen: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
