@@ -522,7 +522,8 @@ class StepCalibrator:
             if p not in self._seen:
                 continue
             js = [j for j in (3 + 3 * i, 4 + 3 * i, 5 + 3 * i) if free[j]]
-            if js and all(errors[j] <= self.weak_rel * theta[j] for j in js):
+            # none fitted: the profile prices it (`apply`), and a range in the name would only rename the price list
+            if not js or all(errors[j] <= self.weak_rel * theta[j] for j in js):
                 continue
             a, b = self._seen[p]
             seen[p] = (float(math.floor(a)), 2.0 ** math.floor(math.log2(b)) if b >= 1.0 else 0.0)
