@@ -118,3 +118,23 @@ def test_a_hope_does_not_take_the_batch_from_the_model_the_evidence_backs():
     assert pol.kept_group(w, prof, alphas, 16.0, 8) == ("eagle",)
     assert pol.batch_gamma(w, prof, "draft", alphas, 16.0, 8) == 0
     assert pol.batch_gamma(w, prof, "eagle", alphas, 16.0, 8) > 0
+
+
+def test_a_hope_alone_does_not_buy_a_batch_the_models_passes():
+    """One model on the worker (lookup and the draft model): the draft model's thin keys hope for 0.95 where their
+    one request said 0.2. Planned at the hope the draft model would be worth its passes for the whole batch; at the
+    evidence it is not, so the batch runs without them (lookup or plain) and no request's plan buys them. At
+    batch 1 nothing is shared: the request still takes the hope (one request can try the key)."""
+    alphas = Thin({("ngram", "code"): 0.3, ("ngram", "chat"): 0.2})
+    pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
+    w = WorkerState("w", proposers=("ngram", "draft"), max_gamma=8, profile="cpu-tiny", running=15)
+    for cls in ("code", "chat") * 8:
+        pol._note(w, cls)
+    prof = pol.worker_profile(w)
+    assert any(pol._group_plan(w, prof, ("draft",), alphas, 16.0, 8)[0].values())  # the hope's plan
+    assert not any(pol._group_plan(w, prof, ("draft",), alphas, 16.0, 8, hope=False)[0].values())
+    assert pol.batch_gamma(w, prof, "draft", alphas, 16.0, 8) == 0
+    for cls in ("code", "chat"):
+        assert pol.decide(cls, [w], alphas).proposer in ("ngram", "none")
+    idle = WorkerState("w", proposers=("ngram", "draft"), max_gamma=8, profile="cpu-tiny")
+    assert pol.decide("code", [idle], alphas).proposer == "draft"

@@ -73,6 +73,8 @@ class BatchPlanning:
         `exact=True` memoises per batch instead: a schedule's levels are 12% apart and each must be priced at
         its own batch (half-octave buckets priced at their bottom set caps one gamma too high).
         `content_class`: the mix of a worker with no recent requests yet (the request being decided).
+        A model's passes are bought only where the posterior means keep it too: a thin key's hope
+        (`hopeful`) lets one request try it at batch 1, where it pays alone, but not make a whole batch pay.
         """
         group = self.pass_groups(w, prof).get(proposer) or (proposer,)
         models = self._model_groups(w, prof)
@@ -85,7 +87,12 @@ class BatchPlanning:
             kept = self.kept_group(w, prof, alphas, batch, bound, exact, content_class)
             if kept is not None:
                 return max(self._group_plan(w, prof, kept, alphas, batch, bound, exact, content_class)[0].values())
-        return self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
+        gamma = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)[0][proposer]
+        if gamma and group in models and \
+                not any(self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class,
+                                         hope=False)[0].values()):
+            return 0  # only a hope buys this model's passes: the evidence says the batch is better without them
+        return gamma
 
     def _model_groups(self, w: WorkerState, prof: Profile) -> tuple[tuple[str, ...], ...]:
         """The worker's pass groups that run a draft model's or head's passes, in a fixed order; memoised as
@@ -120,16 +127,18 @@ class BatchPlanning:
                 last[0][1] == where if last[1] is None else  # no passes run: nothing to switch from
                 any(self._group_plan(w, prof, last[1], alphas, batch, bound, exact, content_class)[0].values())):
             return last[1]
-        # the groups worth their passes (their plans, as the requests will run them), ranked by what they are
-        # worth at the posterior means: a thin key is planned hopefully (`hopeful`) so that one request can try
-        # it, but a hope must not take the whole batch's passes from a model the evidence backs
+        # the groups worth their passes at the posterior means, ranked by what they are worth there: a thin key
+        # is planned hopefully (`hopeful`) so that one request can try it at batch 1, but a hope must neither
+        # take the whole batch's passes from a model the evidence backs nor buy them for a model the evidence
+        # does not (one request of a head at 0.6 where its prior says 0.75 kept the head for a batch of
+        # copy-heavy lookup: every step paid its passes)
         worth, idle = {}, 0.0
         for group in self._model_groups(w, prof):
             gammas, _, value = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)
-            if any(gammas.values()):
-                worth[group] = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class,
-                                                hope=False)[2]
-            else:
+            evidence = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class, hope=False)
+            if any(gammas.values()) and any(evidence[0].values()):
+                worth[group] = evidence[2]
+            elif not any(gammas.values()):
                 idle = value  # the mix without any model's passes
         best = max(worth, key=worth.__getitem__) if worth else None
         if not moved and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
