@@ -74,34 +74,6 @@ DEFAULT_PRIOR_ALPHA: dict[str, dict[str, float]] = {
 _PROPOSE_PRIOR_RATE: dict[str, float] = {"hybrid": 0.0}
 
 
-def depth_strength(pos_n: Sequence[float], pos_a: Sequence[float], mean: float, decay: float,
-                   strength: float) -> float:
-    """The prior strength each depth's rate is shrunk toward the key's mean with: empirical Bayes over depths.
-
-    The depths' rates scatter around the key's mean by their binomial noise plus however much the depths really
-    differ (tau^2). Where they really differ, as a lookup's do (a first position that rarely accepts, then the
-    long copied stretches accepting 0.9+ once a draft got going), a prior as strong as the key's own
-    (`strength`) pulls the deep positions, which few steps reach, down to the first position's rate and prices
-    long drafts at a fraction of what they replay (issue 31: lookup at gamma 4-6 where 8 pays). The beta prior
-    whose variance is the spread seen, mean (1 - mean) / (1 + k) = tau^2, has k = mean (1 - mean) / tau^2 - 1:
-    the key's strength where the depths agree (tau^2 at or under the noise), down to 1 where they differ a lot.
-    tau^2 = the unweighted mean squared deviation of the depths' raw rates minus their mean binomial variance
-    (method of moments, depths with counts only)."""
-    raw, noise = [], 0.0
-    for pn, pa in zip(pos_n, pos_a, strict=False):
-        n = pn * decay
-        if n <= 0.0:
-            break
-        raw.append(min(pa * decay / n, 1.0))
-        noise += mean * (1.0 - mean) / n
-    if len(raw) < 2 or not 0.0 < mean < 1.0:
-        return strength
-    tau2 = sum((r - mean) ** 2 for r in raw) / len(raw) - noise / len(raw)
-    if tau2 <= 0.0:
-        return strength
-    return min(strength, max(1.0, mean * (1.0 - mean) / tau2 - 1.0))
-
-
 def walk_rates(pos_n: Sequence[float], pos_a: Sequence[float], rates: Sequence[float],
                weight: float = 1.0, depth_weights: Sequence[float] | None = None) -> tuple[float, ...]:
     """Per-position rates whose expected tokens at every depth g price the walk at g, not the one counted.
@@ -539,7 +511,7 @@ class AlphaTable:
         std = math.sqrt(a * b / (tot * tot * (tot + 1.0)))
         per_pos = walked = None
         if st is not None and st.pos_n:
-            k = depth_strength(st.pos_n, st.pos_a, mean, d, self.prior_strength)
+            k = self.prior_strength
             rates = []
             for pn, pa in zip(st.pos_n, st.pos_a, strict=True):
                 if pn * d <= 0:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from adaptspec.control.alpha import AlphaTable, depth_strength, walk_rates
+from adaptspec.control.alpha import AlphaTable, walk_rates
 from adaptspec.control.costmodel import expected_tokens_any, expected_tokens_per_position
 
 
@@ -77,9 +77,7 @@ def test_the_estimate_keeps_its_conditional_rates_and_prices_with_the_walk_rates
     fails = sum(tried) - sum(accepted)
     table.observe_counts("w", "eagle", "code", sum(accepted), fails, tried, accepted, now=0.0)
     e = table.get("w", "eagle", "code", now=0.0)
-    k = depth_strength(tried, accepted, e.mean, 1.0, 20.0)
-    assert 1.0 <= k < 20.0  # the depths differ (0.2 at the first, 1 past it): each is shrunk less than the key
-    shrunk = tuple((a + e.mean * k) / (t + k) for a, t in zip(accepted, tried, strict=True))
+    shrunk = tuple((a + e.mean * 20.0) / (t + 20.0) for a, t in zip(accepted, tried, strict=True))
     assert e.per_position == pytest.approx(shrunk, rel=1e-12)  # the contract: conditional rates as counted
     assert e.walk_rates is not None and e.priced == e.walk_rates
     assert expected_tokens_any(e.priced, 5) == pytest.approx(expected_tokens_any(e.per_position, 5), rel=1e-3)
@@ -97,15 +95,12 @@ def test_depths_the_walk_never_reached_keep_the_estimates_price():
                          now=0.0)
     e = table.get("w", "ngram", "summarize", now=0.0)
     rates = list(e.per_position)
-    # the premise, on rates shrunk as strongly as the key's (deep depths held near its mean)
-    held = [(a + e.mean * 20.0) / (t + 20.0) for a, t in zip(accepted, tried, strict=True)]
-    unweighted = walk_rates(tried, accepted, held, tried[0] / (tried[0] + 20.0))
+    unweighted = walk_rates(tried, accepted, rates, tried[0] / (tried[0] + 20.0))
     assert expected_tokens_any(unweighted, 8) == pytest.approx(expected_tokens_any(unweighted, 4), rel=1e-12)
     priced = [expected_tokens_any(e.priced, g) for g in range(1, 9)]
     assert all(b > a for a, b in zip(priced[3:], priced[4:], strict=False))  # every depth past 4 adds tokens
     assert all(r > 0.0 for r in e.priced)
-    same = walk_rates(tried, accepted, rates, tried[0] / (tried[0] + 20.0))
-    assert priced[3] == pytest.approx(expected_tokens_any(same, 4), rel=0.01)  # the counted depth: as before
+    assert priced[3] == pytest.approx(expected_tokens_any(unweighted, 4), rel=0.01)  # the counted depth: as before
     # with every depth counted as fully as the first, the weights change nothing
     full = walk_rates(tried, accepted, rates, 0.9, [1.0] * 8)
     assert full == walk_rates(tried, accepted, rates, 0.9)
