@@ -135,11 +135,13 @@ class BatchPlanning:
         worth, idle = {}, 0.0
         for group in self._model_groups(w, prof):
             gammas, _, value = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class)
-            evidence = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class, hope=False)
-            if any(gammas.values()) and any(evidence[0].values()):
-                worth[group] = evidence[2]
-            elif not any(gammas.values()):
+            if not any(gammas.values()):
                 idle = value  # the mix without any model's passes
+                continue
+            kept, _, kept_value = self._group_plan(w, prof, group, alphas, batch, bound, exact, content_class,
+                                                   hope=False)
+            if any(kept.values()):
+                worth[group] = kept_value
         best = max(worth, key=worth.__getitem__) if worth else None
         if not moved and last[1] in worth and worth[last[1]] * self.margin >= worth[best]:
             best = last[1]
