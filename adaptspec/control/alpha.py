@@ -20,13 +20,13 @@ positions, as in vLLM); when per-request gammas were mixed the step estimator is
 
 Forgetting. Before new data is added, a key's counts are multiplied by 0.5^(draft_tokens / half_life_tokens)
 and by 0.5^(elapsed / half_life_s): after a step change in acceptance the estimate moves to the new value
-within a few half-lives. The default, 32768 draft tokens, is what a key needs to average over the requests
-behind it: acceptance differs several-fold from request to request (a copying request and one that does not),
-and a lookup key drafting 8 tokens a step for ~1.9 accepted spends ~800 draft tokens a 200-token request, so
-8192 (the default before) remembered ~10 requests and priced a class's lookup up to 16% off its traffic's mean.
-At load a key sees 32768 draft tokens within seconds, and `half_life_s` bounds the memory of a quiet one in
-time, so a change of traffic is still followed within minutes. Sufficient statistics are plain dicts (`KeyStats.to_dict`, `merge_stats`,
-`decay_stats`) so several proxies can share them (e.g. in Redis).
+within a few half-lives. The default (`DEFAULT_HALF_LIFE_TOKENS`, 32768 draft tokens) is what a key needs to
+average over the requests behind it: acceptance differs several-fold from request to request (a copying request
+and one that does not), and a lookup key drafting 8 tokens a step for ~1.9 accepted spends ~800 draft tokens a
+200-token request, so 8192 (the default before) remembered ~10 requests and priced a class's lookup up to 16% off
+its traffic's mean. At load a key sees 32768 draft tokens within seconds, and `half_life_s` bounds the memory of
+a quiet one in time, so a change of traffic is still followed within minutes. Sufficient statistics are plain
+dicts (`KeyStats.to_dict`, `merge_stats`, `decay_stats`) so several proxies can share them (e.g. in Redis).
 
 Sampling regime. Acceptance depends on the temperature: a greedy request (T = 0 or top_k = 1) accepts a
 draft token when it is the target's argmax, a sampled one with probability min(1, p/q) (point-mass n-gram
@@ -56,6 +56,7 @@ from adaptspec.control.trials import (  # noqa: F401  (re-exported: the trial ma
 from adaptspec.control.types import GREEDY, REGIMES, SAMPLED, AlphaEstimate, Observation
 
 ANY_CLASS = "*"  # key for engine-wide counters that carry no content class
+DEFAULT_HALF_LIFE_TOKENS = 32768.0  # draft tokens; why this long: the module doc, "Forgetting"
 _PROPOSE_PRIOR_STEPS = 8.0  # pseudo-steps (all drafting) behind every propose-rate estimate
 
 # Prior per-token acceptance by proposer and content class. Draft-model numbers follow published
@@ -285,7 +286,7 @@ class AlphaTable:
         self,
         prior: Mapping[str, Mapping[str, float]] | None = None,
         prior_strength: float = 20.0,
-        half_life_tokens: float | None = 32768.0,
+        half_life_tokens: float | None = DEFAULT_HALF_LIFE_TOKENS,
         half_life_s: float | None = None,
         clock: Callable[[], float] = time.time,
         max_positions: int = 16,

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from adaptspec.control.alpha import DEFAULT_HALF_LIFE_TOKENS
 from adaptspec.control.types import CONTENT_CLASSES, DRAFTING_PROPOSERS, PROPOSERS, DraftingProposer, Proposer
 from adaptspec.errors import ConfigError
 
@@ -239,9 +240,8 @@ class PriorConfig(_Strict):
 
 class EstimatorConfig(_Strict):
     prior: PriorConfig = Field(default_factory=PriorConfig)
-    # long enough that a key's estimate averages over dozens of requests (acceptance differs several-fold from one
-    # request to the next): a lookup key at gamma 8 drafts ~8 tokens a step, so 8192 remembered ~10 requests
-    half_life_tokens: float | None = Field(default=32768.0, gt=0)
+    # long enough that a key's estimate averages over dozens of requests (control/alpha.py, "Forgetting")
+    half_life_tokens: float | None = Field(default=DEFAULT_HALF_LIFE_TOKENS, gt=0)
     half_life_s: float | None = Field(default=600.0, gt=0)
     max_positions: int = Field(default=16, ge=1, le=64)
     # per-request acceptance prediction (control/predict.py): each request's own class estimates moved by

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from adaptspec.control import estimators as est
+from adaptspec.control.config import EstimatorConfig
 from adaptspec.control.costmodel import expected_tokens
 from adaptspec.control.types import AlphaSource
 
@@ -78,8 +79,6 @@ def test_the_default_half_life_averages_over_the_requests_behind_a_key():
     default forgetting must average over them: the estimate, read at the end of every run, stays within 0.05
     of the mix's mean instead of following each run (a key drafting 8 tokens a step spends ~800 draft tokens
     a request; at the earlier default of 8192 it remembered ~10 requests and swung by +-0.09 here)."""
-    from adaptspec.control.config import EstimatorConfig
-
     table = est.AlphaTable.from_config(EstimatorConfig(), clock=lambda: 0.0)
     gamma, drafts = 8, 100  # per request: 100 drafting steps at gamma 8 (800 draft tokens)
     seen, pooled_s, pooled_f = [], 0.0, 0.0
