@@ -196,6 +196,12 @@ def regime_key(content_class: str, regime: str = GREEDY) -> str:
     return f"{content_class}{_REGIME_SEP}{regime}"
 
 
+def split_regime_key(key: str) -> tuple[str, str]:
+    """(content class, regime) of a `regime_key`: the inverse of it."""
+    content_class, sep, regime = key.partition(_REGIME_SEP)
+    return (content_class, regime) if sep else (key, GREEDY)
+
+
 def prior_alpha(proposer: str, content_class: str, table: Mapping[str, Mapping[str, float]] | None = None) -> float:
     """The prior mean alpha for a (proposer, class) key: `table` first, then the built-in one, then 0.5."""
     for t in (table or {}, DEFAULT_PRIOR_ALPHA):

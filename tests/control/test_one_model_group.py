@@ -6,6 +6,7 @@ up to its gamma (every row is that long anyway) and no further."""
 
 from __future__ import annotations
 
+from adaptspec.control.alpha import GREEDY, SAMPLED, AlphaTable
 from adaptspec.control.config import parse_config
 from adaptspec.control.policy import build_policy
 from adaptspec.control.types import AlphaEstimate, WorkerState
@@ -29,9 +30,9 @@ def loaded(code: int, chat: int):
     pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
     w = WorkerState("w", proposers=("ngram", "draft", "eagle"), max_gamma=8, profile="cpu-tiny", running=15)
     for _ in range(code):
-        pol._note(w, "code")
+        pol._note(w, "code", ALPHAS)
     for _ in range(chat):
-        pol._note(w, "chat")
+        pol._note(w, "chat", ALPHAS)
     return pol, w, pol.worker_profile(w)
 
 
@@ -129,7 +130,7 @@ def test_a_hope_alone_does_not_buy_a_batch_the_models_passes():
     pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
     w = WorkerState("w", proposers=("ngram", "draft"), max_gamma=8, profile="cpu-tiny", running=15)
     for cls in ("code", "chat") * 8:
-        pol._note(w, cls)
+        pol._note(w, cls, alphas)
     prof = pol.worker_profile(w)
     assert any(pol._group_plan(w, prof, ("draft",), alphas, 16.0, 8)[0].values())  # the hope's plan
     assert not any(pol._group_plan(w, prof, ("draft",), alphas, 16.0, 8, hope=False)[0].values())
@@ -138,3 +139,48 @@ def test_a_hope_alone_does_not_buy_a_batch_the_models_passes():
         assert pol.decide(cls, [w], alphas).proposer in ("ngram", "none")
     idle = WorkerState("w", proposers=("ngram", "draft"), max_gamma=8, profile="cpu-tiny")
     assert pol.decide("code", [idle], alphas).proposer == "draft"
+
+
+def _regimes_table():
+    """Two classes; greedy lookup copies (0.8 a token, a draft on 60% of steps), sampled lookup does not (0.2); the
+    head accepts 0.7 in both regimes. Plenty of evidence (no forgetting)."""
+    table = AlphaTable(half_life_tokens=None)
+    for cls in ("code", "chat"):
+        for regime, lookup in ((GREEDY, 0.8), (SAMPLED, 0.2)):
+            table.observe("w", "ngram", cls, 4000, 4000 * lookup, steps=1000, num_drafts=600, gamma=8, regime=regime)
+            table.observe("w", "eagle", cls, 4000, 2800, steps=1000, num_drafts=1000, gamma=4, regime=regime)
+    return table
+
+
+def _noted(table, regimes):
+    """A policy and a loaded worker whose recent requests alternate the two classes, in the given regimes."""
+    pol = build_policy(parse_config({"policy": {"kind": "goodput", "explore": 0.0}}).policy)
+    w = WorkerState("w", proposers=("ngram", "eagle"), max_gamma=8, profile="cpu-tiny", running=15)
+    for i, regime in enumerate(regimes):
+        pol._note(w, ("code", "chat")[i % 2], table if regime == GREEDY else table.view(regime))
+    return pol, w, pol.worker_profile(w)
+
+
+def test_the_batch_plan_values_each_request_at_its_own_sampling_regime():
+    """Greedy and sampled requests share one batch and one set of head passes. Alone, the greedy half would run
+    without the head's passes (its lookup copies) and the sampled half with them; the batch's plan, memoised per
+    worker, must value each request at its own regime whichever request asks first (valued at the asker's regime
+    alone, the first request after each refresh decided for the whole batch, and the kept model flipped)."""
+    table = _regimes_table()
+    views = {GREEDY: table, SAMPLED: table.view(SAMPLED)}
+    alone = {}
+    for regime in (GREEDY, SAMPLED):
+        pol, w, prof = _noted(table, [regime] * 32)
+        alone[regime] = pol.kept_group(w, prof, views[regime], 16.0, 8)
+    assert alone == {GREEDY: None, SAMPLED: ("eagle",)}  # the halves disagree: the order would matter
+    mixed = [(GREEDY, SAMPLED)[(i // 2) % 2] for i in range(32)]
+    asked = []
+    for order in ((GREEDY, SAMPLED), (SAMPLED, GREEDY)):
+        pol, w, prof = _noted(table, mixed)
+        asked.append([(pol.kept_group(w, prof, views[r], 16.0, 8),
+                       pol._group_plan(w, prof, ("eagle",), views[r], 16.0, 8)) for r in order])
+    assert asked[0] == asked[1][::-1] and asked[0][0] == asked[0][1]
+    # the mixed batch's worth lies between the halves' (each request counted once, at its own regime)
+    worth = {r: _noted(table, [r] * 32) for r in (GREEDY, SAMPLED)}
+    halves = {r: pol._group_plan(w, prof, ("eagle",), views[r], 16.0, 8)[2] for r, (pol, w, prof) in worth.items()}
+    assert min(halves.values()) < asked[0][0][1][2] < max(halves.values())

@@ -1,7 +1,13 @@
 """Batch-wide gamma planning of the cost-model policies (goodput, bandit): a draft model's or head's passes are
 shared by the batch (a step runs max(gamma) of them), so one gamma per pass group and worker, planned over the
 worker's recent class mix; and the passes a loaded worker's batch keeps, which every request of its steps waits
-for (`sunk_passes`). A mixin of `policies.goodput.CostModelPolicy`, which creates the state it reads."""
+for (`sunk_passes`). A mixin of `policies.goodput.CostModelPolicy`, which creates the state it reads.
+
+The mix is of (class, sampling regime) pairs: a greedy and a sampled request of one class accept a draft at
+different rates (n-gram lookup several-fold), and one batch holds both, so each recent request is valued with its
+own regime's estimates whichever request asks for the batch's plan (the plan is memoised per worker, not per
+regime: valued with the asking request's regime alone it followed the regime of whichever request came first after
+each refresh, and the kept model flipped with it)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import math
 from collections import Counter, deque
 
 from adaptspec.control import costmodel
+from adaptspec.control.alpha import GREEDY, AlphaTable, RegimeView, regime_key, split_regime_key
 from adaptspec.control.plancache import PlanCache, prefill_bucket
 from adaptspec.control.policies.common import estimate
 from adaptspec.control.profiles import Profile
@@ -20,6 +27,18 @@ log = logging.getLogger(__name__)
 
 _MIX_WINDOW = 256  # recent requests per worker that describe its class mix
 _REFRESH = 32  # a worker's decisions between refreshes of its class mix (and its batch-wide gammas)
+
+
+def _sources(alphas: AlphaSource) -> tuple[AlphaSource, str]:
+    """(the class-level table behind `alphas`, the regime `alphas` reads): a per-request view reads through to
+    its class-level source, a regime view (control/alpha.py `RegimeView`) to its table."""
+    alphas = getattr(alphas, "class_level", alphas)
+    return (alphas.table, alphas.regime) if isinstance(alphas, RegimeView) else (alphas, GREEDY)
+
+
+def _regime_source(table: AlphaSource, regime: str) -> AlphaSource:
+    """The `AlphaSource` of one regime's keys of `table` (a source without regimes serves every regime)."""
+    return table.view(regime) if regime != GREEDY and isinstance(table, AlphaTable) else table
 
 
 def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
@@ -118,7 +137,7 @@ class BatchPlanning:
         requests until they finish, so a change of model pays both models' passes for a while. On a new mix
         another model replaces the kept one only when worth more by the policy's margin; after an octave's move
         (a new load level, e.g. a ramp's next step) the best one is taken afresh."""
-        version, _ = self._mix_state(w, content_class)
+        version, _ = self._mix_state(w, content_class, alphas)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
         mine = (w.name, exact)
         last = self._kept.get(mine)
@@ -162,7 +181,7 @@ class BatchPlanning:
         # the batch's gamma is planned over class-level estimates, never one request's own (it is memoised
         # for every request of the mix): a per-request view (control/predict.py) names its class-level source
         alphas = getattr(alphas, "class_level", alphas)
-        version, cold = self._mix_state(w, content_class)
+        version, cold = self._mix_state(w, content_class, alphas)
         rho = (w.prefill_ratio, w.prompt_tokens)
         where = ("at", batch) if exact else round(2.0 * math.log2(batch))
         key = (w.name, prof.name, group, where, prefill_bucket(rho), cold, hope)
@@ -174,10 +193,12 @@ class BatchPlanning:
             self._common[key] = hit
         return hit[0]
 
-    def _mix_state(self, w: WorkerState, content_class: str) -> tuple[int, str | None]:
-        """(the worker's class-mix version, the class its plans assume while it has no mix yet or None): what
-        memoised batch-wide plans are keyed by."""
-        return self._mix_version.get(w.name, 0), None if self._recent.get(w.name) else content_class
+    def _mix_state(self, w: WorkerState, content_class: str, alphas: AlphaSource) -> tuple[int, str | None]:
+        """(the worker's class-mix version, the class and regime (`regime_key`) its plans assume while it has no
+        mix yet, or None): what memoised batch-wide plans are keyed by."""
+        if self._recent.get(w.name):
+            return self._mix_version.get(w.name, 0), None
+        return self._mix_version.get(w.name, 0), regime_key(content_class, _sources(alphas)[1])
 
     def sunk_passes(self, w: WorkerState, prof: Profile, alphas: AlphaSource, batch: float,
                     bound: int, content_class: str = "chat") -> dict[tuple[str, ...], float]:
@@ -185,7 +206,7 @@ class BatchPlanning:
         steps run those passes whatever one more request does, so a request that does not draft with the
         group still waits for them. Memoised with the groups' plans (per batch bucket and mix version)."""
         rho = (w.prefill_ratio, w.prompt_tokens)
-        version, cold = self._mix_state(w, content_class)
+        version, cold = self._mix_state(w, content_class, alphas)
         key = (w.name, prof.name, round(2.0 * math.log2(batch)), prefill_bucket(rho), cold, bound)
         hit = self._sunk.get(key)
         if hit is not None and hit[1] == version:
@@ -224,10 +245,13 @@ class BatchPlanning:
         recent = self._recent.get(w.name) or ()
         mix = Counter(list(recent)[-max(64, 4 * int(batch)):]) or Counter({cold: 1})
         total = sum(mix.values())
-        ests = {(p, c): self._estimate(w, prof, alphas, p, c) for p in group for c in mix}
+        # each entry of the mix (a class and its sampling regime) is valued with its own regime's estimates
+        table = _sources(alphas)[0]
+        src = {c: (_regime_source(table, r), k) for c in mix for k, r in (split_regime_key(c),)}
+        ests = {(p, c): self._estimate(w, prof, src[c][0], p, src[c][1]) for p in group for c in mix}
         if hope:
-            ests = {(p, c): self.hopeful(e, alphas, w.name, p, c) for (p, c), e in ests.items()}
-        heads = {(p, c): self.head_alpha(w, prof, p, c, alphas, mean=True) for p in group for c in mix}
+            ests = {(p, c): self.hopeful(e, src[c][0], w.name, p, src[c][1]) for (p, c), e in ests.items()}
+        heads = {(p, c): self.head_alpha(w, prof, p, src[c][1], src[c][0], mean=True) for p in group for c in mix}
         curve = {pc: self.cache.goodputs(prof, pc[0], e.priced, batch, bound, e.propose_rate, rho, heads[pc])
                  for pc, e in ests.items()}
         # a hybrid runs its model passes only for the steps its lookup misses: price them at the mix's hit rate
@@ -243,7 +267,7 @@ class BatchPlanning:
         for c in mix:
             alts = [self.cache.off(prof, batch, rho)]
             for q in cheap:
-                e = estimate(alphas, w.name, q, c)
+                e = estimate(src[c][0], w.name, q, src[c][1])
                 alts.append(self.cache.best(prof, q, e.priced, batch, bound, e.propose_rate, rho))
             alt[c] = max(alts, key=lambda p: p.goodput)
         def worth(subset: tuple[str, ...], g: int) -> tuple[float, float]:
@@ -288,9 +312,11 @@ class BatchPlanning:
                      default=0.0) if share > 0 else 0.0
         return {p: g if p in kept else 0 for p in group}, sunk_s, best[0]
 
-    def _note(self, w: WorkerState, content_class: str) -> None:
-        """Record the request in the worker's recent class mix (what its running batch is made of)."""
-        self._recent.setdefault(w.name, deque(maxlen=_MIX_WINDOW)).append(content_class)
+    def _note(self, w: WorkerState, content_class: str, alphas: AlphaSource) -> None:
+        """Record the request in the worker's recent mix (what its running batch is made of): its class and the
+        sampling regime `alphas` reads (`regime_key`)."""
+        self._recent.setdefault(w.name, deque(maxlen=_MIX_WINDOW)).append(
+            regime_key(content_class, _sources(alphas)[1]))
         seen = self._seen[w.name] = self._seen.get(w.name, 0) + 1
         if seen in (4, 8, 16) or seen % _REFRESH == 0:  # the mix moved: replan (often while history is short)
             self._mix_version[w.name] = self._mix_version.get(w.name, 0) + 1

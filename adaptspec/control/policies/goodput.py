@@ -283,19 +283,19 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
             # with the probability that it beats the chosen plan under its posterior (a low prior is tried
             # rarely, a close call often), whatever the plan is; it stops once the key has evidence
             probe, n, drawn = dream
-            self._note(w, content_class)
+            self._note(w, content_class, alphas)
             return Decision(w.name, probe.proposer, probe.gamma, content_class, self.name,
                             f"{self.name}: probe {probe.proposer} g={probe.gamma} batch={w.load + 1:g} "
                             f"(evidence {n:.0f} tokens < {self.explore_below:g}; posterior draw alpha={drawn:.2f} "
                             f"x{probe.speedup:.2f})", probe.speedup)
         if plan.gamma == 0 and thin is not None and self.explore > 0 and self._probe_rng.random() < self.explore:
             probe, n = thin
-            self._note(w, content_class)
+            self._note(w, content_class, alphas)
             return Decision(w.name, probe.proposer, probe.gamma, content_class, self.name,
                             f"{self.name}: probe {probe.proposer} g={probe.gamma} batch={w.load + 1:g} "
                             f"(evidence {n:.0f} tokens < {self.explore_below:g}; expected x{probe.speedup:.2f})",
                             probe.speedup)
-        self._note(w, content_class)
+        self._note(w, content_class, alphas)
         b = f"{w.load + 1:g}"
         if plan.gamma == 0:
             # off in a step that runs other requests' model passes is slower than a plain step (`sunk_passes`)
