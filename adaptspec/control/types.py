@@ -47,6 +47,9 @@ class WorkerState:
     # the worker's step costs fitted online from its telemetry (control/calibration.py); the cost-model
     # policies price with them instead of the profile's once `step_costs.trusted`
     step_costs: CalibratedCosts | None = None
+    # the engine verifies each request's own draft tokens, flattened, whatever the profile says (vLLM, SGLang):
+    # a profile's `padded_verify` (the reference engine's padded attention) does not price its steps
+    flat_verify: bool = False
 
     @property
     def load(self) -> float:

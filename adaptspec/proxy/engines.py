@@ -34,6 +34,9 @@ class Engine:
     scan = False  # responses carry usage / speculation stats the proxy parses
     own_feedback = False  # per-request stats are always the alpha source (never the scraped counters)
     scraped = False  # exposes Prometheus /metrics with occupancy (and speculation) families
+    # verifies each request's own draft tokens, flattened (WorkerState.flat_verify): every engine but the
+    # reference worker, whose verify pads every row to the batch's longest draft (a profile's `padded_verify`)
+    flat_verify = True
     # pass-through endpoints it serves (proxy/passthrough.py): OpenAI's API has embeddings and responses
     passthrough: frozenset[str] = frozenset({EMBEDDINGS, RESPONSES})
 
@@ -60,6 +63,7 @@ class Engine:
 class AdaptspecEngine(Engine):
     name = "adaptspec"
     per_request = scan = own_feedback = scraped = True
+    flat_verify = False
     passthrough = frozenset({EMBEDDINGS, TOKENIZE, DETOKENIZE})  # the reference worker (worker/_tokenize.py)
 
     def client_speculation(self, body: dict) -> object | None:

@@ -93,7 +93,7 @@ class Worker:
         running = max(self.running - self.finished, 0.0) if self.finished else self.running
         key = (self.name, self.engine, self.per_request, self.proposers, self.gamma, self.max_gamma, self.profile,
                running, self.waiting, self.kv_usage, self.inflight + other_inflight, self.healthy,
-               t.prefill_ratio, t.prompt_tokens, self.step_costs)
+               t.prefill_ratio, t.prompt_tokens, self.step_costs, self.adapter.flat_verify)
         last = self._last_state
         if last is not None and last[0] == key:
             return last[1]

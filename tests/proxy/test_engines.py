@@ -108,3 +108,13 @@ def test_vllm_ingest_counts_the_counter_deltas():
     second = [(VLLM_DRAFTS, {}, 200.0), (VLLM_DRAFT_TOKENS, {}, 800.0), (VLLM_ACCEPTED, {}, 600.0)]
     assert eng.ingest(table, tracker, "w", second, "ngram", 4) == 1
     assert adapter("openai").ingest(table, tracker, "w", second, "ngram", 4) == 0
+
+
+def test_only_the_reference_worker_pads_its_verify():
+    """`flat_verify` reaches the policy through the worker's state: a profile's padded verify prices only the
+    reference engine's steps (tests/control/test_engine_padding.py)."""
+    assert {name: ADAPTERS[name].flat_verify for name in ENGINES} == \
+        {name: name != "adaptspec" for name in ENGINES}
+    for engine in ENGINES:
+        w = Worker(name="w", url="http://127.0.0.1:1", pool="p", engine=engine, profile="cpu-tiny")
+        assert w.state().flat_verify is (engine != "adaptspec")

@@ -57,6 +57,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
         self.rules = RuleBook()  # the per-step hybrid's rules per class (`hybrid_rule`)
         self.rates = RealizedRates()  # batch-1 corrections of the model's price per proposer, measured
         self._profiles: dict[str | None, Profile] = {None: self.default_profile}
+        self._flat: dict[str, Profile] = {}  # see worker_profile
         self._calibrated: dict[tuple[str, str], Profile] = {}  # (profile, fit fingerprint) -> priced profile
         # Per worker: content classes of its recent requests (the mix its running batch is made of), a
         # version bumped as that mix is refreshed, and memoised batch-wide gammas:
@@ -87,8 +88,19 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
 
     def worker_profile(self, w: WorkerState) -> Profile:
         """The profile a worker's decisions are priced with: its own (or the default), with the step costs
-        fitted from its telemetry once they are trusted (one resolved Profile per fit fingerprint)."""
+        fitted from its telemetry once they are trusted (one resolved Profile per fit fingerprint).
+
+        A padded verify (`Profile.padded_verify`: every row's query as long as the batch's longest draft) is the
+        reference engine's; vLLM and SGLang verify each request's own draft tokens, flattened
+        (`WorkerState.flat_verify`), so a profile that says padded prices their workers without it (priced
+        padded, lookup at load paid 1 + gamma verified tokens a request where it costs 1 + pi * gamma, and the
+        policy planned off on a vLLM pool where always-on lookup measured 1.12x of off)."""
         prof = self.profile(w.profile)
+        if prof.padded_verify and w.flat_verify:
+            flat = self._flat.get(prof.name)
+            if flat is None:
+                flat = self._flat[prof.name] = replace(prof, name=f"{prof.name}~flat", padded_verify=False)
+            prof = flat
         costs = w.step_costs
         if costs is not None and costs.trusted:
             key = (prof.name, costs.key)
