@@ -91,12 +91,16 @@ class PlanCache:
                  rate: float = 1.0, prefill: tuple[float, float] = NO_PREFILL,
                  head: costmodel.AlphaLike | None = None) -> tuple[float, ...]:
         """`at(...).goodput` for gamma = 1..max_gamma under one key (a batch-wide gamma search over a class mix
-        at every level of a schedule would otherwise bucket its arguments once per gamma)."""
+        at every level of a schedule would otherwise bucket its arguments once per gamma). Evaluated without the
+        plans' scalar alpha summary (`summarise=False`: it does not move a goodput, and it was a tenth of a loaded
+        proxy's CPU), so those plans are not stored for `at`."""
         a, b, r, f = alpha_bucket(alpha), batch_bucket(batch), rate_bucket(rate), prefill_bucket(prefill)
-        key = (profile.name, proposer, b, a, max_gamma, "goodputs", r, f, None if head is None else alpha_bucket(head))
+        h = None if head is None else alpha_bucket(head)
+        key = (profile.name, proposer, b, a, max_gamma, "goodputs", r, f, h)
         got = self._goodputs.get(key)
         if got is None:
-            got = tuple(self.at(profile, proposer, alpha, batch, g, rate, prefill, head).goodput
+            got = tuple(costmodel.evaluate(profile, proposer, a, g, b, summarise=False, propose_rate=r,
+                                           prefill_ratio=f[0], prefill_chunk=f[1], fallback_alpha=h).goodput
                         for g in range(1, max_gamma + 1))
             if len(self._goodputs) >= self.max_entries:
                 self._goodputs.clear()
