@@ -46,6 +46,13 @@ def prefill_bucket(prefill: tuple[float, float]) -> tuple[float, float]:
 NO_PREFILL = (0.0, 0.0)
 
 
+def _buckets(alpha: costmodel.AlphaLike, batch: float, rate: float, prefill: tuple[float, float],
+             head: costmodel.AlphaLike | None) -> tuple:
+    """A plan key's bucketed arguments: (alpha, batch, rate, prefill, head alpha or None)."""
+    h = None if head is None else alpha_bucket(head)
+    return alpha_bucket(alpha), batch_bucket(batch), rate_bucket(rate), prefill_bucket(prefill), h
+
+
 class PlanCache:
     """Memoised gamma search: (profile, proposer, batch bucket, alpha bucket, gamma bound) -> Plan."""
 
@@ -60,8 +67,7 @@ class PlanCache:
         """Best gamma in 1..max_gamma (or the off plan when max_gamma is 0); `rate`: the propose rate,
         `prefill`: the worker's (prompt tokens per generated token, prompt tokens per request); `head`: a
         per-step hybrid's head alpha (`costmodel.stepwise_hybrid`)."""
-        a, b, r, f = alpha_bucket(alpha), batch_bucket(batch), rate_bucket(rate), prefill_bucket(prefill)
-        h = None if head is None else alpha_bucket(head)
+        a, b, r, f, h = _buckets(alpha, batch, rate, prefill, head)
         key = (profile.name, proposer, b, a, max_gamma, None, r, f, h)
         plan = self._plans.get(key)
         if plan is None:
@@ -77,8 +83,7 @@ class PlanCache:
            gamma: int, rate: float = 1.0, prefill: tuple[float, float] = NO_PREFILL,
            head: costmodel.AlphaLike | None = None) -> costmodel.Plan:
         """The plan of a fixed (proposer, gamma)."""
-        a, b, r, f = alpha_bucket(alpha), batch_bucket(batch), rate_bucket(rate), prefill_bucket(prefill)
-        h = None if head is None else alpha_bucket(head)
+        a, b, r, f, h = _buckets(alpha, batch, rate, prefill, head)
         key = (profile.name, proposer, b, a, None, gamma, r, f, h)
         plan = self._plans.get(key)
         if plan is None:
@@ -94,8 +99,7 @@ class PlanCache:
         at every level of a schedule would otherwise bucket its arguments once per gamma). Evaluated without the
         plans' scalar alpha summary (`summarise=False`: it does not move a goodput, and it was a tenth of a loaded
         proxy's CPU), so those plans are not stored for `at`."""
-        a, b, r, f = alpha_bucket(alpha), batch_bucket(batch), rate_bucket(rate), prefill_bucket(prefill)
-        h = None if head is None else alpha_bucket(head)
+        a, b, r, f, h = _buckets(alpha, batch, rate, prefill, head)
         key = (profile.name, proposer, b, a, max_gamma, "goodputs", r, f, h)
         got = self._goodputs.get(key)
         if got is None:

@@ -36,9 +36,12 @@ def _sources(alphas: AlphaSource) -> tuple[AlphaSource, str]:
     return (alphas.table, alphas.regime) if isinstance(alphas, RegimeView) else (alphas, GREEDY)
 
 
-def _regime_source(table: AlphaSource, regime: str) -> AlphaSource:
-    """The `AlphaSource` of one regime's keys of `table` (a source without regimes serves every regime)."""
-    return table.view(regime) if regime != GREEDY and isinstance(table, AlphaTable) else table
+def _entry_source(table: AlphaSource, entry: str) -> tuple[AlphaSource, str]:
+    """(the `AlphaSource` of a mix entry's regime, its class) for an entry `regime_key(class, regime)` of a
+    worker's mix: `table`'s view of that regime (a source without regimes serves every regime)."""
+    content_class, regime = split_regime_key(entry)
+    source = table.view(regime) if regime != GREEDY and isinstance(table, AlphaTable) else table
+    return source, content_class
 
 
 def _pass_group(w: WorkerState, prof: Profile, proposer: str) -> tuple[str, ...]:
@@ -247,7 +250,7 @@ class BatchPlanning:
         total = sum(mix.values())
         # each entry of the mix (a class and its sampling regime) is valued with its own regime's estimates
         table = _sources(alphas)[0]
-        src = {c: (_regime_source(table, r), k) for c in mix for k, r in (split_regime_key(c),)}
+        src = {c: _entry_source(table, c) for c in mix}
         ests = {(p, c): self._estimate(w, prof, src[c][0], p, src[c][1]) for p in group for c in mix}
         if hope:
             ests = {(p, c): self.hopeful(e, src[c][0], w.name, p, src[c][1]) for (p, c), e in ests.items()}
