@@ -189,6 +189,10 @@ class GoodputPolicy(_Priced):
     max_gamma: int = Field(default=8, ge=0, le=32)
     risk: float = Field(default=0.0, ge=0.0)  # plan with alpha = mean - risk * std
     tie_tolerance: float = Field(default=0.02, ge=0.0, lt=1.0)  # goodputs this close: least loaded wins
+    # a batch's shared gamma (a draft model's or head's passes at load): the shorter of the best over the worker's
+    # mix at the posterior means and at this many standard errors lower (keys with evidence; the one-standard-
+    # error rule); 0: the best at the means
+    gamma_se: float = Field(default=1.0, ge=0.0, le=4.0)
     # probes, so a pessimistic prior or a stale estimate cannot keep a proposer off for good: while its
     # evidence for a class is thin (fewer than explore_below_tokens drafted tokens, e.g. never tried, or
     # forgotten) a request drafts with it with the probability that a draw from its posterior beats the plan

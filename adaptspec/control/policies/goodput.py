@@ -45,6 +45,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
 
     explore = 0.0  # probe probability (goodput); the bandit explores through its posterior draws instead
     explore_below = 0.0
+    gamma_se = 0.0  # the batch gamma's one-standard-error rule (goodput's `gamma_se`; batchplan `_shortest_close`)
     schedule = False  # send per-request gamma schedules (goodput's `schedule`)
 
     def __init__(self, margin: float, max_gamma: int, default_profile: str, tie_tolerance: float) -> None:
@@ -487,6 +488,7 @@ class Goodput(CostModelPolicy):
         super().__init__(cfg.margin, cfg.max_gamma, cfg.default_profile, cfg.tie_tolerance)
         self.name = "goodput"
         self.risk = cfg.risk
+        self.gamma_se = cfg.gamma_se
         self.explore, self.explore_below = cfg.explore, cfg.explore_below_tokens
         self._probe_rng = random.Random(cfg.seed)
         self.schedule = cfg.schedule
