@@ -81,6 +81,13 @@ class AlphaEstimate:
         """What the cost model prices with: the walk-corrected rates, else the per-position rates, else the mean."""
         return self.walk_rates or self.per_position or self.mean
 
+    def priced_below(self, shift: float) -> float | tuple[float, ...]:
+        """`priced` with every rate `shift` lower (floored at 0): a cautious plan's alpha."""
+        rates = self.walk_rates or self.per_position
+        if rates:
+            return tuple(max(a - shift, 0.0) for a in rates)
+        return max(self.mean - shift, 0.0)
+
 
 @dataclass(frozen=True, slots=True)
 class Observation:

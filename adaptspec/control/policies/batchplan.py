@@ -48,10 +48,7 @@ def _lowered(e, se: float) -> costmodel.AlphaLike:
     """What a key prices with, `se` of its standard errors lower where it has evidence (a prior is left as it is:
     it does not shorten a draft)."""
     shift = se * e.std if e.n > 0 else 0.0
-    if shift <= 0.0:
-        return e.priced
-    a = e.priced
-    return max(a - shift, 0.0) if isinstance(a, float) else tuple(max(x - shift, 0.0) for x in a)
+    return e.priced_below(shift) if shift > 0.0 else e.priced
 
 
 def _argmax(values) -> int:

@@ -45,7 +45,7 @@ class CostModelPolicy(BatchPlanning, PolicyBase):
 
     explore = 0.0  # probe probability (goodput); the bandit explores through its posterior draws instead
     explore_below = 0.0
-    gamma_se = 0.0  # the batch gamma's one-standard-error rule (goodput's `gamma_se`; batchplan `_shortest_close`)
+    gamma_se = 0.0  # the batch gamma's one-standard-error rule (goodput's `gamma_se`; batchplan `_shared_gamma`)
     schedule = False  # send per-request gamma schedules (goodput's `schedule`)
 
     def __init__(self, margin: float, max_gamma: int, default_profile: str, tie_tolerance: float) -> None:
@@ -499,8 +499,4 @@ class Goodput(CostModelPolicy):
         if not self.risk:
             return est.priced, _fmt2(est.mean)
         shift = self.risk * est.std
-        rates = est.walk_rates or est.per_position
-        if rates:
-            return tuple(max(a - shift, 0.0) for a in rates), f"{max(est.mean - shift, 0.0):.2f}"
-        a = max(est.mean - shift, 0.0)
-        return a, f"{a:.2f}"
+        return est.priced_below(shift), f"{max(est.mean - shift, 0.0):.2f}"
